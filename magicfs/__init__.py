@@ -1,0 +1,12 @@
+"""magicfs: commit many-file job output to object stores without rename.
+
+The Python counterpart of Hadoop's S3A "magic" committer and manifest committer,
+for fsspec, pandas, pyarrow and PySpark. See README.md for the tour.
+"""
+
+from . import errors, paths, records
+from .errors import InvalidCommitData
+
+__version__ = "0.1.0"
+
+__all__ = ["InvalidCommitData", "errors", "paths", "records"]

@@ -1,0 +1,244 @@
+"""The magic path grammar: which paths are "magic" and where their data finally lands.
+
+A path is *magic* when one of its elements is a **magic element**: exactly ``__magic``
+(the layout of the seed documents and Hadoop before 3.4) or anything starting with
+``__magic_job-`` (Hadoop 3.4+, one directory per job). A file written under a magic
+path is not created where it is written; its bytes are aimed at its *final
+destination*:
+
+* the elements before the first magic element (the job's destination directory), plus
+* the elements after the first ``__base`` below the magic element, or, when there is
+  no ``__base``, only the file name.
+
+::
+
+    s3://bkt/out/__magic_job-7/job-7/00/tasks/attempt_1/__base/year=2024/p.parquet
+      -> s3://bkt/out/year=2024/p.parquet
+    s3://bkt/out/__magic/job-7/task_01/p.parquet  -> s3://bkt/out/p.parquet
+
+Decision (differs from Hadoop >= 3.4, which treats a bare ``__magic`` as an ordinary
+directory): magicfs accepts both spellings, as ``API.md`` requires, so code written
+against the seed layout keeps working.
+
+Everything here is pure string work: no I/O, no filesystem. Paths keep their protocol
+(``s3://``), a leading ``/`` or neither, and come back in the same form. Names are never
+decoded or normalised, so spaces and unicode survive unchanged (HADOOP-17112).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAGIC = "__magic"
+MAGIC_JOB_PREFIX = "__magic_job-"
+BASE = "__base"
+JOB_DIR_PREFIX = "job-"
+TASKS_DIR = "tasks"
+PENDING_SUFFIX = ".pending"
+PENDINGSET_SUFFIX = ".pendingset"
+RECORD_SUFFIXES = (PENDING_SUFFIX, PENDINGSET_SUFFIX)
+
+_FORBIDDEN_ELEMENTS = {"", ".", ".."}
+
+
+def is_magic_element(name: str) -> bool:
+    """True for ``__magic`` and for ``__magic_job-<anything>``."""
+    return name == MAGIC or name.startswith(MAGIC_JOB_PREFIX)
+
+
+def _split(path: str) -> tuple[str, list[str]]:
+    """Split ``path`` into its root (``s3://``, ``/`` or ``""``) and its elements.
+
+    One trailing ``/`` is dropped so that a directory may be named either way.
+    Interior empty elements are kept (as ``""``) so that callers can reject them.
+    """
+    if not isinstance(path, str):
+        raise TypeError(f"path must be a str, not {type(path).__name__}")
+    if not path:
+        raise ValueError("empty path")
+    root = ""
+    rest = path
+    if "://" in rest:
+        protocol, rest = rest.split("://", 1)
+        root = protocol + "://"
+    if rest.startswith("/"):
+        root += "/"
+        rest = rest[1:]
+    if rest.endswith("/"):
+        rest = rest[:-1]
+    return root, (rest.split("/") if rest else [])
+
+
+def split_path_elements(path: str) -> list[str]:
+    """The elements of ``path``, without its root; empty elements are dropped.
+
+    ``"/"`` and ``"//"`` give ``[]``; ``"/a/b/c/"`` gives ``["a", "b", "c"]``.
+    """
+    return [name for name in _split(path)[1] if name]
+
+
+def _magic_index(elements: list[str]) -> int | None:
+    return next((i for i, name in enumerate(elements) if is_magic_element(name)), None)
+
+
+def magic_parents(elements: list[str]) -> list[str]:
+    """Elements before the first magic element (all of them if there is none)."""
+    index = _magic_index(elements)
+    return list(elements if index is None else elements[:index])
+
+
+def magic_children(elements: list[str]) -> list[str]:
+    """Elements after the first magic element (none if there is no magic element)."""
+    index = _magic_index(elements)
+    return [] if index is None else list(elements[index + 1 :])
+
+
+def last_element(elements: list[str]) -> str:
+    """The last element; ``ValueError`` for an empty list."""
+    if not elements:
+        raise ValueError("empty path has no last element")
+    return elements[-1]
+
+
+def final_destination_elements(elements: list[str]) -> list[str]:
+    """:func:`final_destination` on a list of elements."""
+    index = _magic_index(elements)
+    if index is None:
+        return list(elements)
+    children = elements[index + 1 :]
+    if not children:
+        raise ValueError(f"no path found under the magic element {elements[index]!r}")
+    if BASE in children:
+        below_base = children[children.index(BASE) + 1 :]
+        if not below_base:
+            raise ValueError(f"nothing below {BASE!r} under the magic element")
+        return [*elements[:index], *below_base]
+    return [*elements[:index], children[-1]]
+
+
+@dataclass(frozen=True)
+class MagicPath:
+    """A parsed magic path. Build it with :func:`parse_magic_path`."""
+
+    root: str
+    parents: tuple[str, ...]
+    magic: str
+    children: tuple[str, ...]
+
+    @property
+    def destination_dir(self) -> str:
+        """The job's destination: everything before the magic element."""
+        return self.root + "/".join(self.parents)
+
+    @property
+    def magic_dir(self) -> str:
+        """The magic directory itself, e.g. ``s3://bkt/out/__magic_job-7``."""
+        return self.root + "/".join((*self.parents, self.magic))
+
+    @property
+    def job_id(self) -> str | None:
+        """The job id named by the path, if any.
+
+        ``__magic_job-<id>/...`` names it in the magic element; the legacy
+        ``__magic/job-<id>/...`` layout in the first child.
+        """
+        if self.magic.startswith(MAGIC_JOB_PREFIX):
+            return self.magic[len(MAGIC_JOB_PREFIX) :] or None
+        if self.children and self.children[0].startswith(JOB_DIR_PREFIX):
+            return self.children[0][len(JOB_DIR_PREFIX) :] or None
+        return None
+
+    @property
+    def task_attempt_id(self) -> str | None:
+        """The task attempt id when the path follows the committer layout.
+
+        Layout: ``<magic>/job-<id>/<NN>/tasks/<attempt id>/...``.
+        """
+        if len(self.children) > 3 and self.children[2] == TASKS_DIR:
+            return self.children[3]
+        return None
+
+    @property
+    def relative_destination(self) -> tuple[str, ...]:
+        """Elements of the final destination below :attr:`destination_dir`."""
+        elements = [*self.parents, self.magic, *self.children]
+        return tuple(final_destination_elements(elements)[len(self.parents) :])
+
+    @property
+    def destination(self) -> str:
+        """The final destination of a file written at this path."""
+        return self.root + "/".join((*self.parents, *self.relative_destination))
+
+    def __str__(self) -> str:
+        return self.root + "/".join((*self.parents, self.magic, *self.children))
+
+
+def parse_magic_path(path: str) -> MagicPath | None:
+    """Parse ``path``; ``None`` if it has no magic element.
+
+    Raises ``ValueError`` for a magic path that cannot name a file safely: ``.``,
+    ``..`` or empty elements anywhere, nothing under the magic element, nothing after
+    ``__base``, or a destination that would itself be magic.
+    """
+    root, elements = _split(path)
+    index = _magic_index(elements)
+    if index is None:
+        return None
+    bad = [name for name in elements if name in _FORBIDDEN_ELEMENTS]
+    if bad:
+        raise ValueError(f"magic path {path!r} has a forbidden element {bad[0]!r}")
+    magic_path = MagicPath(
+        root=root,
+        parents=tuple(elements[:index]),
+        magic=elements[index],
+        children=tuple(elements[index + 1 :]),
+    )
+    if not magic_path.children:
+        raise ValueError(f"no file named under the magic element in {path!r}")
+    relative = magic_path.relative_destination
+    if any(is_magic_element(name) for name in relative):
+        raise ValueError(f"the destination of {path!r} would itself be a magic path")
+    return magic_path
+
+
+def is_magic_path(path: str) -> bool:
+    """True if some element of ``path`` is a magic element (``__magic``, ``__magic_job-*``)."""
+    _, elements = _split(path)
+    return any(is_magic_element(name) for name in elements)
+
+
+def final_destination(path: str) -> str:
+    """Where a file written at ``path`` becomes visible after job commit.
+
+    A path that is not magic is its own destination. Raises ``ValueError`` for magic
+    paths that name no file (``a/__magic``, ``a/__magic/__base``) or are unsafe.
+    """
+    magic_path = parse_magic_path(path)
+    if magic_path is None:
+        return path
+    return magic_path.destination
+
+
+def is_record_file(path: str) -> bool:
+    """Commit records (``*.pending``, ``*.pendingset``) are written normally, even under magic."""
+    return path.endswith(RECORD_SUFFIXES)
+
+
+def is_deferred_write(path: str) -> bool:
+    """True when a write to ``path`` must be deferred: magic, and not a commit record."""
+    return is_magic_path(path) and not is_record_file(path)
+
+
+def pending_path(path: str) -> str:
+    """The ``.pending`` record saved next to a magic file."""
+    return path + PENDING_SUFFIX
+
+
+def join(base: str, *parts: str) -> str:
+    """Append ``parts`` to ``base`` with single ``/`` separators, keeping ``base``'s root."""
+    out = base
+    for part in parts:
+        part = part.strip("/")
+        if part:
+            out = out + part if (not out or out.endswith("/")) else f"{out}/{part}"
+    return out
