@@ -6,7 +6,17 @@ for fsspec, pandas, pyarrow and PySpark. See README.md for the tour.
 
 from . import errors, paths, records
 from .errors import InvalidCommitData
+from .filesystem import MagicFileSystem
+from .install import install, uninstall
 
 __version__ = "0.1.0"
 
-__all__ = ["InvalidCommitData", "errors", "paths", "records"]
+__all__ = [
+    "InvalidCommitData",
+    "MagicFileSystem",
+    "errors",
+    "install",
+    "paths",
+    "records",
+    "uninstall",
+]

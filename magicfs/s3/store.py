@@ -1,0 +1,224 @@
+"""The S3 operations magicfs needs, over an s3fs filesystem's own client.
+
+Going through s3fs (rather than a second boto3 client) means one set of credentials,
+endpoint and retry settings: whatever the user configured for ``s3://`` applies to
+the multipart calls too. s3fs's helpers are not used where they fall short for a
+committer: its upload listing is neither paged nor prefix-scoped, and its bulk
+delete ignores per-key errors.
+
+Errors arrive as s3fs translates them (``FileNotFoundError`` for ``NoSuchUpload``,
+``OSError`` otherwise) with the botocore ``ClientError`` as ``__cause__``;
+:func:`error_code` reads the S3 error code back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Coroutine, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+#: Keys per DeleteObjects request (the S3 maximum).
+DELETE_BATCH = 1000
+
+
+def error_code(error: BaseException) -> str | None:
+    """The S3 error code (``NoSuchUpload``, ``PreconditionFailed`` ...) behind ``error``."""
+    for candidate in (error, error.__cause__, error.__context__):
+        response = getattr(candidate, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            if code:
+                return str(code)
+    return None
+
+
+@dataclass(frozen=True)
+class PendingUpload:
+    """One entry of ListMultipartUploads."""
+
+    key: str
+    upload_id: str
+    initiated: datetime | None
+
+
+class S3Store:
+    """Typed S3 calls through ``fs`` (an ``s3fs.S3FileSystem``)."""
+
+    def __init__(self, fs: Any):
+        self.fs = fs
+
+    def split(self, path: str) -> tuple[str, str]:
+        """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``."""
+        bucket, key, _ = self.fs.split_path(path)
+        return bucket, key
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def call(self, operation: str, **params: Any) -> dict[str, Any]:
+        """Run one S3 operation and wait for it (with s3fs's retries)."""
+        return self.fs.call_s3(operation, **params)
+
+    async def acall(self, operation: str, **params: Any) -> dict[str, Any]:
+        """:meth:`call` for coroutines running on s3fs's IO loop."""
+        return await self.fs._call_s3(operation, **params)
+
+    def run_background(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
+        """Run ``coroutine`` on s3fs's IO loop; returns at once with a future."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
+
+    def submit(self, operation: str, **params: Any) -> concurrent.futures.Future:
+        """Start one S3 operation in the background; returns at once with a future."""
+        return self.run_background(self.acall(operation, **params))
+
+    # -- objects --------------------------------------------------------------------------
+
+    async def aread(self, bucket: str, key: str, limit: int) -> bytes:
+        """The first ``limit + 1`` bytes of an object, at most (one ranged GET)."""
+        try:
+            response = await self.acall(
+                "get_object", Bucket=bucket, Key=key, Range=f"bytes=0-{limit}"
+            )
+        except OSError as e:
+            if error_code(e) == "InvalidRange":  # a zero-byte object has no byte 0
+                return b""
+            raise
+        try:
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+
+    def submit_read(self, bucket: str, key: str, limit: int) -> concurrent.futures.Future:
+        """:meth:`aread` in the background; the future's result is the bytes."""
+        return self.run_background(self.aread(bucket, key, limit))
+
+    def put_object(
+        self,
+        bucket: str,
+        key: str,
+        body: bytes,
+        metadata: dict[str, str] | None = None,
+        if_none_match: bool = False,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": body}
+        if metadata:
+            params["Metadata"] = metadata
+        if if_none_match:
+            params["IfNoneMatch"] = "*"
+        result = self.call("put_object", **params)
+        self.fs.invalidate_cache(f"{bucket}/{key}")
+        return result
+
+    def head_object(self, bucket: str, key: str) -> dict[str, Any] | None:
+        """The object's headers, or ``None`` when it does not exist."""
+        try:
+            return self.call("head_object", Bucket=bucket, Key=key)
+        except FileNotFoundError:
+            return None
+
+    def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
+        """Delete ``keys`` in batches of 1,000; any per-key failure raises ``OSError``."""
+        deleted = 0
+        for start in range(0, len(keys), DELETE_BATCH):
+            batch = keys[start : start + DELETE_BATCH]
+            result = self.call(
+                "delete_objects",
+                Bucket=bucket,
+                Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
+            )
+            errors = result.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise OSError(
+                    f"could not delete {len(errors)} of {len(batch)} objects in s3://{bucket}; "
+                    f"first: {first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                )
+            deleted += len(batch)
+        for key in keys:
+            self.fs.invalidate_cache(f"{bucket}/{key}")
+        return deleted
+
+    # -- multipart uploads -----------------------------------------------------------------
+
+    def create_upload(self, bucket: str, key: str, metadata: dict[str, str] | None = None) -> str:
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if metadata:
+            params["Metadata"] = metadata
+        return self.call("create_multipart_upload", **params)["UploadId"]
+
+    def submit_part(
+        self, bucket: str, key: str, upload_id: str, number: int, body: bytes
+    ) -> concurrent.futures.Future:
+        """Upload part ``number`` in the background; the future's result has its ``ETag``."""
+        return self.submit(
+            "upload_part",
+            Bucket=bucket,
+            Key=key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=body,
+        )
+
+    def complete_upload(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        etags: Sequence[str],
+        *,
+        length: int | None = None,
+        if_none_match: bool = False,
+    ) -> dict[str, Any]:
+        """Make the upload visible at ``key``: part ``n`` is ``etags[n-1]``.
+
+        ``length`` is sent as ``MpuObjectSize``: S3 then refuses to complete an
+        upload whose parts do not add up to the length the writer recorded.
+        """
+        params: dict[str, Any] = {
+            "Bucket": bucket,
+            "Key": key,
+            "UploadId": upload_id,
+            "MultipartUpload": {
+                "Parts": [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)]
+            },
+        }
+        if length is not None:
+            params["MpuObjectSize"] = length
+        if if_none_match:
+            params["IfNoneMatch"] = "*"
+        result = self.call("complete_multipart_upload", **params)
+        self.fs.invalidate_cache(f"{bucket}/{key}")
+        return result
+
+    def abort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
+        """Abort; ``False`` if the upload no longer exists (already aborted or completed)."""
+        try:
+            self.call("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def list_uploads(self, bucket: str, prefix: str = "") -> Iterator[PendingUpload]:
+        """Every pending upload whose key starts with ``prefix``, page by page."""
+        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        while True:
+            page = self.call("list_multipart_uploads", **params)
+            for entry in page.get("Uploads") or []:
+                yield PendingUpload(entry["Key"], entry["UploadId"], entry.get("Initiated"))
+            if not page.get("IsTruncated"):
+                return
+            params["KeyMarker"] = page.get("NextKeyMarker", "")
+            params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> list[dict[str, Any]]:
+        """All parts of an upload (``PartNumber``, ``ETag``, ``Size``), page by page."""
+        parts: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
+        while True:
+            page = self.call("list_parts", **params)
+            parts.extend(page.get("Parts") or [])
+            if not page.get("IsTruncated"):
+                return parts
+            params["PartNumberMarker"] = page["NextPartNumberMarker"]

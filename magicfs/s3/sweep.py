@@ -1,0 +1,113 @@
+"""Find and abort the uploads recorded under magic paths (markers and ``.pending`` files).
+
+Used wherever magic files are thrown away: ``MagicFileSystem.rm`` on magic paths,
+task abort, job abort. A ``.pending`` names its upload; a marker without a
+``.pending`` (a file still being written, or whose writer died) names it in its
+metadata. Loading is done concurrently on s3fs's IO loop.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..errors import InvalidCommitData
+from ..paths import PENDING_SUFFIX, final_destination, is_deferred_write
+from ..records import SinglePendingCommit
+from .store import S3Store
+from .tracking import META_UPLOAD_ID
+
+log = logging.getLogger("magicfs.s3.sweep")
+
+
+@dataclass(frozen=True)
+class RecordedUpload:
+    """An upload found through the record (``source``) that names it."""
+
+    bucket: str
+    key: str
+    upload_id: str
+    source: str
+
+
+def recorded_uploads(store: S3Store, paths: Iterable[str]) -> list[RecordedUpload]:
+    """The uploads named by the ``.pending`` files and markers among ``paths``.
+
+    Unreadable records are logged and skipped: this serves clean-up, which must get
+    as far as it can.
+    """
+    paths = list(paths)
+    pending = [p for p in paths if p.endswith(PENDING_SUFFIX)]
+    covered = {p[: -len(PENDING_SUFFIX)] for p in pending}
+    markers = [p for p in paths if is_deferred_write(p) and p not in covered]
+
+    loads = {
+        path: store.submit_read(*store.split(path), SinglePendingCommit.MAX_BYTES)
+        for path in pending
+    }
+    heads = {path: store.submit("head_object", **_location(store, path)) for path in markers}
+    found: list[RecordedUpload] = []
+    for path, future in loads.items():
+        upload = _from_pending(store, path, future)
+        if upload:
+            found.append(upload)
+    for path, future in heads.items():
+        upload = _from_marker(store, path, future)
+        if upload:
+            found.append(upload)
+    return found
+
+
+def abort_uploads(store: S3Store, uploads: Iterable[RecordedUpload]) -> int:
+    """Abort each upload (concurrently); uploads already gone are fine. Returns aborts made."""
+    futures = {
+        store.submit("abort_multipart_upload", Bucket=u.bucket, Key=u.key, UploadId=u.upload_id): u
+        for u in uploads
+    }
+    aborted = 0
+    errors: list[str] = []
+    for future in concurrent.futures.as_completed(futures):
+        try:
+            future.result()
+            aborted += 1
+        except FileNotFoundError:
+            pass  # NoSuchUpload: already aborted or completed
+        except OSError as e:
+            errors.append(f"{futures[future].source}: {e}")
+    if errors:
+        raise OSError(f"could not abort {len(errors)} uploads; first: {errors[0]}")
+    return aborted
+
+
+def _location(store: S3Store, path: str) -> dict[str, str]:
+    bucket, key = store.split(path)
+    return {"Bucket": bucket, "Key": key}
+
+
+def _from_pending(
+    store: S3Store, path: str, future: concurrent.futures.Future
+) -> RecordedUpload | None:
+    try:
+        commit = SinglePendingCommit.from_json(future.result(), source=f"s3://{path}")
+    except FileNotFoundError:
+        return None
+    except InvalidCommitData as e:
+        log.warning("skipping unreadable record: %s", e)
+        return None
+    return RecordedUpload(commit.bucket, commit.destination_key, commit.upload_id, path)
+
+
+def _from_marker(
+    store: S3Store, path: str, future: concurrent.futures.Future
+) -> RecordedUpload | None:
+    try:
+        metadata = future.result().get("Metadata") or {}
+    except FileNotFoundError:
+        return None
+    upload_id = metadata.get(META_UPLOAD_ID)
+    if not upload_id:
+        return None  # not a magicfs marker (e.g. a directory marker)
+    bucket, key = store.split(final_destination(path))
+    return RecordedUpload(bucket, key, upload_id, path)

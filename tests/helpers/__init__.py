@@ -1,0 +1,36 @@
+"""Helpers shared by tests: observing the bucket, completing uploads as another process would."""
+
+from __future__ import annotations
+
+import json
+
+
+def pending_uploads(client, bucket: str, prefix: str = "") -> list[dict]:
+    """The multipart uploads waiting in ``bucket`` (key, upload id)."""
+    response = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix)
+    return [{"Key": u["Key"], "UploadId": u["UploadId"]} for u in response.get("Uploads", [])]
+
+
+def object_keys(client, bucket: str, prefix: str = "") -> list[str]:
+    keys = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.extend(item["Key"] for item in page.get("Contents", []))
+    return sorted(keys)
+
+
+def visible_keys(client, bucket: str, prefix: str = "") -> list[str]:
+    """Object keys outside any magic directory: what a reader of the output sees."""
+    return [k for k in object_keys(client, bucket, prefix) if "/__magic" not in f"/{k}"]
+
+
+def complete_from_pending(client, pending_json: bytes | str) -> None:
+    """Complete an upload from nothing but its ``.pending`` JSON, with plain boto3."""
+    pending = json.loads(pending_json)
+    client.complete_multipart_upload(
+        Bucket=pending["bucket"],
+        Key=pending["destinationKey"],
+        UploadId=pending["uploadId"],
+        MultipartUpload={
+            "Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(pending["etags"], 1)]
+        },
+    )

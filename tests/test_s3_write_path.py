@@ -1,0 +1,401 @@
+"""The S3 magic write path: deferred multipart uploads, observed on a real S3 server over HTTP."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import complete_from_pending, object_keys, pending_uploads, visible_keys
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from magicfs import MagicFileSystem
+from magicfs.errors import JobNotActiveError
+from magicfs.s3.tracking import META_UPLOAD_ID
+
+MiB = 1 << 20
+HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
+
+
+@pytest.fixture
+def magic(s3):
+    return MagicFileSystem(fs=s3, part_size=5 * MiB)
+
+
+def magic_file(bucket: str, name: str = "part-0000.csv") -> str:
+    return f"{bucket}/out/__magic/job-1/task_01/__base/{name}"
+
+
+def payload(size: int, seed: int = 0) -> bytes:
+    pattern = bytes((seed + i) % 251 for i in range(4096))
+    return (pattern * (size // len(pattern) + 1))[:size]
+
+
+# --- invisible until committed -----------------------------------------------------------
+
+
+def test_magic_write_is_invisible_and_leaves_one_pending_upload(magic, s3_client, bucket):
+    path = magic_file(bucket, "year=2024/part-0000.csv")
+    with magic.open(path, "wb") as f:
+        f.write(b"a,b\n1,2\n")
+
+    assert visible_keys(s3_client, bucket) == []
+    uploads = pending_uploads(s3_client, bucket)
+    assert [u["Key"] for u in uploads] == ["out/year=2024/part-0000.csv"]
+    pending = json.loads(
+        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+    )
+    assert pending["uploadId"] == uploads[0]["UploadId"]
+    assert (pending["bucket"], pending["destinationKey"], pending["length"]) == (
+        bucket,
+        "out/year=2024/part-0000.csv",
+        8,
+    )
+    assert pending["partCount"] == len(pending["etags"]) == 1
+
+
+def test_marker_is_empty_but_info_reports_bytes_written(magic, s3, bucket):
+    path = magic_file(bucket)
+    with magic.open(path, "wb") as f:
+        f.write(b"x" * 1234)
+    assert s3.info(path)["size"] == 0  # the marker, as Hadoop leaves it
+    assert magic.info(path)["size"] == 1234  # HADOOP-17414
+    assert magic.size(path) == 1234
+    listing = {
+        entry["name"]: entry["size"] for entry in magic.ls(os.path.dirname(path), detail=True)
+    }
+    assert listing == {path: 0, path + ".pending": listing[path + ".pending"]}
+
+
+@pytest.mark.parametrize("size", [0, 1, 5 * MiB - 1, 5 * MiB + 1, 64 * MiB])
+def test_pending_alone_completes_exact_bytes_from_another_process(
+    magic, s3_server, s3_client, bucket, size
+):
+    data = payload(size, seed=size % 7)
+    path = magic_file(bucket, f"size-{size}.bin")
+    with magic.open(path, "wb") as f:
+        # uneven writes, including one that spans several parts
+        for start in range(0, size, 3 * MiB + 17):
+            f.write(data[start : start + 3 * MiB + 17])
+
+    key = path.split("/", 1)[1]
+    result = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(HELPERS, "complete_elsewhere.py"),
+            s3_server.endpoint_url,
+            bucket,
+            key + ".pending",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    body = s3_client.get_object(Bucket=bucket, Key=f"out/size-{size}.bin")["Body"].read()
+    assert len(body) == size
+    assert body == data
+    assert pending_uploads(s3_client, bucket) == []
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(chunks=st.lists(st.integers(min_value=0, max_value=3 * MiB), min_size=0, max_size=6))
+def test_any_sequence_of_writes_commits_to_the_same_bytes(magic, s3_client, bucket, chunks):
+    data = payload(sum(chunks), seed=len(chunks))
+    path = magic_file(bucket, f"random-{len(chunks)}-{sum(chunks)}.bin")
+    with magic.open(path, "wb") as f:
+        offset = 0
+        for size in chunks:
+            assert f.write(data[offset : offset + size]) == size
+            offset += size
+        assert f.tell() == len(data)
+    pending = s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")[
+        "Body"
+    ].read()
+    complete_from_pending(s3_client, pending)
+    key = json.loads(pending)["destinationKey"]
+    assert s3_client.get_object(Bucket=bucket, Key=key)["Body"].read() == data
+
+
+def test_one_huge_write_is_split_into_parts(magic, s3_client, bucket):
+    data = payload(17 * MiB)
+    path = magic_file(bucket, "huge.bin")
+    with magic.open(path, "wb") as f:
+        f.write(data)  # a single call
+    pending = json.loads(
+        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+    )
+    assert pending["partCount"] == 4  # 5 + 5 + 5 + 2 MiB
+    complete_from_pending(s3_client, json.dumps(pending))
+    assert s3_client.get_object(Bucket=bucket, Key="out/huge.bin")["Body"].read() == data
+
+
+# --- request budget and bounded memory ------------------------------------------------
+
+
+def test_small_file_costs_four_requests(magic, s3, bucket, request_log):
+    request_log.attach(s3)
+    with magic.open(magic_file(bucket, "small.csv"), "wb") as f:
+        f.write(b"1")
+    assert request_log.counts() == {
+        "CreateMultipartUpload": 1,
+        "PutObject": 2,  # marker (carrying the upload id) and .pending
+        "UploadPart": 1,
+    }
+
+
+def test_job_path_adds_one_head_to_check_the_job_is_active(magic, s3, bucket, request_log):
+    s3.pipe_file(f"{bucket}/out/__magic_job-9/_magicfs_job.json", b"{}")
+    request_log.attach(s3)
+    with magic.open(f"{bucket}/out/__magic_job-9/job-9/00/tasks/a_0/__base/f.csv", "wb") as f:
+        f.write(b"1")
+    assert request_log.counts() == {
+        "CreateMultipartUpload": 1,
+        "PutObject": 2,
+        "HeadObject": 1,
+        "UploadPart": 1,
+    }
+
+
+def test_parts_in_flight_are_bounded(s3, bucket):
+    magic = MagicFileSystem(fs=s3, part_size=5 * MiB, parts_in_flight=2)
+    lock = threading.Lock()
+    in_flight = {"now": 0, "max": 0}
+
+    def before(**kwargs):
+        with lock:
+            in_flight["now"] += 1
+            in_flight["max"] = max(in_flight["max"], in_flight["now"])
+        time.sleep(0.05)  # slow store: the writer must wait, not buffer ahead
+
+    def after(**kwargs):
+        with lock:
+            in_flight["now"] -= 1
+
+    s3.s3.meta.events.register("before-call.s3.UploadPart", before)
+    s3.s3.meta.events.register("after-call.s3.UploadPart", after)
+    with magic.open(magic_file(bucket, "bounded.bin"), "wb") as f:
+        f.write(payload(31 * MiB))
+    assert in_flight["max"] == 2
+
+
+# --- failures never leave committable or parked data ---------------------------------
+
+
+def assert_nothing_left(s3_client, bucket):
+    assert pending_uploads(s3_client, bucket) == []
+    assert [k for k in object_keys(s3_client, bucket) if k.endswith(".pending")] == []
+
+
+def test_exception_in_with_block_aborts(magic, s3_client, bucket):
+    path = magic_file(bucket)
+    with pytest.raises(RuntimeError), magic.open(path, "wb") as f:
+        f.write(payload(6 * MiB))  # one part already uploaded
+        raise RuntimeError("writer failed")
+    assert_nothing_left(s3_client, bucket)
+    assert object_keys(s3_client, bucket) == []  # the marker is gone too
+
+
+def test_exception_through_text_wrapper_aborts(magic, s3_client, bucket):
+    with pytest.raises(ValueError), magic.open(magic_file(bucket), "w") as f:
+        f.write("half a row,")
+        raise ValueError("bad row")
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_failed_part_upload_aborts_and_raises(magic, s3, s3_client, bucket):
+    def fail(**kwargs):
+        raise ConnectionError("injected: connection reset during UploadPart")
+
+    s3.s3.meta.events.register("before-call.s3.UploadPart", fail)
+    f = magic.open(magic_file(bucket), "wb")
+    f.write(payload(6 * MiB))
+    with pytest.raises(ConnectionError, match="injected"):
+        f.write(payload(6 * MiB))
+        f.close()
+    assert_nothing_left(s3_client, bucket)
+    assert object_keys(s3_client, bucket) == []
+
+
+def test_discard_aborts(magic, s3_client, bucket):
+    f = magic.open(magic_file(bucket), "wb")
+    f.write(b"abc")
+    f.discard()
+    assert f.closed
+    assert_nothing_left(s3_client, bucket)
+    assert object_keys(s3_client, bucket) == []
+
+
+def test_file_never_closed_is_aborted_when_collected(magic, s3_client, bucket):
+    f = magic.open(magic_file(bucket), "wb")
+    f.write(b"abc")
+    del f
+    # The background marker PUT holds a reference until it finishes; then it is garbage.
+    deadline = time.monotonic() + 10
+    while pending_uploads(s3_client, bucket) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.05)
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_failed_pending_save_aborts(magic, s3, s3_client, bucket):
+    def fail(params, **kwargs):
+        if params["Key"].endswith(".pending"):
+            raise ConnectionError("injected: .pending PUT failed")
+
+    s3.s3.meta.events.register("before-parameter-build.s3.PutObject", fail)
+    with pytest.raises(ConnectionError), magic.open(magic_file(bucket), "wb") as f:
+        f.write(b"abc")
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_empty_file_has_one_empty_part(magic, s3_client, bucket):
+    path = magic_file(bucket, "empty.csv")
+    magic.touch(path)
+    pending = json.loads(
+        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+    )
+    assert (pending["length"], pending["partCount"]) == (0, 1)
+    complete_from_pending(s3_client, json.dumps(pending))
+    assert s3_client.get_object(Bucket=bucket, Key="out/empty.csv")["ContentLength"] == 0
+
+
+def test_append_is_refused(magic, s3_client, bucket):
+    with pytest.raises(ValueError, match=r"append \('ab'\) is not supported under a magic path"):
+        magic.open(magic_file(bucket), "ab")
+    assert pending_uploads(s3_client, bucket) == []
+
+
+def test_exclusive_create_refuses_a_second_writer_of_the_same_path(magic, s3_client, bucket):
+    path = magic_file(bucket)
+    with magic.open(path, "xb") as f:
+        f.write(b"first")
+    with pytest.raises(FileExistsError), magic.open(path, "xb") as f:
+        f.write(b"second")
+    pending = json.loads(
+        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+    )
+    assert pending["extraData"] == {"magicfs.if-none-match": "*"}
+    assert len(pending_uploads(s3_client, bucket)) == 1  # the loser's upload was aborted
+
+
+def test_write_for_a_job_that_is_not_active_is_refused_and_aborted(magic, s3_client, bucket):
+    path = f"{bucket}/out/__magic_job-gone/job-gone/00/tasks/a_0/__base/f.csv"
+    with (
+        pytest.raises(JobNotActiveError, match="job gone is not active"),
+        magic.open(path, "wb") as f,
+    ):
+        f.write(b"zombie data")
+        time.sleep(0.2)  # let the background check finish
+        f.write(b"more")
+    assert_nothing_left(s3_client, bucket)
+    assert object_keys(s3_client, bucket) == []
+
+
+def test_zombie_that_never_writes_again_is_still_aborted(magic, s3_client, bucket):
+    path = f"{bucket}/out/__magic_job-gone/job-gone/00/tasks/a_0/__base/f.csv"
+    f = magic.open(path, "wb")
+    f.write(b"zombie data")
+    deadline = time.monotonic() + 10
+    while pending_uploads(s3_client, bucket) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert_nothing_left(s3_client, bucket)
+    f.discard()
+
+
+def test_killed_writer_leaves_a_marker_naming_its_upload(s3_server, s3_client, bucket):
+    script = f"""
+import s3fs, sys
+from magicfs import MagicFileSystem
+fs = MagicFileSystem(fs=s3fs.S3FileSystem(**{s3_server.storage_options!r}), part_size=5 << 20)
+f = fs.open("{magic_file(bucket, "killed.bin")}", "wb")
+f.write(b"x" * (6 << 20))
+print("written", flush=True)
+sys.stdin.read()
+"""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert writer.stdout.readline().strip() == "written"
+        time.sleep(0.3)  # the marker PUT runs in the background
+    finally:
+        writer.kill()
+        writer.wait()
+    uploads = pending_uploads(s3_client, bucket)
+    assert [u["Key"] for u in uploads] == ["out/killed.bin"]
+    marker_key = magic_file(bucket, "killed.bin").split("/", 1)[1]
+    marker = s3_client.head_object(Bucket=bucket, Key=marker_key)
+    assert marker["Metadata"][META_UPLOAD_ID] == uploads[0]["UploadId"]
+    assert "out/__magic/job-1/task_01/__base/killed.bin.pending" not in object_keys(
+        s3_client, bucket
+    )
+
+
+def test_rm_of_magic_files_aborts_their_uploads(magic, s3_client, bucket):
+    for name in ("a.csv", "b.csv"):
+        with magic.open(magic_file(bucket, name), "wb") as f:
+            f.write(b"data")
+    open_file = magic.open(magic_file(bucket, "still-open.csv"), "wb")
+    open_file.write(b"partial")
+    time.sleep(0.2)
+    assert len(pending_uploads(s3_client, bucket)) == 3
+    magic.rm(f"{bucket}/out/__magic", recursive=True)
+    assert pending_uploads(s3_client, bucket) == []
+    assert object_keys(s3_client, bucket) == []
+    open_file.discard()
+
+
+def test_concurrent_writers_on_one_instance(magic, s3_client, bucket):
+    errors = []
+
+    def write(n: int) -> None:
+        try:
+            with magic.open(magic_file(bucket, f"thread-{n}.bin"), "wb") as f:
+                for _ in range(3):
+                    f.write(payload(2 * MiB + n, seed=n))
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    keys = sorted(u["Key"] for u in pending_uploads(s3_client, bucket))
+    assert keys == sorted(f"out/thread-{n}.bin" for n in range(8))
+    for n in range(8):
+        pending = s3_client.get_object(
+            Bucket=bucket, Key=f"out/__magic/job-1/task_01/__base/thread-{n}.bin.pending"
+        )["Body"].read()
+        complete_from_pending(s3_client, pending)
+        body = s3_client.get_object(Bucket=bucket, Key=f"out/thread-{n}.bin")["Body"].read()
+        assert body == payload(2 * MiB + n, seed=n) * 3
+
+
+def test_in_memory_mode_writes_no_records(s3, s3_client, bucket, request_log):
+    from magicfs.s3.tracking import IN_MEMORY_COMMITS
+
+    magic = MagicFileSystem(fs=s3, in_memory=True, check_job_active=False)
+    path = f"{bucket}/out/__magic_job-m/job-m/00/tasks/attempt_m_0/__base/f.csv"
+    request_log.attach(s3)
+    with magic.open(path, "wb") as f:
+        f.write(b"12345")
+    assert request_log.counts() == {"CreateMultipartUpload": 1, "UploadPart": 1}
+    assert object_keys(s3_client, bucket) == []
+    assert magic.info(path)["size"] == 5  # from this process's memory, as in Hadoop
+    commits = IN_MEMORY_COMMITS.take("m", "attempt_m_0")
+    assert [c.destination_key for c in commits] == ["out/f.csv"]
+    assert commits[0].length == 5
+    for commit in commits:
+        complete_from_pending(s3_client, commit.to_json())
+    assert s3_client.get_object(Bucket=bucket, Key="out/f.csv")["Body"].read() == b"12345"
