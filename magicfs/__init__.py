@@ -5,18 +5,35 @@ for fsspec, pandas, pyarrow and PySpark. See README.md for the tour.
 """
 
 from . import errors, paths, records
+from .committers import (
+    JobSummary,
+    MagicCommitter,
+    OutputCommitter,
+    TaskAttempt,
+    TaskCommitMessage,
+    committer_for,
+)
 from .errors import InvalidCommitData
 from .filesystem import MagicFileSystem
 from .install import install, uninstall
+from .job import JobWriter, write_job
 
 __version__ = "0.1.0"
 
 __all__ = [
     "InvalidCommitData",
+    "JobSummary",
+    "JobWriter",
+    "MagicCommitter",
     "MagicFileSystem",
+    "OutputCommitter",
+    "TaskAttempt",
+    "TaskCommitMessage",
+    "committer_for",
     "errors",
     "install",
     "paths",
     "records",
     "uninstall",
+    "write_job",
 ]

@@ -5,8 +5,9 @@
     dest/__magic_job-<job>/                              magic dir (one per job)
         _magicfs_job.json                                the job is active (see below)
         job-<job>/<NN>/                                  job attempt dir, NN = app attempt
-            <task id>.pendingset                         one per committed task
+            <task id>.pendingset                         last committed attempt of a task
             tasks/<task attempt id>/__base/<relative>    where a task attempt writes
+            tasks/<task attempt id>.pendingset           an attempt's own committed record
 
 **The job marker.** ``_magicfs_job.json`` exists from job setup until the job is
 committed or aborted. Writers check it right after recording each upload, and task
@@ -81,7 +82,12 @@ class MagicJobLayout:
         return join(self.task_attempt_dir(attempt_id), BASE)
 
     def pendingset(self, task_id: str) -> str:
+        """The last committed attempt of a task (Hadoop's ``<task id>.pendingset``)."""
         return join(self.job_attempt_dir, task_id + PENDINGSET_SUFFIX)
+
+    def attempt_pendingset(self, attempt_id: str) -> str:
+        """One attempt's own committed record, named by the task commit message."""
+        return join(self.tasks_dir, attempt_id + PENDINGSET_SUFFIX)
 
 
 def job_marker_for(magic_path: MagicPath) -> str | None:

@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..errors import InvalidCommitData
-from ..paths import PENDING_SUFFIX, final_destination, is_deferred_write
-from ..records import SinglePendingCommit
+from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, final_destination, is_deferred_write
+from ..records import PendingSet, SinglePendingCommit
 from .store import S3Store
 from .tracking import META_UPLOAD_ID
 
@@ -33,14 +33,27 @@ class RecordedUpload:
 
 
 def recorded_uploads(store: S3Store, paths: Iterable[str]) -> list[RecordedUpload]:
-    """The uploads named by the ``.pending`` files and markers among ``paths``.
+    """The uploads named by the ``.pendingset``, ``.pending`` files and markers among ``paths``.
 
     Unreadable records are logged and skipped: this serves clean-up, which must get
     as far as it can.
     """
     paths = list(paths)
-    pending = [p for p in paths if p.endswith(PENDING_SUFFIX)]
-    covered = {p[: -len(PENDING_SUFFIX)] for p in pending}
+    found: list[RecordedUpload] = []
+    in_sets: set[str] = set()
+    for path, future in [
+        (p, store.submit_read(*store.split(p), PendingSet.MAX_BYTES))
+        for p in paths
+        if p.endswith(PENDINGSET_SUFFIX)
+    ]:
+        for commit in _commits_of_set(path, future):
+            found.append(
+                RecordedUpload(commit.bucket, commit.destination_key, commit.upload_id, path)
+            )
+            in_sets.add((commit.filename or "").removeprefix("s3://"))
+    all_pending = [p for p in paths if p.endswith(PENDING_SUFFIX)]
+    pending = [p for p in all_pending if p not in in_sets]
+    covered = {p[: -len(PENDING_SUFFIX)] for p in all_pending}
     markers = [p for p in paths if is_deferred_write(p) and p not in covered]
 
     loads = {
@@ -48,7 +61,6 @@ def recorded_uploads(store: S3Store, paths: Iterable[str]) -> list[RecordedUploa
         for path in pending
     }
     heads = {path: store.submit("head_object", **_location(store, path)) for path in markers}
-    found: list[RecordedUpload] = []
     for path, future in loads.items():
         upload = _from_pending(store, path, future)
         if upload:
@@ -79,6 +91,16 @@ def abort_uploads(store: S3Store, uploads: Iterable[RecordedUpload]) -> int:
     if errors:
         raise OSError(f"could not abort {len(errors)} uploads; first: {errors[0]}")
     return aborted
+
+
+def _commits_of_set(path: str, future: concurrent.futures.Future) -> list[SinglePendingCommit]:
+    try:
+        return PendingSet.from_json(future.result(), source=f"s3://{path}").commits
+    except FileNotFoundError:
+        return []
+    except InvalidCommitData as e:
+        log.warning("skipping unreadable record: %s", e)
+        return []
 
 
 def _location(store: S3Store, path: str) -> dict[str, str]:

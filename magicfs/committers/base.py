@@ -1,0 +1,262 @@
+"""The committer protocol (Hadoop's ``OutputCommitter``, snake_case) and what committers share.
+
+A committer is bound to one job writing to one destination. The driver calls
+``setup_job()``, each task attempt ``setup_task`` / ``commit_task`` (or ``abort_task``),
+and finally the driver ``commit_job(messages)`` or ``abort_job()``. Committers pickle,
+so one built on the driver can travel to executors; every piece of state that must be
+shared lives in the store, not in the object.
+
+Decisions shared by all committers:
+
+* **Job ids** are a fresh UUID unless given, never derived from a clock (two jobs
+  started in the same second must not collide: SPARK-33402, HADOOP-17318).
+* **Conflict modes** (``conflict_mode``): ``append`` (default) adds files, replacing
+  same-named ones; ``fail`` refuses a destination that already holds visible data
+  (checked at job setup and again just before anything is made visible); ``replace``
+  deletes the destination's visible data at job commit, after every task's record has
+  loaded and validated, just before the new files are made visible. Replace is not
+  atomic: readers see an empty destination for the moment in between.
+* **Visible data** is any entry of the destination whose name does not start with
+  ``_`` or ``.`` — the convention by which Spark, Hive and pyarrow skip ``_SUCCESS``,
+  ``__magic_job-*`` and ``_temporary``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Self
+
+import fsspec
+
+from ..errors import CommitConflictError
+from ..layout import check_job_id
+from ..paths import BASE, is_magic_element, join
+from ..statistics import IOStatisticsStore
+
+log = logging.getLogger("magicfs.committer")
+
+CONFLICT_MODES = ("append", "fail", "replace")
+SUCCESS_FILE = "_SUCCESS"
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """One attempt at one task. Picklable; build it with ``committer.task_attempt()``."""
+
+    job_id: str
+    task_index: int
+    attempt_number: int
+    task_id: str
+    attempt_id: str
+    work_path: str
+
+    def path(self, relative: str) -> str:
+        """Where to write ``relative`` (e.g. ``"year=2024/part-0.parquet"``) in this attempt.
+
+        The file becomes ``<dest>/<relative>`` at job commit. Refuses paths that could
+        land outside the destination.
+        """
+        if not isinstance(relative, str) or not relative.strip("/"):
+            raise ValueError(f"relative output path must be a non-empty string, not {relative!r}")
+        if relative.startswith("/") or "://" in relative:
+            raise ValueError(f"output path {relative!r} must be relative to the destination")
+        elements = relative.split("/")
+        for element in elements:
+            if element in ("", ".", ".."):
+                raise ValueError(f"output path {relative!r} has an empty, '.' or '..' element")
+            if is_magic_element(element) or element == BASE:
+                raise ValueError(f"output path {relative!r} uses the reserved name {element!r}")
+        return join(self.work_path, relative)
+
+
+@dataclass(frozen=True)
+class TaskCommitMessage:
+    """What a committed task attempt tells the job (picklable and JSON-serialisable).
+
+    ``record`` is the store path of the attempt's own commit record (a ``.pendingset``
+    or manifest), so the job commits exactly this attempt without listing anything.
+    """
+
+    committer: str
+    job_id: str
+    task_id: str
+    attempt_id: str
+    record: str
+    files: int
+    bytes: int
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        data = json.loads(text)
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass
+class JobSummary:
+    """What ``commit_job`` did."""
+
+    job_id: str
+    destination: str
+    committer: str
+    files: int
+    bytes: int
+    tasks: int
+    seconds: float
+    success_file: str | None
+    filenames: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+
+
+class OutputCommitter(ABC):
+    """Base of all committers: configuration, lifecycle contract, conflict handling."""
+
+    name: ClassVar[str] = "abstract"
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        job_id: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        fs: fsspec.AbstractFileSystem | None = None,
+        threads: int = 8,
+        conflict_mode: str = "append",
+        success_file: bool = True,
+        app_attempt: int = 0,
+        progress: bool | None = None,
+    ):
+        if conflict_mode not in CONFLICT_MODES:
+            raise ValueError(
+                f"unknown conflict_mode {conflict_mode!r}: use one of {', '.join(CONFLICT_MODES)}"
+            )
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, not {threads}")
+        self.job_id = check_job_id(job_id) if job_id is not None else str(uuid.uuid4())
+        self.job_id_source = "given" if job_id is not None else "Generated Locally"
+        self.storage_options = dict(storage_options or {})
+        self.threads = threads
+        self.conflict_mode = conflict_mode
+        self.success_file = success_file
+        self.app_attempt = app_attempt
+        self.progress = progress
+        self.store_fs = fs if fs is not None else self._make_store_fs(dest)
+        self.dest = self.store_fs._strip_protocol(dest).rstrip("/")
+        self.stats = IOStatisticsStore()
+
+    # -- construction helpers --------------------------------------------------------------
+
+    def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
+        protocol = fsspec.core.split_protocol(dest)[0] or "file"
+        return fsspec.filesystem(protocol, **self.storage_options)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("stats", None)  # per process; holds a lock
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stats = IOStatisticsStore()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dest={self.url!r}, job_id={self.job_id!r})"
+
+    @property
+    def url(self) -> str:
+        """The destination with its protocol, for messages and ``_SUCCESS``."""
+        return self.store_fs.unstrip_protocol(self.dest)
+
+    @property
+    def success_path(self) -> str:
+        return join(self.dest, SUCCESS_FILE)
+
+    # -- the protocol ----------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The filesystem tasks write their output with (``task.path(...)`` paths)."""
+
+    @abstractmethod
+    def setup_job(self) -> None: ...
+
+    @abstractmethod
+    def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt: ...
+
+    @abstractmethod
+    def setup_task(self, task: TaskAttempt) -> None: ...
+
+    def needs_task_commit(self, task: TaskAttempt) -> bool:
+        """Always true: even an attempt that wrote nothing commits (an empty record)."""
+        return True
+
+    @abstractmethod
+    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage: ...
+
+    @abstractmethod
+    def abort_task(self, task: TaskAttempt) -> None: ...
+
+    @abstractmethod
+    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary: ...
+
+    @abstractmethod
+    def abort_job(self) -> None: ...
+
+    @abstractmethod
+    def cleanup_job(self) -> None: ...
+
+    # -- conflict handling shared by every committer -------------------------------------
+
+    def _delete_files(self, paths: list[str]) -> None:
+        self.store_fs.rm(paths)
+
+    def visible_entries(self) -> list[str]:
+        """Top-level entries of the destination that readers would see (one listing)."""
+        try:
+            entries = self.store_fs.ls(self.dest, detail=False, refresh=True)
+        except FileNotFoundError:
+            return []
+        names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries]
+        return [
+            entry
+            for entry, name in zip(entries, names, strict=True)
+            if name and not name.startswith(("_", ".")) and entry.rstrip("/") != self.dest
+        ]
+
+    def check_no_conflict(self, stage: str) -> None:
+        """``fail`` mode: refuse a destination with visible data."""
+        if self.conflict_mode != "fail":
+            return
+        entries = self.visible_entries()
+        if entries:
+            raise CommitConflictError(
+                f"{self.url}: destination already holds data ({len(entries)} entries, e.g. "
+                f"{self.store_fs.unstrip_protocol(entries[0])}) and conflict_mode is 'fail' "
+                f"(checked at {stage})"
+            )
+
+    def delete_visible_data(self) -> int:
+        """``replace`` mode: delete every visible file under the destination."""
+        doomed: list[str] = []
+        for entry in self.visible_entries():
+            if self.store_fs.isdir(entry):
+                doomed.extend(self.store_fs.find(entry))
+            else:
+                doomed.append(entry)
+        if doomed:
+            self._delete_files(doomed)
+        log.info("%s: replace mode deleted %d existing files", self.url, len(doomed))
+        return len(doomed)
+
+
+def elapsed(start: float) -> float:
+    """Seconds since ``start`` (a ``time.monotonic()`` reading)."""
+    return time.monotonic() - start
