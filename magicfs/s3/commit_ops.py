@@ -69,8 +69,12 @@ class CommitOperations:
         def complete(commit: SinglePendingCommit) -> None:
             if stop.is_set():
                 return
-            with self.stats.track("committer_materialize_file"):
-                self.complete(commit)
+            try:
+                with self.stats.track("committer_materialize_file"):
+                    self.complete(commit)
+            except BaseException:
+                stop.set()  # before this worker can pick up another commit
+                raise
             with lock:
                 result.completed.append(commit)
                 result.bytes += commit.length

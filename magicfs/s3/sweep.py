@@ -33,43 +33,47 @@ class RecordedUpload:
 
 
 def recorded_uploads(store: S3Store, paths: Iterable[str]) -> list[RecordedUpload]:
-    """The uploads named by the ``.pendingset``, ``.pending`` files and markers among ``paths``.
+    """The uploads named by the markers, ``.pending`` and ``.pendingset`` files among ``paths``.
 
-    Unreadable records are logged and skipped: this serves clean-up, which must get
-    as far as it can.
+    The marker is the authoritative record: the writer PUT it, naming its upload, before
+    any ``.pending`` existed, and a ``.pending`` may be unreadable or tampered with. So
+    every marker is read (one HEAD each); a ``.pending`` only where its marker names no
+    upload (a marker written by Hadoop, or none at all); every ``.pendingset`` (the only
+    record of in-memory writers). Unreadable records are logged and skipped: this serves
+    clean-up, which must get as far as it can. Costs one request per file, so it is used
+    only where uploads are thrown away, never on the commit path.
     """
     paths = list(paths)
-    found: list[RecordedUpload] = []
-    in_sets: set[str] = set()
-    for path, future in [
+    found: dict[tuple[str, str, str], RecordedUpload] = {}
+
+    def add(upload: RecordedUpload | None) -> None:
+        if upload is not None:
+            found.setdefault((upload.bucket, upload.key, upload.upload_id), upload)
+
+    set_reads = [
         (p, store.submit_read(*store.split(p), PendingSet.MAX_BYTES))
         for p in paths
         if p.endswith(PENDINGSET_SUFFIX)
-    ]:
+    ]
+    markers = [p for p in paths if is_deferred_write(p)]
+    heads = [(p, store.submit("head_object", **_location(store, p))) for p in markers]
+    for path, future in set_reads:
         for commit in _commits_of_set(path, future):
-            found.append(
-                RecordedUpload(commit.bucket, commit.destination_key, commit.upload_id, path)
-            )
-            in_sets.add((commit.filename or "").removeprefix("s3://"))
-    all_pending = [p for p in paths if p.endswith(PENDING_SUFFIX)]
-    pending = [p for p in all_pending if p not in in_sets]
-    covered = {p[: -len(PENDING_SUFFIX)] for p in all_pending}
-    markers = [p for p in paths if is_deferred_write(p) and p not in covered]
-
-    loads = {
-        path: store.submit_read(*store.split(path), SinglePendingCommit.MAX_BYTES)
-        for path in pending
-    }
-    heads = {path: store.submit("head_object", **_location(store, path)) for path in markers}
-    for path, future in loads.items():
-        upload = _from_pending(store, path, future)
-        if upload:
-            found.append(upload)
-    for path, future in heads.items():
+            add(RecordedUpload(commit.bucket, commit.destination_key, commit.upload_id, path))
+    named_by_marker = set()
+    for path, future in heads:
         upload = _from_marker(store, path, future)
-        if upload:
-            found.append(upload)
-    return found
+        if upload is not None:
+            named_by_marker.add(path)
+        add(upload)
+    pending_reads = [
+        (p, store.submit_read(*store.split(p), SinglePendingCommit.MAX_BYTES))
+        for p in paths
+        if p.endswith(PENDING_SUFFIX) and p[: -len(PENDING_SUFFIX)] not in named_by_marker
+    ]
+    for path, future in pending_reads:
+        add(_from_pending(path, future))
+    return list(found.values())
 
 
 def abort_uploads(store: S3Store, uploads: Iterable[RecordedUpload]) -> int:
@@ -108,9 +112,7 @@ def _location(store: S3Store, path: str) -> dict[str, str]:
     return {"Bucket": bucket, "Key": key}
 
 
-def _from_pending(
-    store: S3Store, path: str, future: concurrent.futures.Future
-) -> RecordedUpload | None:
+def _from_pending(path: str, future: concurrent.futures.Future) -> RecordedUpload | None:
     try:
         commit = SinglePendingCommit.from_json(future.result(), source=f"s3://{path}")
     except FileNotFoundError:

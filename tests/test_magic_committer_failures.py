@@ -1,0 +1,505 @@
+"""The magic committer when things go wrong: faults, tampered records, zombies, conflicts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from helpers import object_keys, pending_uploads, visible_keys
+from helpers.faults import Faults, s3_error
+
+from magicfs import MagicCommitter
+from magicfs.errors import (
+    CommitConflictError,
+    CommitFailedError,
+    InvalidCommitData,
+    JobNotActiveError,
+)
+from magicfs.records import SuccessData
+
+MiB = 1 << 20
+
+
+@pytest.fixture
+def options(s3_options):
+    return {**s3_options, "skip_instance_cache": True}
+
+
+@pytest.fixture
+def make_committer(bucket, options):
+    def make(dest: str = "out", **kwargs) -> MagicCommitter:
+        return MagicCommitter(f"s3://{bucket}/{dest}", storage_options=options, **kwargs)
+
+    return make
+
+
+def run_tasks(committer, files_per_task: dict[int, list[str]], data=lambda name: name.encode()):
+    """Set up the job, write and commit each task; returns the messages."""
+    committer.setup_job()
+    messages = []
+    for index, names in files_per_task.items():
+        task = committer.task_attempt(index)
+        committer.setup_task(task)
+        for name in names:
+            committer.fs.pipe_file(task.path(name), data(name))
+        messages.append(committer.commit_task(task))
+    return messages
+
+
+def assert_clean_failure(s3_client, bucket, dest="out", keep=()):
+    """Nothing of the job is visible, nothing is parked, no job tree is left."""
+    assert visible_keys(s3_client, bucket) == sorted(keep)
+    assert pending_uploads(s3_client, bucket) == []
+    assert [k for k in object_keys(s3_client, bucket) if "__magic" in k] == []
+
+
+# --- faults during job commit -------------------------------------------------------------
+
+
+def test_fault_at_the_nth_completion_reverts_and_aborts(make_committer, s3_client, bucket):
+    # TestStagingCommitter.testJobCommitFailure: 4 tasks x 3 files, completion #5 fails.
+    committer = make_committer(threads=1)
+    messages = run_tasks(committer, {t: [f"t{t}/f{n}" for n in range(3)] for t in range(4)})
+    Faults(committer.store_fs).fail("CompleteMultipartUpload", nth=5)
+    with pytest.raises(
+        CommitFailedError, match=r"4 completed files were deleted again and 8 uploads aborted"
+    ):
+        committer.commit_job(messages)
+    assert committer.stats.counter("committer_commits_reverted") == 4
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_fault_with_parallel_completion_leaves_nothing(make_committer, s3_client, bucket):
+    committer = make_committer(threads=8)
+    messages = run_tasks(committer, {t: [f"t{t}/f{n}" for n in range(10)] for t in range(5)})
+    Faults(committer.store_fs).fail("CompleteMultipartUpload", nth=17)
+    with pytest.raises(CommitFailedError, match="could not complete"):
+        committer.commit_job(messages)
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_failure_writing_success_reverts_everything(make_committer, s3_client, bucket):
+    committer = make_committer()
+    messages = run_tasks(committer, {0: ["a", "b"]})
+    Faults(committer.store_fs).fail("PutObject", when=lambda p: p["Key"].endswith("_SUCCESS"))
+    with pytest.raises(ConnectionError):
+        committer.commit_job(messages)
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_retried_commit_after_a_crash_completes_the_job(make_committer, s3_client, bucket):
+    # The first commit completes 3 of 6 uploads and then the driver dies (no clean-up).
+    committer = make_committer(threads=1)
+    messages = run_tasks(committer, {0: ["a", "b", "c"], 1: ["d", "e", "f"]})
+    loaded = committer._load_message_pendingsets(messages)
+    first_three = [c for _, ps in loaded for c in ps.commits][:3]
+    committer._end_job()
+    for commit in first_three:
+        committer._operations().complete(commit)
+    assert len(visible_keys(s3_client, bucket)) == 3
+
+    # A restarted driver (a new committer object, same job id) retries. Real S3 has
+    # forgotten the completed upload ids: make the store answer NoSuchUpload for them.
+    restarted = make_committer(job_id=committer.job_id)
+    completed_ids = {c.upload_id for c in first_three}
+    Faults(restarted.store_fs).fail(
+        "CompleteMultipartUpload",
+        when=lambda p: p["UploadId"] in completed_ids,
+        error=lambda: s3_error("NoSuchUpload", "CompleteMultipartUpload"),
+    )
+    summary = restarted.commit_job(messages)
+    assert summary.files == 6
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS"] + [f"out/{n}" for n in "abcdef"]
+    assert [
+        s3_client.get_object(Bucket=bucket, Key=f"out/{n}")["Body"].read() for n in "abcdef"
+    ] == [n.encode() for n in "abcdef"]
+    assert pending_uploads(s3_client, bucket) == []
+
+
+def test_no_such_upload_for_a_foreign_object_is_a_failure(make_committer, s3_client, bucket):
+    committer = make_committer()
+    messages = run_tasks(committer, {0: ["a"]})
+    s3_client.put_object(Bucket=bucket, Key="out/a", Body=b"a")  # right size, not ours
+    Faults(committer.store_fs).fail(
+        "CompleteMultipartUpload", error=lambda: s3_error("NoSuchUpload", "CompleteMultipartUpload")
+    )
+    with pytest.raises(CommitFailedError, match=r"could not complete s3://.*/out/a"):
+        committer.commit_job(messages)
+    assert pending_uploads(s3_client, bucket) == []
+
+
+# --- tampered and corrupt records -----------------------------------------------------------
+
+
+def pending_key(committer, task_index: int, name: str) -> str:
+    task = committer.task_attempt(task_index)
+    return committer._key(task.path(name)) + ".pending"
+
+
+def edit_json(s3_client, bucket: str, key: str, change) -> None:
+    document = json.loads(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    change(document)
+    s3_client.put_object(Bucket=bucket, Key=key, Body=json.dumps(document).encode())
+
+
+def write_only(committer, names: list[str], data=lambda n: n.encode()):
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    for name in names:
+        committer.fs.pipe_file(task.path(name), data(name))
+    return task
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "problem"),
+    [
+        (lambda d: d.update(bucket="other-bucket"), "bucket", "job writes to bucket"),
+        (
+            lambda d: d.update(destinationKey="elsewhere/a"),
+            "destinationKey",
+            "outside the job destination",
+        ),
+        (
+            lambda d: d.update(destinationKey="out/b"),
+            "destinationKey",
+            "is not where a file written at",
+        ),
+        (lambda d: d.update(etags=d["etags"] + ['"abc"']), "etags", "partCount says 1"),
+        (lambda d: d.update(version=7), "version", "expected 2"),
+    ],
+)
+def test_tampered_pending_fails_the_task_and_aborts_it(
+    make_committer, s3_client, bucket, change, field, problem
+):
+    committer = make_committer()
+    task = write_only(committer, ["a", "b"])
+    key = pending_key(committer, 0, "a")
+    edit_json(s3_client, bucket, key, change)
+    with pytest.raises(InvalidCommitData) as caught:
+        committer.commit_task(task)
+    assert caught.value.source == f"s3://{bucket}/{key}"
+    assert caught.value.field == field
+    assert problem in caught.value.problem
+    assert pending_uploads(s3_client, bucket) == []  # the whole attempt was aborted
+    committer.commit_job()
+    assert_clean_failure(s3_client, bucket, keep=["out/_SUCCESS"])
+
+
+def test_malformed_pending_names_the_file(make_committer, s3_client, bucket):
+    committer = make_committer()
+    task = write_only(committer, ["a"])
+    key = pending_key(committer, 0, "a")
+    s3_client.put_object(Bucket=bucket, Key=key, Body=b'{"version": 2, "uploadId": ')
+    with pytest.raises(InvalidCommitData, match=rf"s3://{bucket}/{key}: malformed JSON"):
+        committer.commit_task(task)
+    committer.abort_job()
+    assert_clean_failure(s3_client, bucket)
+
+
+def tamper_pendingset(committer, s3_client, bucket, message, change):
+    edit_json(s3_client, bucket, committer._key(message.record), change)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (
+            lambda d: d["commits"][0].update(bucket="other-bucket"),
+            r"commits\[0\].bucket: upload is for bucket",
+        ),
+        (
+            lambda d: d["commits"][0].update(destinationKey="../x"),
+            r"commits\[0\].destinationKey: has an empty, '.' or '..' path element",
+        ),
+        (lambda d: d.update(jobId="another-job"), r"jobId: Mismatch in Job ID"),
+        (
+            lambda d: d["commits"].append(dict(d["commits"][0], uploadId="x")),
+            r"more than one pending commit",
+        ),
+        (lambda d: d["commits"][0]["etags"].pop(), r"etags: lists 1 parts but partCount says 2"),
+    ],
+)
+def test_tampered_pendingset_fails_the_job_before_anything_is_visible(
+    make_committer, s3_client, bucket, change, match
+):
+    committer = make_committer()
+    big = 8 * MiB + 10  # two parts of the default 8 MiB
+    messages = run_tasks(committer, {0: ["a", "b"], 1: ["c"]}, data=lambda n: n.encode() * big)
+    tamper_pendingset(committer, s3_client, bucket, messages[0], change)
+    with pytest.raises(InvalidCommitData, match=match) as caught:
+        committer.commit_job(messages)
+    assert caught.value.source == f"s3://{messages[0].record}"
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_reordered_etags_are_refused_by_the_store(make_committer, s3_client, bucket):
+    committer = make_committer()
+    messages = run_tasks(committer, {0: ["a"]}, data=lambda n: b"1" * (8 * MiB) + b"2" * 10)
+    tamper_pendingset(
+        committer, s3_client, bucket, messages[0], lambda d: d["commits"][0]["etags"].reverse()
+    )
+    with pytest.raises(CommitFailedError, match=r"InvalidPart|could not complete"):
+        committer.commit_job(messages)
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_two_tasks_writing_the_same_file_fail_the_job_before_completion(
+    make_committer, s3_client, bucket, request_log
+):
+    committer = make_committer()
+    messages = run_tasks(committer, {0: ["same.csv"], 1: ["same.csv"]})
+    request_log.attach(committer.store_fs)
+    with pytest.raises(InvalidCommitData, match="two tasks write the same file"):
+        committer.commit_job(messages)
+    assert request_log.counts()["CompleteMultipartUpload"] == 0
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_one_task_writing_two_paths_to_one_destination_fails_the_task(
+    make_committer, s3_client, bucket
+):
+    committer = make_committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    work = task.work_path.removesuffix("/__base")
+    committer.fs.pipe_file(f"{work}/x/part.csv", b"1")  # no __base: both flatten to part.csv
+    committer.fs.pipe_file(f"{work}/y/part.csv", b"2")
+    with pytest.raises(InvalidCommitData, match="also written by"):
+        committer.commit_task(task)
+    committer.abort_job()
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_task_commit_refuses_files_still_open(make_committer, s3_client, bucket):
+    committer = make_committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    committer.fs.pipe_file(task.path("closed.csv"), b"1")
+    still_open = committer.fs.open(task.path("open.csv"), "wb")
+    still_open.write(b"2")
+    time.sleep(0.2)  # the marker is written in the background
+    with pytest.raises(CommitFailedError, match="1 files were opened but not closed"):
+        committer.commit_task(task)
+    assert pending_uploads(s3_client, bucket) == []
+    still_open.discard()
+    committer.abort_job()
+    assert_clean_failure(s3_client, bucket)
+
+
+def test_failed_pendingset_save_aborts_the_task(make_committer, s3_client, bucket):
+    committer = make_committer()
+    task = write_only(committer, ["a", "b"])
+    Faults(committer.store_fs).fail("PutObject", when=lambda p: p["Key"].endswith(".pendingset"))
+    with pytest.raises(ConnectionError):
+        committer.commit_task(task)
+    assert pending_uploads(s3_client, bucket) == []
+    committer.abort_job()
+    assert_clean_failure(s3_client, bucket)
+
+
+# --- zombies: attempts that go on after their job ended ------------------------------------
+
+
+@pytest.mark.parametrize("ending", ["commit", "abort"])
+def test_writer_that_keeps_writing_after_its_job_ended(make_committer, s3_client, bucket, ending):
+    committer = make_committer()
+    committer.setup_job()
+    zombie = committer.task_attempt(0)
+    committer.setup_task(zombie)
+    stream = committer.fs.open(zombie.path("zombie.bin"), "wb")
+    stream.write(b"z" * (6 * MiB))  # a part is already uploaded
+    time.sleep(0.2)
+    if ending == "commit":
+        committer.commit_job([])
+    else:
+        committer.abort_job()
+    # the job is over; the zombie goes on writing and tries to finish
+    with pytest.raises(OSError):
+        stream.write(b"z" * (6 * MiB))
+        stream.close()
+    late = committer.fs.open(zombie.path("opened-late.bin"), "wb")  # opened after the end
+    late.write(b"late")
+    with pytest.raises(JobNotActiveError):
+        time.sleep(0.2)
+        late.close()
+    with pytest.raises(JobNotActiveError):
+        committer.commit_task(zombie)
+    assert pending_uploads(s3_client, bucket) == []
+    assert [k for k in visible_keys(s3_client, bucket) if not k.endswith("_SUCCESS")] == []
+    assert [k for k in object_keys(s3_client, bucket) if "__magic" in k] == []
+
+
+def test_task_commit_racing_the_job_end_is_rejected(make_committer, s3_client, bucket):
+    committer = make_committer()
+    task = write_only(committer, ["a"])
+    # The job ends between the task's save and its check: simulate by ending it
+    # whenever the task-level pendingset is written.
+    faults = Faults(committer.store_fs)
+
+    def end_job(params):
+        if params["Key"].endswith(f"{task.task_id}.pendingset"):
+            s3_client.delete_object(Bucket=bucket, Key=committer._key(committer.layout.job_marker))
+        return False
+
+    faults.fail("PutObject", when=end_job)
+    with pytest.raises(JobNotActiveError, match="ended before task attempt"):
+        committer.commit_task(task)
+    assert pending_uploads(s3_client, bucket) == []
+
+
+# --- conflict modes ----------------------------------------------------------------------------
+
+
+def test_append_keeps_existing_data(make_committer, s3_client, bucket):
+    s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old")
+    committer = make_committer()
+    committer.commit_job(run_tasks(committer, {0: ["new.csv"]}))
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/new.csv", "out/old.csv"]
+
+
+def test_fail_mode_refuses_existing_data_at_setup(make_committer, s3_client, bucket):
+    s3_client.put_object(Bucket=bucket, Key="out/year=2024/old.csv", Body=b"old")
+    committer = make_committer(conflict_mode="fail")
+    with pytest.raises(CommitConflictError, match=r"already holds data .* at job setup"):
+        committer.setup_job()
+    assert visible_keys(s3_client, bucket) == ["out/year=2024/old.csv"]
+
+
+def test_fail_mode_ignores_hidden_entries(make_committer, s3_client, bucket):
+    s3_client.put_object(Bucket=bucket, Key="out/_SUCCESS", Body=b"")
+    s3_client.put_object(Bucket=bucket, Key="out/.hidden", Body=b"")
+    committer = make_committer(conflict_mode="fail")
+    committer.commit_job(run_tasks(committer, {0: ["new.csv"]}))
+    assert "out/new.csv" in visible_keys(s3_client, bucket)
+
+
+def test_fail_mode_checks_again_before_completing(make_committer, s3_client, bucket):
+    committer = make_committer(conflict_mode="fail")
+    messages = run_tasks(committer, {0: ["new.csv"]})
+    s3_client.put_object(Bucket=bucket, Key="out/appeared.csv", Body=b"meanwhile")
+    with pytest.raises(CommitConflictError, match="at job commit"):
+        committer.commit_job(messages)
+    assert_clean_failure(s3_client, bucket, keep=["out/appeared.csv"])
+
+
+def test_replace_deletes_old_data_only_at_commit(make_committer, s3_client, bucket):
+    for key in ("out/old.csv", "out/year=2023/old.csv", "out/_keep_hidden"):
+        s3_client.put_object(Bucket=bucket, Key=key, Body=b"old")
+    committer = make_committer(conflict_mode="replace")
+    messages = run_tasks(committer, {0: ["new.csv", "year=2024/new.csv"]})
+    assert "out/old.csv" in visible_keys(s3_client, bucket)  # untouched until commit
+    committer.commit_job(messages)
+    assert visible_keys(s3_client, bucket) == [
+        "out/_SUCCESS",
+        "out/_keep_hidden",
+        "out/new.csv",
+        "out/year=2024/new.csv",
+    ]
+
+
+def test_replace_keeps_old_data_when_the_job_fails_before_completion(
+    make_committer, s3_client, bucket
+):
+    s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old")
+    committer = make_committer(conflict_mode="replace")
+    messages = run_tasks(committer, {0: ["a"], 1: ["a"]})  # invalid: same file twice
+    with pytest.raises(InvalidCommitData):
+        committer.commit_job(messages)
+    assert visible_keys(s3_client, bucket) == ["out/old.csv"]
+
+
+# --- _SUCCESS ------------------------------------------------------------------------------------
+
+
+def test_success_file_summarises_the_job(make_committer, s3_client, bucket):
+    committer = make_committer(threads=4)
+    names = [f"part-{n:04d}.csv" for n in range(120)]
+    messages = run_tasks(committer, {0: names[:60], 1: names[60:]}, data=lambda n: b"x" * 10)
+    summary = committer.commit_job(messages)
+    success = SuccessData.from_json(
+        s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read()
+    )
+    assert success.success and success.committer == "magic"
+    assert (success.job_id, success.job_id_source) == (committer.job_id, "Generated Locally")
+    assert success.hostname and success.timestamp > 0 and "UTC" in success.date
+    assert success.filenames == [f"/out/{n}" for n in names[:100]]  # the first 100 only
+    assert success.metrics["files"] == 120 and success.metrics["bytes"] == 1200
+    counters = success.iostatistics.counters
+    assert counters["committer_files_committed"] == 120
+    assert counters["committer_bytes_committed"] == 1200
+    assert counters["committer_tasks_completed"] == 2
+    assert counters["stream_write_bytes"] == 1200  # the writers' statistics, aggregated
+    assert "committer_materialize_file.max" in success.iostatistics.maximums
+    assert success.diagnostics["magicfs.committer.threads"] == "4"
+    assert summary.files == 120 and len(summary.filenames) == 100
+
+
+def test_success_file_can_be_disabled(make_committer, s3_client, bucket):
+    committer = make_committer(success_file=False)
+    committer.commit_job(run_tasks(committer, {0: ["a"]}))
+    assert visible_keys(s3_client, bucket) == ["out/a"]
+
+
+def test_setup_deletes_an_old_success_file(make_committer, s3_client, bucket):
+    s3_client.put_object(Bucket=bucket, Key="out/_SUCCESS", Body=b"{}")
+    make_committer().setup_job()
+    assert "out/_SUCCESS" not in object_keys(s3_client, bucket)
+
+
+# --- request budget ---------------------------------------------------------------------
+
+
+def test_requests_per_small_file(make_committer, s3_client, bucket, request_log):
+    committer = make_committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    for n in range(20):
+        committer.fs.pipe_file(task.path(f"f{n}"), b"x")
+    request_log.attach(committer.store_fs)
+    message = committer.commit_task(task)
+    task_commit = request_log.counts()
+    request_log.clear()
+    committer.commit_job([message])
+    job_commit = request_log.counts()
+
+    # task commit: one GET per .pending, plus O(1): a listing, two PUTs, one HEAD
+    assert task_commit["GetObject"] == 20
+    assert sum(task_commit.values()) - 20 <= 5
+    # job commit: one completion per file, plus O(1) for the task and the job
+    assert job_commit["CompleteMultipartUpload"] == 20
+    assert sum(job_commit.values()) - 20 <= 12
+    assert "CopyObject" not in job_commit and "UploadPartCopy" not in job_commit
+
+
+def test_in_memory_mode_needs_three_requests_per_small_file(
+    make_committer, s3_client, bucket, request_log
+):
+    committer = make_committer(in_memory=True)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    request_log.attach(committer.store_fs)
+    for n in range(20):
+        committer.fs.pipe_file(task.path(f"f{n}"), b"x")
+    message = committer.commit_task(task)
+    committer.commit_job([message])
+    counts = request_log.counts()
+    per_file = {
+        op: counts[op] for op in ("CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload")
+    }
+    assert per_file == {
+        "CreateMultipartUpload": 20,
+        "UploadPart": 20,
+        "CompleteMultipartUpload": 20,
+    }
+    assert sum(counts.values()) - 60 <= 15  # everything else is per task or per job
+    assert visible_keys(s3_client, bucket) == [
+        "out/_SUCCESS",
+        *sorted(f"out/f{n}" for n in range(20)),
+    ]
+    assert pending_uploads(s3_client, bucket) == []
