@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from typing import Any
 
@@ -118,6 +119,15 @@ class EmbeddedS3Server:
         with urllib.request.urlopen(request, timeout=30):
             pass
 
+    def set_latency(self, latency_ms: float) -> None:
+        """Change the delay added to every request from now on."""
+        request = urllib.request.Request(
+            f"{self.endpoint_url}{_LATENCY_PATH}?ms={latency_ms}", method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+        self.latency_ms = latency_ms
+
     def boto3_client(self, **config: Any) -> Any:
         import boto3
         from botocore.config import Config
@@ -138,11 +148,21 @@ class EmbeddedS3Server:
         self.stop()
 
 
+_LATENCY_PATH = "/_magicfs/latency"
+
+
 def _latency_middleware(app: Any, latency_ms: float) -> Any:
-    delay = latency_ms / 1000.0
+    """Delay each request; ``POST /_magicfs/latency?ms=N`` changes the delay at run time."""
+    delay = [latency_ms / 1000.0]
 
     def delayed(environ: dict[str, Any], start_response: Any) -> Any:
-        time.sleep(delay)
+        if environ.get("PATH_INFO") == _LATENCY_PATH:
+            query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
+            delay[0] = float(query.get("ms", ["0"])[0]) / 1000.0
+            start_response("204 No Content", [])
+            return [b""]
+        if delay[0]:
+            time.sleep(delay[0])
         return app(environ, start_response)
 
     return delayed
@@ -159,9 +179,7 @@ def serve(port: int, latency_ms: float) -> None:
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    app: Any = DomainDispatcherApplication(create_backend_app)
-    if latency_ms > 0:
-        app = _latency_middleware(app, latency_ms)
+    app: Any = _latency_middleware(DomainDispatcherApplication(create_backend_app), latency_ms)
     server = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
     print(f"{_READY} {server.server_address[1]}", flush=True)
 

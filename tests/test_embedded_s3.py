@@ -34,6 +34,22 @@ def test_latency_is_injected_per_request():
         assert time.monotonic() - start >= 0.15
 
 
+def test_latency_can_change_at_run_time(s3_server):
+    import time
+
+    client = s3_server.boto3_client()
+    s3_server.set_latency(200)
+    try:
+        start = time.monotonic()
+        client.list_buckets()
+        assert time.monotonic() - start >= 0.2
+    finally:
+        s3_server.set_latency(0)
+    start = time.monotonic()
+    client.list_buckets()
+    assert time.monotonic() - start < 0.2
+
+
 def test_server_process_stops():
     server = EmbeddedS3Server().start()
     process = server._process

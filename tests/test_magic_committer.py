@@ -499,3 +499,18 @@ sys.stdout.write(committer.commit_task(task).to_json())
 def test_public_api_names(bucket):
     for name in ("committer_for", "write_job", "MagicFileSystem", "install", "uninstall"):
         assert hasattr(magicfs, name)
+
+
+def test_empty_and_large_files_commit_exactly(make_committer, s3_client, bucket):
+    committer = make_committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    big = bytes(range(256)) * (40 * 1024 + 3)  # ~10 MiB: two parts
+    committer.fs.touch(task.path("empty.csv"))
+    committer.fs.pipe_file(task.path("big.bin"), big)
+    committer.commit_job([committer.commit_task(task)])
+    empty = s3_client.get_object(Bucket=bucket, Key="out/empty.csv")
+    assert empty["ContentLength"] == 0 and empty["Body"].read() == b""
+    assert s3_client.get_object(Bucket=bucket, Key="out/big.bin")["Body"].read() == big
+    assert pending_uploads(s3_client, bucket) == []

@@ -36,6 +36,7 @@ tree is gone and a repeated ``commit_job`` raises ``FileNotFoundError``.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import socket
@@ -168,8 +169,12 @@ class MagicCommitter(OutputCommitter):
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         try:
             data = pendingset.to_bytes()
-            self._put(attempt_record, data)
-            self._put(self.layout.pendingset(task.task_id), data)
+            saves = [
+                self.store.submit("put_object", Bucket=self.bucket, Key=self._key(path), Body=data)
+                for path in (attempt_record, self.layout.pendingset(task.task_id))
+            ]
+            for save in saves:
+                save.result()
             if not self.job_active():
                 raise JobNotActiveError(
                     f"job {self.job_id} ended before task attempt {task.attempt_id} committed; "
@@ -277,25 +282,31 @@ class MagicCommitter(OutputCommitter):
 
     def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
         start = time.monotonic()
-        was_active = self._end_job()
         try:
             with self.stats.track("committer_commit_job"):
-                summary = self._commit(messages, was_active, start)
+                summary = self._commit(messages, start)
         except BaseException:
             self.stats.increment("committer_jobs_failed")
             self._cleanup(committed_attempts=set(), committed_ids=set(), quiet=True)
             raise
         return summary
 
-    def _commit(
-        self, messages: list[TaskCommitMessage] | None, was_active: bool, start: float
-    ) -> JobSummary:
+    def _commit(self, messages: list[TaskCommitMessage] | None, start: float) -> JobSummary:
         with self.stats.track("committer_load_pendingsets"):
-            pendingsets = (
-                self._load_listed_pendingsets(was_active)
-                if messages is None
-                else self._load_message_pendingsets(messages)
-            )
+            if messages is None:
+                # The job must end before listing: a task commit either saved its record
+                # before this point (and is listed) or finds the job gone.
+                pendingsets = self._load_listed_pendingsets(self._end_job(check_active=True))
+            else:
+                # Messages fix the set of tasks: end the job while their records load.
+                ending = self.store.submit(
+                    "delete_object", Bucket=self.bucket, Key=self._key(self.layout.job_marker)
+                )
+                try:
+                    pendingsets = self._load_message_pendingsets(messages)
+                finally:
+                    concurrent.futures.wait([ending])  # ended before any clean-up sweep
+                ending.result()
         commits = self._validate_job(pendingsets)
         self.check_no_conflict("job commit")
         if self.conflict_mode == "replace":
@@ -335,9 +346,12 @@ class MagicCommitter(OutputCommitter):
         )
         return summary
 
-    def _end_job(self) -> bool:
-        """Delete the job marker: from now on writers and task commits of this job fail."""
-        was_active = self.job_active()
+    def _end_job(self, check_active: bool = False) -> bool:
+        """Delete the job marker: from now on writers and task commits of this job fail.
+
+        Returns whether the marker was there (only looked up if ``check_active``).
+        """
+        was_active = self.job_active() if check_active else False
         self.store.delete_objects(self.bucket, [self._key(self.layout.job_marker)])
         return was_active
 
@@ -535,11 +549,12 @@ class MagicCommitter(OutputCommitter):
             u for u in recorded_uploads(self.store, candidates) if u.upload_id not in committed_ids
         ]
         aborted = abort_uploads(self.store, uploads)
-        # An abort racing a part upload can leave the upload alive: look once more.
-        doomed = {u.upload_id for u in uploads}
-        for upload in self.store.list_uploads(self.bucket, self.dest_key + "/"):
-            if upload.upload_id in doomed:
-                self.store.abort_upload(self.bucket, upload.key, upload.upload_id)
+        if uploads:
+            # An abort racing a part upload can leave the upload alive: look once more.
+            doomed = {u.upload_id for u in uploads}
+            for upload in self.store.list_uploads(self.bucket, self.dest_key + "/"):
+                if upload.upload_id in doomed:
+                    self.store.abort_upload(self.bucket, upload.key, upload.upload_id)
         # Records of the tasks go last: a clean-up cut short must not leave a tree that a
         # retried commit would read as a job with fewer tasks.
         ordered = sorted(listing, key=lambda p: (p.endswith(PENDINGSET_SUFFIX), p))
