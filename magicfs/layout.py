@@ -7,6 +7,7 @@
         job-<job>/<NN>/                                  job attempt dir, NN = app attempt
             <task id>.pendingset                         last committed attempt of a task
             tasks/<task attempt id>/__base/<relative>    where a task attempt writes
+            tasks/<task attempt id>.started              the attempt was set up, not aborted
             tasks/<task attempt id>.pendingset           an attempt's own committed record
 
 **The job marker.** ``_magicfs_job.json`` exists from job setup until the job is
@@ -26,6 +27,7 @@ from .paths import BASE, JOB_DIR_PREFIX, MAGIC_JOB_PREFIX, TASKS_DIR, MagicPath,
 
 JOB_MARKER = "_magicfs_job.json"
 PENDINGSET_SUFFIX = ".pendingset"
+STARTED_SUFFIX = ".started"
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,127}$")
 
@@ -88,6 +90,10 @@ class MagicJobLayout:
     def attempt_pendingset(self, attempt_id: str) -> str:
         """One attempt's own committed record, named by the task commit message."""
         return join(self.tasks_dir, attempt_id + PENDINGSET_SUFFIX)
+
+    def started_marker(self, attempt_id: str) -> str:
+        """Exists from task setup until the attempt is aborted: only then may it commit."""
+        return join(self.tasks_dir, attempt_id + STARTED_SUFFIX)
 
 
 def job_marker_for(magic_path: MagicPath) -> str | None:

@@ -173,12 +173,11 @@ class MagicPath:
         return self.root + "/".join((*self.parents, self.magic, *self.children))
 
 
-def parse_magic_path(path: str) -> MagicPath | None:
-    """Parse ``path``; ``None`` if it has no magic element.
+def split_magic_path(path: str) -> MagicPath | None:
+    """Split ``path`` at its first magic element; ``None`` if it has none.
 
-    Raises ``ValueError`` for a magic path that cannot name a file safely: ``.``,
-    ``..`` or empty elements anywhere, nothing under the magic element, nothing after
-    ``__base``, or a destination that would itself be magic.
+    Unlike :func:`parse_magic_path` the path need not name a file (directories under a
+    magic element are fine), but ``.``, ``..`` and empty elements are still refused.
     """
     root, elements = _split(path)
     index = _magic_index(elements)
@@ -187,12 +186,24 @@ def parse_magic_path(path: str) -> MagicPath | None:
     bad = [name for name in elements if name in _FORBIDDEN_ELEMENTS]
     if bad:
         raise ValueError(f"magic path {path!r} has a forbidden element {bad[0]!r}")
-    magic_path = MagicPath(
+    return MagicPath(
         root=root,
         parents=tuple(elements[:index]),
         magic=elements[index],
         children=tuple(elements[index + 1 :]),
     )
+
+
+def parse_magic_path(path: str) -> MagicPath | None:
+    """Parse a magic *file* path; ``None`` if it has no magic element.
+
+    Raises ``ValueError`` for a magic path that cannot name a file safely: ``.``,
+    ``..`` or empty elements anywhere, nothing under the magic element, nothing after
+    ``__base``, or a destination that would itself be magic.
+    """
+    magic_path = split_magic_path(path)
+    if magic_path is None:
+        return None
     if not magic_path.children:
         raise ValueError(f"no file named under the magic element in {path!r}")
     relative = magic_path.relative_destination

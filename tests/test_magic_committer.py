@@ -514,3 +514,32 @@ def test_empty_and_large_files_commit_exactly(make_committer, s3_client, bucket)
     assert empty["ContentLength"] == 0 and empty["Body"].read() == b""
     assert s3_client.get_object(Bucket=bucket, Key="out/big.bin")["Body"].read() == big
     assert pending_uploads(s3_client, bucket) == []
+
+
+def test_progress_bar_reports_job_commit(make_committer, capfd):
+    committer = make_committer(progress=True)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    for n in range(5):
+        committer.fs.pipe_file(task.path(f"f{n}"), b"x")
+    committer.commit_job([committer.commit_task(task)])
+    assert "completing uploads" in capfd.readouterr().err
+
+
+def test_an_aborted_attempt_cannot_commit(make_committer, s3_client, bucket):
+    committer = make_committer()
+    committer.setup_job()
+    first = committer.task_attempt(0, 0)
+    committer.setup_task(first)
+    write_text(committer, first, "from-first")
+    committer.commit_task(first)
+    second = committer.task_attempt(0, 1)
+    committer.setup_task(second)
+    write_text(committer, second, "from-second")
+    committer.abort_task(second)
+    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
+        committer.commit_task(second)
+    committer.commit_job()  # the first attempt's record is untouched
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/from-first"]
+    assert pending_uploads(s3_client, bucket) == []

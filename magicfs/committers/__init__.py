@@ -14,11 +14,13 @@ from .base import (
     TaskCommitMessage,
 )
 from .magic import MagicCommitter
+from .manifest import ManifestCommitter
 
 __all__ = [
     "CONFLICT_MODES",
     "JobSummary",
     "MagicCommitter",
+    "ManifestCommitter",
     "OutputCommitter",
     "TaskAttempt",
     "TaskCommitMessage",
@@ -36,7 +38,8 @@ def committer_for(
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> OutputCommitter:
-    """The committer for ``dest``: ``magic`` for S3, or the one named by ``committer``.
+    """The committer for ``dest``: ``magic`` for S3, ``manifest`` for every other store
+    (local files, memory, Azure, GCS), or the one named by ``committer``.
 
     ``options``: ``threads`` (8), ``conflict_mode`` (``append``/``fail``/``replace``),
     ``success_file`` (True), ``fs`` (an fsspec filesystem for the store, instead of
@@ -45,11 +48,11 @@ def committer_for(
     """
     protocol = fsspec.core.split_protocol(dest)[0] or "file"
     name = committer or ("magic" if protocol in _S3_PROTOCOLS else "manifest")
-    classes: dict[str, type[OutputCommitter]] = {"magic": MagicCommitter}
+    classes: dict[str, type[OutputCommitter]] = {
+        "magic": MagicCommitter,
+        "manifest": ManifestCommitter,
+    }
     if name not in classes:
         known = ", ".join(sorted(classes))
-        raise ValueError(
-            f"no committer {name!r} for {dest} (available: {known}); rename stores "
-            "(file, memory, gs, abfs) need the manifest committer"
-        )
+        raise ValueError(f"unknown committer {name!r} for {dest} (available: {known})")
     return classes[name](dest, job_id=job_id, storage_options=storage_options, **options)

@@ -48,7 +48,7 @@ import fsspec
 
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError
 from ..filesystem import MagicFileSystem, is_s3
-from ..layout import MagicJobLayout, task_attempt_id, task_id
+from ..layout import STARTED_SUFFIX, MagicJobLayout, task_attempt_id, task_id
 from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, final_destination, is_deferred_write
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
@@ -149,12 +149,35 @@ class MagicCommitter(OutputCommitter):
                 f"job {self.job_id} at {self.url} is not active (never set up, or already "
                 f"committed or aborted): task attempt {task.attempt_id} cannot start"
             )
+        self._put(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
+
+    def _check_started(self, task: TaskAttempt, started: concurrent.futures.Future) -> None:
+        """A task attempt commits only if it was set up and has not been aborted."""
+        try:
+            started.result()
+            return
+        except FileNotFoundError:
+            pass
+        if not self.job_active():
+            raise JobNotActiveError(
+                f"job {self.job_id} is not active: task attempt {task.attempt_id} cannot commit"
+            )
+        raise FileNotFoundError(
+            f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
+            "aborted: it cannot commit"
+        )
 
     def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
         self._check_task(task)
         start = time.monotonic()
+        started = self.store.submit(
+            "head_object",
+            Bucket=self.bucket,
+            Key=self._key(self.layout.started_marker(task.attempt_id)),
+        )
         in_memory = IN_MEMORY_COMMITS.take(self.job_id, task.attempt_id) if self.in_memory else []
         try:
+            self._check_started(task, started)
             commits, stats = self._gather_task_commits(task, in_memory)
         except BaseException:
             self._operations().abort(in_memory)
@@ -262,7 +285,7 @@ class MagicCommitter(OutputCommitter):
         listing = self._find(self.layout.task_attempt_dir(task.attempt_id))
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         task_record = self.layout.pendingset(task.task_id)
-        records = [*listing, attempt_record]
+        records = [*listing, attempt_record, self.layout.started_marker(task.attempt_id)]
         if self._recorded_attempt(task_record) == task.attempt_id:
             records.append(task_record)
         uploads = recorded_uploads(self.store, records)
@@ -540,7 +563,7 @@ class MagicCommitter(OutputCommitter):
         for path in listing:
             if path.startswith(tasks_prefix):
                 attempt = path[len(tasks_prefix) :].split("/", 1)[0]
-                attempt = attempt.removesuffix(PENDINGSET_SUFFIX)
+                attempt = attempt.removesuffix(PENDINGSET_SUFFIX).removesuffix(STARTED_SUFFIX)
                 if attempt not in committed_attempts:
                     candidates.append(path)
             elif path.endswith(PENDINGSET_SUFFIX) and not committed_attempts:
