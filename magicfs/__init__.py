@@ -8,6 +8,7 @@ from . import errors, paths, records
 from .committers import (
     JobSummary,
     MagicCommitter,
+    ManifestCommitter,
     OutputCommitter,
     TaskAttempt,
     TaskCommitMessage,
@@ -26,6 +27,7 @@ __all__ = [
     "JobWriter",
     "MagicCommitter",
     "MagicFileSystem",
+    "ManifestCommitter",
     "OutputCommitter",
     "TaskAttempt",
     "TaskCommitMessage",

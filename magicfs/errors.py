@@ -42,3 +42,7 @@ class JobNotActiveError(MagicFSError, RuntimeError):
 
 class CommitFailedError(MagicFSError, OSError):
     """Job or task commit failed; what was made visible has been reverted."""
+
+
+class NothingToCommitError(MagicFSError, FileNotFoundError):
+    """``commit_job`` found no job: never set up, or already committed or aborted."""

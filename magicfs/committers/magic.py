@@ -46,7 +46,7 @@ from typing import Any
 
 import fsspec
 
-from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError
+from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystem import MagicFileSystem, is_s3
 from ..layout import STARTED_SUFFIX, MagicJobLayout, task_attempt_id, task_id
 from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, final_destination, is_deferred_write
@@ -308,6 +308,8 @@ class MagicCommitter(OutputCommitter):
         try:
             with self.stats.track("committer_commit_job"):
                 summary = self._commit(messages, start)
+        except NothingToCommitError:
+            raise
         except BaseException:
             self.stats.increment("committer_jobs_failed")
             self._cleanup(committed_attempts=set(), committed_ids=set(), quiet=True)
@@ -387,7 +389,7 @@ class MagicCommitter(OutputCommitter):
             entries = []
         paths = [p for p in entries if p.endswith(PENDINGSET_SUFFIX)]
         if not was_active and (not entries or self._already_committed()):
-            raise FileNotFoundError(
+            raise NothingToCommitError(
                 f"job {self.job_id}: nothing to commit at {self.url}: the job was never set "
                 "up, or has already been committed or aborted"
             )

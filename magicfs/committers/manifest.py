@@ -32,7 +32,7 @@ import time
 import traceback
 from typing import Any
 
-from ..errors import CommitFailedError, JobNotActiveError
+from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystem import MagicFileSystem, is_s3
 from ..layout import task_attempt_id, task_id
 from ..manifest.layout import MANIFEST_SUFFIX, ManifestJobLayout
@@ -250,6 +250,8 @@ class ManifestCommitter(OutputCommitter):
                 success = self._success_data(loaded, renamed, start)
                 if self.success_file:
                     save_success(context, success)
+        except NothingToCommitError:
+            raise
         except BaseException as failure:
             self.stats.increment("committer_jobs_failed")
             reverted = delete_renamed(context, renamed_log)
@@ -309,7 +311,7 @@ class ManifestCommitter(OutputCommitter):
                 if p.endswith(MANIFEST_SUFFIX)
             ]
             if not was_active and not paths and not self.store.fs.exists(self.layout.job_dir):
-                raise FileNotFoundError(
+                raise NothingToCommitError(
                     f"job {self.job_id}: nothing to commit at {self.url}: the job was never set "
                     "up, or has already been committed or aborted"
                 )

@@ -27,7 +27,7 @@ from ..records import path_to_uri, uri_to_path
 
 log = logging.getLogger("magicfs.manifest.store")
 
-_ATOMIC_RENAME_PROTOCOLS = {"file", "local"}
+_LOCAL_PROTOCOLS = {"file", "local"}
 
 
 def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
@@ -41,7 +41,9 @@ class RenameStore:
     def __init__(self, fs: fsspec.AbstractFileSystem):
         self.fs = fs
         #: Capability: a rename is one atomic operation (else copy, then delete).
-        self.supports_atomic_rename = bool(_protocols(fs) & _ATOMIC_RENAME_PROTOCOLS)
+        self.supports_atomic_rename = bool(_protocols(fs) & _LOCAL_PROTOCOLS)
+        #: Capability: files need their parent directories to exist (a real filesystem).
+        self.needs_parent_directories = bool(_protocols(fs) & _LOCAL_PROTOCOLS)
         #: Capability: a renamed file keeps its etag (true where rename is a real rename).
         self.etags_preserved_in_rename = self.supports_atomic_rename
 
@@ -61,7 +63,7 @@ class RenameStore:
         """``info(path)``, or ``None`` when nothing is there."""
         try:
             return self.fs.info(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file stands where a parent should
             return None
 
     @staticmethod
@@ -95,17 +97,23 @@ class RenameStore:
     # -- writing ------------------------------------------------------------------------------
 
     def write_bytes(self, path: str, data: bytes) -> None:
+        self._make_parent(path)
         self.fs.pipe_file(path, data)
 
     def save_atomically(self, path: str, data: bytes, temp: str) -> None:
         """Write ``temp``, then rename it over ``path``: readers never see a partial file."""
         self.delete_file(temp)
-        self.fs.pipe_file(temp, data)
+        self.write_bytes(temp, data)
+        self._make_parent(path)
         self.delete_file(path)
         self.rename(temp, path)
 
     def mkdirs(self, path: str) -> None:
         self.fs.makedirs(path, exist_ok=True)
+
+    def _make_parent(self, path: str) -> None:
+        if self.needs_parent_directories:
+            self.fs.makedirs(self.fs._parent(path), exist_ok=True)
 
     def delete_file(self, path: str) -> bool:
         """Delete one file; ``False`` if there was none."""

@@ -27,7 +27,7 @@ def save_report(context: StageContext, report_dir: str, success: ManifestSuccess
     """Write the summary report; failures are logged, never raised (it is a diagnostic)."""
     path = join(report_dir, f"summary-{context.job_id}.json")
     try:
-        context.store.write_bytes(path, success.to_bytes())
+        context.store.write_bytes(path, success.to_bytes())  # (makes the directory if needed)
     except OSError as e:
         log.warning("could not save the job summary report %s: %s", path, e)
         return None

@@ -1,0 +1,462 @@
+"""The manifest committer on rename stores (local files, memory): Hadoop's manifest suite (§7.4).
+
+Faults are injected by the store itself (``helpers.faulty_fs``); every test asserts on
+the files the destination shows and on the JSON the committer writes.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+import fsspec
+import pandas as pd
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+from helpers.faulty_fs import faulty
+
+import magicfs
+from magicfs import ManifestCommitter
+from magicfs.errors import (
+    CommitConflictError,
+    CommitFailedError,
+    InvalidCommitData,
+    JobNotActiveError,
+)
+from magicfs.manifest.stages import (
+    StageContext,
+    cleanup,
+    create_directories,
+    load_manifests,
+    new_rename_log,
+    rename_files,
+    validate_output,
+)
+from magicfs.manifest.stages.cleanup import Outcome
+from magicfs.manifest.stages.validate import OutputValidationError
+from magicfs.records import (
+    MANIFEST_COMMITTER_CLASS,
+    EntryStatus,
+    ManifestSuccessData,
+    SuccessData,
+    TaskManifest,
+)
+
+
+@dataclass
+class Store:
+    fs: fsspec.AbstractFileSystem
+    dest: str  # URL
+
+    @property
+    def root(self) -> str:
+        return self.fs._strip_protocol(self.dest)
+
+    def committer(self, **options) -> ManifestCommitter:
+        return ManifestCommitter(self.dest, fs=self.fs, **options)
+
+    def files(self) -> list[str]:
+        """Every file under the destination, relative, hidden ones included."""
+        self.fs.invalidate_cache()
+        try:
+            found = self.fs.find(self.root)
+        except FileNotFoundError:
+            return []
+        return sorted(p[len(self.root) + 1 :] for p in found)
+
+    def visible(self) -> list[str]:
+        return [f for f in self.files() if not any(e.startswith(("_", ".")) for e in f.split("/"))]
+
+    def read(self, relative: str) -> bytes:
+        return self.fs.cat_file(f"{self.root}/{relative}")
+
+
+@pytest.fixture(params=["file", "memory"])
+def store(request, tmp_path) -> Store:
+    if request.param == "file":
+        return Store(faulty(fsspec.filesystem("file")), f"file://{tmp_path}/out")
+    return Store(faulty(fsspec.filesystem("memory")), f"memory://t-{uuid.uuid4().hex}/out")
+
+
+def run_tasks(committer, files_per_task: dict[int, list[str]]):
+    committer.setup_job()
+    messages = []
+    for index, names in files_per_task.items():
+        task = committer.task_attempt(index)
+        committer.setup_task(task)
+        for name in names:
+            committer.fs.pipe_file(task.path(name), f"{name} from task {index}".encode())
+        messages.append(committer.commit_task(task))
+    return messages
+
+
+# --- the same user code as on S3 ------------------------------------------------------------
+
+
+def test_pandas_and_pyarrow_jobs_commit_like_on_s3(store):
+    frame = pd.DataFrame({"year": [2023, 2024, 2024], "amount": [1.0, 2.0, 3.0]})
+    with magicfs.write_job(store.dest, fs=store.fs) as job:
+        assert isinstance(job.committer, ManifestCommitter)
+        with job.task(0) as task:
+            frame.to_parquet(task.path("pandas/part-00000.parquet"), filesystem=job.fs, index=False)
+        with job.task(1) as task:
+            ds.write_dataset(
+                pa.Table.from_pandas(frame, preserve_index=False),
+                f"{task.work_path}/arrow",
+                format="parquet",
+                partitioning=["year"],
+                partitioning_flavor="hive",
+                filesystem=job.fs,
+                basename_template="part-1-{i}.parquet",
+                existing_data_behavior="overwrite_or_ignore",
+            )
+            assert store.visible() == []  # nothing visible before job commit
+    assert store.visible() == [
+        "arrow/year=2023/part-1-0.parquet",
+        "arrow/year=2024/part-1-0.parquet",
+        "pandas/part-00000.parquet",
+    ]
+    assert store.files() == ["_SUCCESS", *store.visible()]  # _temporary is gone
+    back = pd.read_parquet(f"{store.root}/pandas/part-00000.parquet", filesystem=store.fs)
+    pd.testing.assert_frame_equal(back, frame)
+    success = ManifestSuccessData.from_json(store.read("_SUCCESS"))
+    assert success.committer == MANIFEST_COMMITTER_CLASS
+    assert success.job_id == job.job_id and success.success
+    assert success.diagnostics["stage"] == "committer_commit_job"
+    assert len(success.filenames) == 3 and all("://" in f for f in success.filenames)  # URIs
+    assert job.summary.files == 3 and job.summary.tasks == 2
+    assert success.iostatistics.counters["committer_files_committed"] == 3
+
+
+def test_magic_paths_read_and_list_inside_the_attempt(store):
+    committer = store.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    committer.fs.pipe_file(task.path("a/b.csv"), b"hello")
+    assert committer.fs.cat_file(task.path("a/b.csv")) == b"hello"
+    assert committer.fs.exists(task.path("a/b.csv"))
+    assert committer.fs.info(task.path("a/b.csv"))["name"] == task.path("a/b.csv")
+    assert committer.fs.find(task.work_path) == [task.path("a/b.csv")]
+    with committer.fs.open(task.path("a/b.csv"), "rb") as f:
+        assert f.read() == b"hello"
+    assert store.visible() == []
+    committer.abort_job()
+
+
+def test_task_manifest_contents(store):
+    committer = store.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    committer.fs.pipe_file(task.path("year=2024/file with space.csv"), b"12345")
+    committer.fs.pipe_file(task.path("top.csv"), b"1")
+    message = committer.commit_task(task)
+    manifest = TaskManifest.from_json(store.fs.cat_file(message.record))
+    assert (manifest.job_id, manifest.task_id, manifest.task_attempt_id) == (
+        committer.job_id,
+        task.task_id,
+        task.attempt_id,
+    )
+    by_dest = {entry.dest.rsplit("/out/", 1)[1]: entry for entry in manifest.files}
+    assert sorted(by_dest) == ["top.csv", "year=2024/file%20with%20space.csv"]  # URIs, HADOOP-17112
+    assert by_dest["top.csv"].size == 1
+    assert [(d.dir.rsplit("/", 1)[1], d.status, d.level) for d in manifest.directories] == [
+        ("year=2024", EntryStatus.NOT_FOUND, 1)
+    ]
+    assert (message.files, message.bytes) == (2, 6)
+    committer.commit_job([message])
+    assert store.read("year=2024/file with space.csv") == b"12345"
+
+
+# --- attempts ---------------------------------------------------------------------------------
+
+
+def two_attempts(committer):
+    committer.setup_job()
+    messages = []
+    for number in (0, 1):
+        task = committer.task_attempt(0, number)
+        committer.setup_task(task)
+        committer.fs.pipe_file(task.path(f"part-from-attempt-{number}"), b"x")
+        messages.append(committer.commit_task(task))
+    return messages
+
+
+def test_two_attempts_of_one_task_last_wins(store):
+    committer = store.committer()
+    two_attempts(committer)
+    summary = committer.commit_job()
+    assert store.visible() == ["part-from-attempt-1"]
+    assert len(summary.filenames) == 1
+
+
+def test_messages_commit_the_named_attempt(store):
+    committer = store.committer()
+    first, _ = two_attempts(committer)
+    committer.commit_job([first])
+    assert store.visible() == ["part-from-attempt-0"]
+
+
+def test_an_aborted_attempt_cannot_commit_and_leaves_the_earlier_manifest(store):
+    committer = store.committer()
+    committer.setup_job()
+    first = committer.task_attempt(0, 0)
+    committer.setup_task(first)
+    committer.fs.pipe_file(first.path("first"), b"1")
+    committer.commit_task(first)
+    second = committer.task_attempt(0, 1)
+    committer.setup_task(second)
+    committer.fs.pipe_file(second.path("second"), b"2")
+    committer.abort_task(second)
+    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
+        committer.commit_task(second)
+    committer.commit_job()
+    assert store.visible() == ["first"]
+
+
+def test_duplicate_task_commit_succeeds(store):
+    committer = store.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    committer.fs.pipe_file(task.path("a"), b"1")
+    assert committer.commit_task(task) == committer.commit_task(task)
+    committer.commit_job()
+    assert store.visible() == ["a"]
+    with pytest.raises(JobNotActiveError):
+        committer.commit_task(task)
+
+
+def test_empty_task_and_empty_job(store):
+    committer = store.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    message = committer.commit_task(task)
+    assert (message.files, message.bytes) == (0, 0)
+    committer.commit_job([message])
+    assert store.files() == ["_SUCCESS"]
+    assert ManifestSuccessData.from_json(store.read("_SUCCESS")).filenames == []
+
+
+def test_abort_job_leaves_nothing(store):
+    committer = store.committer()
+    run_tasks(committer, {0: ["a", "b/c"], 1: ["d"]})
+    committer.abort_job()
+    committer.abort_job()
+    assert store.files() == []
+
+
+def test_repeated_commit_fails_cleanly(store):
+    committer = store.committer()
+    run_tasks(committer, {0: ["a"]})
+    committer.commit_job()
+    with pytest.raises(FileNotFoundError, match="already been committed or aborted"):
+        committer.commit_job()
+    assert store.visible() == ["a"]
+
+
+def test_task_commit_after_the_job_ended_is_withdrawn(store):
+    committer = store.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    committer.fs.pipe_file(task.path("late"), b"1")
+    store.fs.rm_file(committer.layout.job_marker)  # the job ends while the task commits
+    with pytest.raises(JobNotActiveError, match="ended before task attempt"):
+        committer.commit_task(task)
+    assert not store.fs.exists(committer.layout.manifest(task.task_id))
+    assert not store.fs.exists(committer.layout.attempt_manifest(task.attempt_id))
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+
+def rename_operation(store: Store) -> str:
+    return (
+        "mv"
+        if ManifestCommitter(store.dest, fs=store.fs).store.supports_atomic_rename
+        else "cp_file"
+    )
+
+
+def test_rename_failure_mid_job_fails_cleanly_and_a_rerun_succeeds(store):
+    committer = store.committer(threads=1)
+    messages = run_tasks(committer, {t: [f"t{t}/f{n}" for n in range(5)] for t in range(4)})
+    store.fs.fail(rename_operation(store), nth=6)
+    with pytest.raises(
+        CommitFailedError, match=r"failed in stage job_stage_rename_files: .*injected"
+    ):
+        committer.commit_job(messages)
+    assert store.visible() == []  # the five files renamed before the failure were deleted
+    assert store.files() == []  # and the job was aborted
+    store.fs.rules.clear()
+    rerun = store.committer()
+    rerun.commit_job(run_tasks(rerun, {t: [f"t{t}/f{n}" for n in range(5)] for t in range(4)}))
+    assert len(store.visible()) == 20
+
+
+def test_rename_whose_reply_was_lost_is_recovered(store):
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["a", "b"]})
+    operation = rename_operation(store)
+    if operation == "cp_file":  # the copy was made, the delete of the source was lost
+        store.fs.fail(
+            "rm_file",
+            when=lambda path: "/tasks/" in path and path.endswith("/a"),
+            after=True,
+            times=1,
+        )
+    else:  # the rename happened, its reply was lost
+        store.fs.fail("mv", when=lambda source, dest: source.endswith("/a"), after=True, times=1)
+    summary = committer.commit_job(messages)
+    assert store.visible() == ["a", "b"]
+    assert summary.counters["commit_file_rename_recovered"] == 1
+
+
+def test_failed_success_save_reverts_the_job(store):
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["a", "b"]})
+    store.fs.fail("pipe_file", when=lambda path: path.endswith("_SUCCESS.tmp"))
+    with pytest.raises(CommitFailedError, match="job_stage_save_success_marker"):
+        committer.commit_job(messages)
+    assert store.files() == []
+
+
+def test_manifest_save_is_retried(store):
+    committer = store.committer(save_attempts=3)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    committer.fs.pipe_file(task.path("a"), b"1")
+    store.fs.fail("pipe_file", when=lambda path: path.endswith(".tmp"), times=2)
+    message = committer.commit_task(task)  # two failures, three attempts: saved
+    assert message.files == 1
+    store.fs.fail("pipe_file", when=lambda path: path.endswith(".tmp"), times=3)
+    with pytest.raises(OSError, match="injected"):
+        committer.commit_task(task)
+
+
+def test_tampered_manifest_fails_the_job(store):
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["a"]})
+    record = messages[0].record
+    document = json.loads(store.fs.cat_file(record))
+    document["files"][0]["d"] = document["files"][0]["d"].replace("/out/", "/elsewhere/")
+    store.fs.pipe_file(record, json.dumps(document).encode())
+    with pytest.raises(
+        CommitFailedError, match=r"files\[0\].d: .* outside the job destination"
+    ) as caught:
+        committer.commit_job(messages)
+    assert isinstance(caught.value.__cause__, InvalidCommitData)
+    assert store.files() == []
+
+
+def test_manifest_of_another_job_is_refused(store):
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["a"]})
+    record = messages[0].record
+    document = json.loads(store.fs.cat_file(record))
+    document["jobId"] = "another-job"
+    store.fs.pipe_file(record, json.dumps(document).encode())
+    with pytest.raises(CommitFailedError, match="Mismatch in Job ID"):
+        committer.commit_job(messages)
+
+
+def test_summary_report_is_written_for_success_and_failure(store, tmp_path):
+    report_dir = f"{store.root}-reports"
+    committer = store.committer(report_dir=report_dir)
+    committer.commit_job(run_tasks(committer, {0: ["a"]}))
+    report = SuccessData.from_json(
+        store.fs.cat_file(f"{report_dir}/summary-{committer.job_id}.json")
+    )
+    assert report.success and report.job_id == committer.job_id
+
+    failing = store.committer(report_dir=report_dir)
+    messages = run_tasks(failing, {0: ["b"]})
+    store.fs.fail(rename_operation(store), nth=1)
+    with pytest.raises(CommitFailedError):
+        failing.commit_job(messages)
+    report = SuccessData.from_json(store.fs.cat_file(f"{report_dir}/summary-{failing.job_id}.json"))
+    assert not report.success
+    assert report.diagnostics["stage"] == "job_stage_rename_files"
+    assert "injected" in report.diagnostics["exception"]
+    assert "Traceback" in report.diagnostics["stacktrace"]
+
+
+# --- conflict modes and dirty trees --------------------------------------------------------------
+
+
+def test_conflict_modes(store):
+    store.fs.makedirs(store.root, exist_ok=True)
+    store.fs.pipe_file(f"{store.root}/old.csv", b"old")
+    with pytest.raises(CommitConflictError):
+        store.committer(conflict_mode="fail").setup_job()
+    appending = store.committer()
+    appending.commit_job(run_tasks(appending, {0: ["new.csv"]}))
+    assert store.visible() == ["new.csv", "old.csv"]
+    replacing = store.committer(conflict_mode="replace")
+    replacing.commit_job(run_tasks(replacing, {0: ["newer.csv"]}))
+    assert store.visible() == ["newer.csv"]
+
+
+def test_a_file_where_a_directory_must_go_is_replaced(store):
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["year=2024/a.csv", "year=2024/deeper/b.csv"]})
+    store.fs.pipe_file(f"{store.root}/year=2024", b"a file in the way")
+    committer.commit_job(messages)
+    assert store.visible() == ["year=2024/a.csv", "year=2024/deeper/b.csv"]
+
+
+# --- stages, one at a time --------------------------------------------------------------
+
+
+def stage_context(committer) -> StageContext:
+    return committer._context()
+
+
+def test_stages_alone_load_create_rename_validate(store):
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["a", "d/b"], 1: ["d/e/c"]})
+    context = stage_context(committer)
+    loaded = load_manifests(context, [m.record for m in messages])
+    assert (loaded.files, loaded.bytes) == (3, sum(m.bytes for m in messages))
+    assert sorted(loaded.attempt_ids) == sorted(m.attempt_id for m in messages)
+    assert sorted(e.dest.rsplit("/out/", 1)[1] for e in loaded.entries()) == ["a", "d/b", "d/e/c"]
+    assert create_directories(context, loaded.directories) >= 1
+    log = new_rename_log()
+    outcome = rename_files(context, loaded, log)
+    assert (outcome.files, outcome.recovered) == (3, 0)
+    assert validate_output(context, loaded) == 3
+    store.fs.rm_file(f"{store.root}/d/b")  # a committed file goes missing
+    with pytest.raises(OutputValidationError, match=r"/d/b: committed file is missing"):
+        validate_output(context, loaded)
+    store.fs.pipe_file(f"{store.root}/d/b", b"changed!" * 10)  # or changes
+    with pytest.raises(OutputValidationError, match=r"/d/b: size 80 but the task wrote"):
+        validate_output(context, loaded)
+    loaded.discard()
+
+
+def test_validation_during_job_commit(store):
+    committer = store.committer(validate_output=True)
+    committer.commit_job(run_tasks(committer, {0: ["a", "b/c"]}))
+    assert store.visible() == ["a", "b/c"]
+    assert committer.stats.counter("job_stage_optional_validate_output") == 1
+
+
+def test_cleanup_outcomes(store):
+    committer = store.committer()
+    context = stage_context(committer)
+    assert cleanup(context, enabled=False).outcome is Outcome.DISABLED
+    assert cleanup(context).outcome is Outcome.NOTHING_TO_CLEAN_UP
+    run_tasks(committer, {t: ["a"] for t in range(3)})
+    result = cleanup(context)
+    assert (result.outcome, result.directories_deleted) == (Outcome.PARALLEL_DELETE, 4)
+    assert store.files() == []
+    run_tasks(committer, {0: ["a"]})
+    store.fs.fail("rm", when=lambda path: True)
+    failed = cleanup(context)
+    assert failed.outcome is Outcome.FAILURE and "injected" in str(failed.error)
