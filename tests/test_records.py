@@ -435,3 +435,12 @@ def test_manifest_destination_checks():
     manifest.files[0].dest = "abfs://c@acct.dfs.core.windows.net/out/../escape"
     with pytest.raises(InvalidCommitData, match="outside the job destination"):
         manifest.check_destination("abfs://c@acct.dfs.core.windows.net/out", "m.json")
+
+
+def test_zero_byte_success_on_s3_is_reported_as_the_classic_marker(s3, bucket):
+    # S3 answers a ranged GET of an empty object with InvalidRange, not with no bytes.
+    s3.pipe_file(f"{bucket}/out/_SUCCESS", b"")
+    with pytest.raises(
+        InvalidCommitData, match=r"/out/_SUCCESS: zero-byte _SUCCESS: written by the classic"
+    ):
+        SuccessData.load(s3, f"{bucket}/out/_SUCCESS")

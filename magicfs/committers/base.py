@@ -80,6 +80,8 @@ class TaskCommitMessage:
 
     ``record`` is the store path of the attempt's own commit record (a ``.pendingset``
     or manifest), so the job commits exactly this attempt without listing anything.
+    ``rows`` is for writers that know how many rows they wrote (the Spark integration):
+    the job reports the total in ``_SUCCESS``.
     """
 
     committer: str
@@ -89,6 +91,7 @@ class TaskCommitMessage:
     record: str
     files: int
     bytes: int
+    rows: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -96,7 +99,14 @@ class TaskCommitMessage:
     @classmethod
     def from_json(cls, text: str) -> Self:
         data = json.loads(text)
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__})
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+
+
+def total_rows(messages: list[TaskCommitMessage] | None) -> int | None:
+    """Rows written by all tasks, when every message knows its count."""
+    if not messages or any(m is None or m.rows is None for m in messages):
+        return None
+    return sum(m.rows for m in messages)
 
 
 @dataclass
@@ -132,6 +142,7 @@ class OutputCommitter(ABC):
         success_file: bool = True,
         app_attempt: int = 0,
         progress: bool | None = None,
+        job_id_source: str | None = None,
     ):
         if conflict_mode not in CONFLICT_MODES:
             raise ValueError(
@@ -140,7 +151,8 @@ class OutputCommitter(ABC):
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         self.job_id = check_job_id(job_id) if job_id is not None else str(uuid.uuid4())
-        self.job_id_source = "given" if job_id is not None else "Generated Locally"
+        # Hadoop's values: "Generated Locally", "spark.sql.sources.writeJobUUID", "JobID"...
+        self.job_id_source = job_id_source or ("job_id" if job_id else "Generated Locally")
         self.storage_options = dict(storage_options or {})
         self.threads = threads
         self.conflict_mode = conflict_mode

@@ -61,7 +61,14 @@ from ..s3.commit_ops import CommitOperations
 from ..s3.store import S3Store
 from ..s3.sweep import abort_uploads, recorded_uploads
 from ..s3.tracking import IN_MEMORY_COMMITS
-from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, elapsed
+from .base import (
+    JobSummary,
+    OutputCommitter,
+    TaskAttempt,
+    TaskCommitMessage,
+    elapsed,
+    total_rows,
+)
 
 log = logging.getLogger("magicfs.committer.magic")
 
@@ -339,7 +346,9 @@ class MagicCommitter(OutputCommitter):
         operations = self._operations()
         result = operations.complete_all(commits)
         try:
-            success = self._write_success(pendingsets, result.completed, result.bytes, start)
+            success = self._write_success(
+                pendingsets, result.completed, result.bytes, start, total_rows(messages)
+            )
         except BaseException:
             operations.revert(result.completed)
             raise
@@ -503,6 +512,7 @@ class MagicCommitter(OutputCommitter):
         completed: list[SinglePendingCommit],
         total_bytes: int,
         start: float,
+        rows: int | None,
     ) -> SuccessData:
         self.stats.increment("committer_files_committed", len(completed))
         self.stats.increment("committer_tasks_completed", len(pendingsets))
@@ -519,6 +529,7 @@ class MagicCommitter(OutputCommitter):
                 "bytes": total_bytes,
                 "tasks": len(pendingsets),
                 "duration_ms": int(elapsed(start) * 1000),
+                **({"rows": rows} if rows is not None else {}),
             },
             diagnostics={
                 "magicfs.destination": self.url,

@@ -54,7 +54,14 @@ from ..manifest.stages.cleanup import Outcome
 from ..manifest.store import RenameStore
 from ..manifest.task_commit import build_manifest, save_manifest
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
-from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, elapsed
+from .base import (
+    JobSummary,
+    OutputCommitter,
+    TaskAttempt,
+    TaskCommitMessage,
+    elapsed,
+    total_rows,
+)
 
 log = logging.getLogger("magicfs.committer.manifest")
 
@@ -247,7 +254,7 @@ class ManifestCommitter(OutputCommitter):
                     stage = "job_stage_optional_validate_output"
                     validate_output(context, loaded)
                 stage = "job_stage_save_success_marker"
-                success = self._success_data(loaded, renamed, start)
+                success = self._success_data(loaded, renamed, start, total_rows(messages))
                 if self.success_file:
                     save_success(context, success)
         except NothingToCommitError:
@@ -344,7 +351,7 @@ class ManifestCommitter(OutputCommitter):
     # -- _SUCCESS and reports ----------------------------------------------------------------------
 
     def _success_data(
-        self, loaded: LoadedManifests, renamed: RenameOutcome, start: float
+        self, loaded: LoadedManifests, renamed: RenameOutcome, start: float, rows: int | None
     ) -> ManifestSuccessData:
         statistics = self.stats.snapshot().aggregate(loaded.iostatistics)
         success = ManifestSuccessData(
@@ -359,6 +366,7 @@ class ManifestCommitter(OutputCommitter):
                 "bytes": renamed.bytes,
                 "tasks": len(loaded.task_ids),
                 "duration_ms": int(elapsed(start) * 1000),
+                **({"rows": rows} if rows is not None else {}),
             },
         )
         return success

@@ -1,0 +1,98 @@
+"""Committed writes from your own per-partition code: ``write_partitions`` and ``partition_task``.
+
+**``write_partitions(rdd, write_fn, dest, **options)``** runs ``write_fn(task, rows)`` on
+every partition through ``rdd.mapPartitions(...).collect()``. Spark's scheduler keeps
+exactly one successful result per partition, so the driver commits exactly one task
+attempt per partition — the one Spark chose — from its message, without listing; failed
+attempts and speculative losers are swept by the job. This is the recommended way.
+
+**``partition_task(committer)``** is for existing ``rdd.foreachPartition(fn)`` code that
+cannot change shape: inside ``fn``, ``with partition_task(committer) as task:`` sets up,
+commits or aborts the partition's attempt. ``foreachPartition`` returns nothing to the
+driver, so ``committer.commit_job()`` then *lists* the committed tasks: the last
+attempt of a task to commit wins, which with speculation may not be the attempt Spark
+kept (both are complete outputs of the task; the others are swept).
+
+Attempts are named by ``TaskContext.taskAttemptId()``: unique in the application,
+unlike ``attemptNumber()``, which repeats across stage retries (SPARK-24552).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from pyspark import TaskContext
+
+from ..committers import JobSummary, OutputCommitter, TaskAttempt, committer_for
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionTask:
+    """What ``write_fn`` gets: the task attempt and the filesystem to write with."""
+
+    attempt: TaskAttempt
+    fs: Any
+    partition_id: int
+
+    def path(self, relative: str) -> str:
+        """Where to write ``relative``: it appears as ``<dest>/<relative>`` at job commit."""
+        return self.attempt.path(relative)
+
+    @property
+    def work_path(self) -> str:
+        return self.attempt.work_path
+
+
+@contextmanager
+def partition_task(committer: OutputCommitter) -> Iterator[PartitionTask]:
+    """Set up this Spark task's attempt; commit it on success, abort it on an exception."""
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("partition_task() must run inside a Spark task")
+    attempt = committer.task_attempt(context.partitionId(), context.taskAttemptId())
+    committer.setup_task(attempt)
+    try:
+        yield PartitionTask(attempt, committer.fs, context.partitionId())
+    except BaseException:
+        committer.abort_task(attempt)
+        raise
+    committer.commit_task(attempt)
+
+
+def write_partitions(
+    rdd: Any,
+    write_fn: Callable[[PartitionTask, Iterator[Any]], int | None],
+    dest: str,
+    **options: Any,
+) -> JobSummary:
+    """Run ``write_fn(task, rows)`` on every partition of ``rdd`` as one committed job.
+
+    ``write_fn`` writes any files under ``task.path(...)`` with ``task.fs`` and may
+    return the number of rows it wrote (reported in ``_SUCCESS``). ``options`` are
+    those of :func:`magicfs.committer_for`. Returns the job summary; on any failure the
+    job is aborted (nothing visible, nothing parked) and the error raised.
+    """
+    committer = committer_for(dest, **options)
+    committer.setup_job()
+
+    def run(rows: Iterator[Any]) -> Iterator[Any]:
+        context = TaskContext.get()
+        attempt = committer.task_attempt(context.partitionId(), context.taskAttemptId())
+        committer.setup_task(attempt)
+        try:
+            count = write_fn(PartitionTask(attempt, committer.fs, context.partitionId()), rows)
+            message = committer.commit_task(attempt)
+        except BaseException:
+            committer.abort_task(attempt)
+            raise
+        yield dataclasses.replace(message, rows=count if isinstance(count, int) else None)
+
+    try:
+        messages = rdd.mapPartitions(run).collect()
+        return committer.commit_job(messages)
+    except BaseException:
+        committer.abort_job()
+        raise
