@@ -175,9 +175,10 @@ def test_data_source_on_a_rename_store(spark, tmp_path):
     )
     assert files[0] == "_SUCCESS"
     assert all(f.startswith("year=") and f.endswith(".json") for f in files[1:])
-    rows = [json.loads(line) for f in files[1:] for line in open(tmp_path / "out" / f)]
+    out = tmp_path / "out"
+    rows = [json.loads(line) for f in files[1:] for line in (out / f).read_text().splitlines()]
     assert len(rows) == 1000 and "year" not in rows[0]  # the partition column lives in the path
-    assert json.load(open(tmp_path / "out" / "_SUCCESS"))["metrics"]["rows"] == 1000
+    assert json.loads((out / "_SUCCESS").read_text())["metrics"]["rows"] == 1000
     assert not (tmp_path / "out" / "_temporary").exists()
 
 
@@ -247,7 +248,7 @@ def test_foreach_partition_with_partition_task(spark, s3_options, s3_client, buc
     assert pending_uploads(s3_client, bucket) == []
 
 
-# --- options ----------------------------------------------------------------------------------------
+# --- options ------------------------------------------------------------------------------
 
 
 def test_storage_options_are_nested_and_decoded():
