@@ -6,12 +6,30 @@
 * ``s3_client``: a boto3 client bound to it.
 * ``bucket``: a new, empty bucket for each test.
 * ``request_log``: records every S3 operation an s3fs instance sends (botocore hooks).
+* ``azurite_server`` (session): Azurite's Blob service (npm ``azurite``, installed into
+  ``.ci/node`` by ``.ci/run``) on a free 127.0.0.1 port, data in memory, telemetry off;
+  yields its account details (``connection_string``, ``storage_options``, ...).
+* ``abfs``: a fresh ``adlfs.AzureBlobFileSystem`` bound to it; ``azure_container``: a new
+  container for each test, deleted afterwards.
+* ``gcs_server`` (session): ``gcp-storage-emulator`` on a free 127.0.0.1 port, in memory;
+  yields ``endpoint_url`` and ``storage_options``.
+* ``gcs``: a fresh ``gcsfs.GCSFileSystem`` bound to it (anonymous); ``gcs_bucket``: a new
+  bucket for each test, deleted afterwards.
+* ``hadoop_records`` (session): Hadoop's own manifest-committer record classes (jars of
+  the pyspark wheel, Java 17): ``hadoop_records(kind, path) -> dict`` loads and validates
+  a ``manifest`` or ``success`` file, ``.save(kind, path)`` writes Hadoop's sample record,
+  ``.print_success(path)`` runs ``ManifestPrinter`` (``tests/helpers/hadoop.py``).
+
+The emulators run under a watchdog that stops them when the session ends or dies
+(``tests/helpers/servers.py``); nothing here contacts anything but 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import pathlib
+import sys
 from collections import Counter
 from collections.abc import Iterator
 
@@ -24,6 +42,21 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ["AWS_CONFIG_FILE"] = os.devnull
 os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+# gcsfs's default "extended" filesystem probes each bucket over gRPC/TLS, which the GCS
+# emulator cannot answer: every call would wait 60 s. It must be off before gcsfs is imported.
+os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+# google-auth must not probe the GCE metadata server should anything ask it for credentials.
+os.environ["NO_GCE_CHECK"] = "True"
+# Loopback traffic never goes through a proxy.
+os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(
+    filter(None, [os.environ.get("NO_PROXY") or os.environ.get("no_proxy"), "127.0.0.1,localhost"])
+)
+
+ROOT = pathlib.Path(__file__).resolve().parent
+# The test modules import ``helpers`` from tests/ (pytest puts it on sys.path for them);
+# the fixtures below need it before any test module is imported.
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
 
 _bucket_numbers = itertools.count()
 
@@ -104,3 +137,94 @@ class RequestLog:
 @pytest.fixture
 def request_log() -> RequestLog:
     return RequestLog()
+
+
+# --- rename stores: Azure Blob (Azurite) and GCS (gcp-storage-emulator) -------------------
+
+
+@pytest.fixture(scope="session")
+def azurite_server(tmp_path_factory) -> Iterator:
+    """Azurite's Blob service; fails (never skips) with the install command if it is missing."""
+    from helpers.servers import AZURITE_BLOB, AZURITE_INSTALL, AzuriteServer
+
+    if not os.access(AZURITE_BLOB, os.X_OK):
+        pytest.fail(
+            f"Azurite is not installed ({AZURITE_BLOB} is missing). From the repository root "
+            f"run: {AZURITE_INSTALL}   (.ci/run does this)",
+            pytrace=False,
+        )
+    server = AzuriteServer(AZURITE_BLOB, tmp_path_factory.mktemp("azurite"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def abfs(azurite_server):
+    import adlfs
+
+    fs = adlfs.AzureBlobFileSystem(skip_instance_cache=True, **azurite_server.storage_options)
+    yield fs
+
+
+@pytest.fixture
+def azure_container(abfs) -> Iterator[str]:
+    """A new empty container; deleted with everything in it afterwards."""
+    name = f"test-{os.getpid()}-{next(_bucket_numbers)}"
+    abfs.mkdir(name)
+    yield name
+    abfs.invalidate_cache()
+    abfs.rm(name, recursive=True)
+
+
+@pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory) -> Iterator:
+    """gcp-storage-emulator, objects in memory; fails if the package is missing."""
+    from helpers.servers import GcsEmulatorServer
+
+    server = GcsEmulatorServer(tmp_path_factory.mktemp("gcs"))
+    if not os.access(server.command(0)[0], os.X_OK):
+        pytest.fail(
+            f"gcp-storage-emulator is not installed ({server.command(0)[0]} is missing): "
+            "pip install -e '.[test]'",
+            pytrace=False,
+        )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gcs(gcs_server):
+    import gcsfs
+
+    fs = gcsfs.GCSFileSystem(skip_instance_cache=True, **gcs_server.storage_options)
+    yield fs
+
+
+@pytest.fixture
+def gcs_bucket(gcs) -> Iterator[str]:
+    """A new empty bucket; deleted with everything in it afterwards."""
+    name = f"test-{os.getpid()}-{next(_bucket_numbers)}"
+    gcs.mkdir(name)
+    yield name
+    gcs.invalidate_cache()
+    gcs.rm(name, recursive=True)
+
+
+# --- Hadoop's own record classes ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def hadoop_records(tmp_path_factory):
+    """``tests/java/HadoopRecords.java`` compiled once against the pyspark wheel's jars."""
+    from helpers.hadoop import HadoopRecords, HadoopToolsMissing
+
+    try:
+        return HadoopRecords.build(tmp_path_factory.mktemp("hadoop-records"))
+    except HadoopToolsMissing as missing:
+        pytest.fail(str(missing), pytrace=False)

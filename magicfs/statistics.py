@@ -89,28 +89,24 @@ class IOStatisticsSnapshot:
         return IOStatisticsSnapshot().aggregate(self)
 
     def pretty(self) -> str:
-        """Hadoop's ``ioStatisticsToPrettyString``: zero counters and empty means omitted."""
-        sections = []
-        counters = {k: v for k, v in sorted(self.counters.items()) if v}
-        gauges = {k: v for k, v in sorted(self.gauges.items()) if v}
-        minimums = {k: v for k, v in sorted(self.minimums.items()) if v >= 0}
-        maximums = {k: v for k, v in sorted(self.maximums.items()) if v >= 0}
-        for title, values in (
-            ("counters", counters),
-            ("gauges", gauges),
-            ("minimums", minimums),
-            ("maximums", maximums),
-        ):
-            if values:
-                body = "\n".join(f"({k}={v})" for k, v in values.items())
-                sections.append(f"{title}=({body});")
-        means = {k: v for k, v in sorted(self.meanstatistics.items()) if v.samples}
-        if means:
-            body = "\n".join(
-                f"({k}=(samples={v.samples}, sum={v.sum}, mean={v.mean:.4f}))"
-                for k, v in means.items()
-            )
-            sections.append(f"means=({body});")
+        """Hadoop's ``ioStatisticsToPrettyString``: all five sections, always, separated by
+        blank lines (an empty one is ``gauges=();``); zero counters and gauges, negative
+        minimums and maximums and empty means are left out."""
+        entries = {
+            "counters": [(k, v) for k, v in sorted(self.counters.items()) if v],
+            "gauges": [(k, v) for k, v in sorted(self.gauges.items()) if v],
+            "minimums": [(k, v) for k, v in sorted(self.minimums.items()) if v >= 0],
+            "maximums": [(k, v) for k, v in sorted(self.maximums.items()) if v >= 0],
+        }
+        sections = [
+            f"{title}=({chr(10).join(f'({k}={v})' for k, v in values)});"
+            for title, values in entries.items()
+        ]
+        means = [(k, v) for k, v in sorted(self.meanstatistics.items()) if v.samples]
+        body = "\n".join(
+            f"({k}=(samples={v.samples}, sum={v.sum}, mean={v.mean:.4f}))" for k, v in means
+        )
+        sections.append(f"means=({body});")
         return "\n\n".join(sections)
 
 

@@ -11,6 +11,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fsspec import AbstractFileSystem
+from fsspec.asyn import sync_wrapper
+
 
 class InjectedFault(OSError):
     """What an injected failure raises."""
@@ -71,6 +74,13 @@ def faulty(fs: Any) -> Any:
                     rule.fired += 1
                     raise InjectedFault(f"injected failure of {operation} {paths}")
 
+        def _real(self, name: str) -> Callable[..., Any]:
+            """The store's own ``name``: async stores (gcsfs) only define ``_name``."""
+            default = getattr(AbstractFileSystem, name, None)
+            if getattr(base, name, None) is default and hasattr(self, f"_{name}"):
+                return sync_wrapper(getattr(self, f"_{name}"), obj=self)
+            return getattr(super(), name)
+
         def _guarded(self, operation: str, call: Callable[[], Any], *paths: Any) -> Any:
             self._check(operation, *paths, after=False)
             result = call()
@@ -79,26 +89,24 @@ def faulty(fs: Any) -> Any:
 
         def mv(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> Any:
             return self._guarded(
-                "mv", lambda: super(Faulty, self).mv(path1, path2, *args, **kwargs), path1, path2
+                "mv", lambda: self._real("mv")(path1, path2, *args, **kwargs), path1, path2
             )
 
         def cp_file(self, path1: Any, path2: Any, **kwargs: Any) -> Any:
             return self._guarded(
-                "cp_file", lambda: super(Faulty, self).cp_file(path1, path2, **kwargs), path1, path2
+                "cp_file", lambda: self._real("cp_file")(path1, path2, **kwargs), path1, path2
             )
 
         def rm_file(self, path: Any, **kwargs: Any) -> Any:
-            return self._guarded(
-                "rm_file", lambda: super(Faulty, self).rm_file(path, **kwargs), path
-            )
+            return self._guarded("rm_file", lambda: self._real("rm_file")(path, **kwargs), path)
 
         def rm(self, path: Any, *args: Any, **kwargs: Any) -> Any:
-            return self._guarded("rm", lambda: super(Faulty, self).rm(path, *args, **kwargs), path)
+            return self._guarded("rm", lambda: self._real("rm")(path, *args, **kwargs), path)
 
         def pipe_file(self, path: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
             return self._guarded(
                 "pipe_file",
-                lambda: super(Faulty, self).pipe_file(path, value, *args, **kwargs),
+                lambda: self._real("pipe_file")(path, value, *args, **kwargs),
                 path,
             )
 
