@@ -13,15 +13,19 @@ from .base import (
     TaskAttempt,
     TaskCommitMessage,
 )
+from .classic import FileOutputCommitter
 from .magic import MagicCommitter
 from .manifest import ManifestCommitter
+from .staging import StagingCommitter
 
 __all__ = [
     "CONFLICT_MODES",
+    "FileOutputCommitter",
     "JobSummary",
     "MagicCommitter",
     "ManifestCommitter",
     "OutputCommitter",
+    "StagingCommitter",
     "TaskAttempt",
     "TaskCommitMessage",
     "committer_for",
@@ -48,11 +52,16 @@ def committer_for(
     """
     protocol = fsspec.core.split_protocol(dest)[0] or "file"
     name = committer or ("magic" if protocol in _S3_PROTOCOLS else "manifest")
-    classes: dict[str, type[OutputCommitter]] = {
-        "magic": MagicCommitter,
-        "manifest": ManifestCommitter,
+    classes: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
+        "magic": (MagicCommitter, {}),
+        "manifest": (ManifestCommitter, {}),
+        "file-v1": (FileOutputCommitter, {"algorithm": 1}),
+        "file-v2": (FileOutputCommitter, {"algorithm": 2}),
+        "directory": (StagingCommitter, {"partitioned": False}),
+        "partitioned": (StagingCommitter, {"partitioned": True}),
     }
     if name not in classes:
         known = ", ".join(sorted(classes))
         raise ValueError(f"unknown committer {name!r} for {dest} (available: {known})")
-    return classes[name](dest, job_id=job_id, storage_options=storage_options, **options)
+    cls, fixed = classes[name]
+    return cls(dest, job_id=job_id, storage_options=storage_options, **fixed, **options)

@@ -49,7 +49,7 @@ import fsspec
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystem import MagicFileSystem, is_s3
 from ..layout import STARTED_SUFFIX, MagicJobLayout, task_attempt_id, task_id
-from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, final_destination, is_deferred_write
+from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, is_deferred_write
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
@@ -61,6 +61,7 @@ from ..s3.commit_ops import CommitOperations
 from ..s3.store import S3Store
 from ..s3.sweep import abort_uploads, recorded_uploads
 from ..s3.tracking import IN_MEMORY_COMMITS
+from ..s3.validation import check_commit, validate_pendingsets
 from .base import (
     JobSummary,
     OutputCommitter,
@@ -458,53 +459,10 @@ class MagicCommitter(OutputCommitter):
 
     def _validate_job(self, pendingsets: list[tuple[str, PendingSet]]) -> list[SinglePendingCommit]:
         """Every check that can fail, before anything is completed."""
-        commits: list[SinglePendingCommit] = []
-        owners: dict[str, str] = {}
-        for path, pendingset in pendingsets:
-            source = f"s3://{path}"
-            if pendingset.job_id and pendingset.job_id != self.job_id:
-                raise InvalidCommitData(
-                    source,
-                    "jobId",
-                    f"Mismatch in Job ID: the record is for job {pendingset.job_id}, "
-                    f"this is job {self.job_id}",
-                )
-            for index, commit in enumerate(pendingset.commits):
-                try:
-                    self._check_commit(commit, source)
-                except InvalidCommitData as e:
-                    raise InvalidCommitData(
-                        source, f"commits[{index}].{e.field}", e.problem
-                    ) from None
-                owner = owners.get(commit.destination)
-                if owner is not None:
-                    raise InvalidCommitData(
-                        source,
-                        f"commits[{index}].destinationKey",
-                        f"s3://{commit.destination} is also written by {owner}: two tasks "
-                        "write the same file",
-                    )
-                owners[commit.destination] = source
-                commits.append(commit)
-        return commits
+        return validate_pendingsets(pendingsets, self.bucket, self.dest_key, self.job_id)
 
     def _check_commit(self, commit: SinglePendingCommit, source: str) -> None:
-        """A commit must land inside the destination, where its own magic path says."""
-        commit.check_destination(self.bucket, self.dest_key, source)
-        written_at = commit.filename or ""
-        if written_at.startswith("s3://"):
-            written_at = written_at[len("s3://") :]
-        if written_at.endswith(PENDING_SUFFIX) and is_deferred_write(
-            written_at[: -len(PENDING_SUFFIX)]
-        ):
-            expected = final_destination(written_at[: -len(PENDING_SUFFIX)])
-            if expected != commit.destination:
-                raise InvalidCommitData(
-                    source,
-                    "destinationKey",
-                    f"s3://{commit.destination} is not where a file written at "
-                    f"s3://{written_at[: -len(PENDING_SUFFIX)]} belongs (s3://{expected})",
-                )
+        check_commit(commit, self.bucket, self.dest_key, source)
 
     def _write_success(
         self,

@@ -140,6 +140,30 @@ class RenameStore:
             self.fs.cp_file(source, dest)
             self.fs.rm_file(source)
 
+    def rename_dir(self, source: str, dest: str) -> int:
+        """Move a directory tree; O(1) on a local disk, a copy and delete per file elsewhere.
+
+        Returns the number of files moved (counted, on a local disk, by one listing).
+        """
+        files = [p for p, i in self.scan(source).items() if i.get("type") != "directory"]
+        if self.supports_atomic_rename:
+            self._make_parent(dest)
+            self.fs.mv(source, dest, recursive=True)
+        else:
+            for path in files:
+                self.rename(path, dest + path[len(source) :])
+        return len(files)
+
+    def children(self, directory: str) -> list[dict[str, Any]]:
+        """``ls(directory, detail=True)``, or ``[]`` when it is missing."""
+        self.fs.invalidate_cache(directory)
+        try:
+            return [
+                e for e in self.fs.ls(directory, detail=True) if e["name"].rstrip("/") != directory
+            ]
+        except FileNotFoundError:
+            return []
+
     def rename_with_recovery(self, source: str, dest: str, size: int, etag: str | None) -> bool:
         """Rename ``source`` to ``dest``; returns ``True`` if a failure was recovered from.
 

@@ -1,0 +1,236 @@
+"""Hadoop's classic FileOutputCommitter, algorithms v1 and v2, for any fsspec filesystem.
+
+The baseline everyone knows, and what the benchmarks measure magicfs against. Layout::
+
+    dest/_temporary/<app attempt>/_temporary/<task attempt id>/...   a task attempt writes
+    dest/_temporary/<app attempt>/<task id>/...                      v1: a committed task
+
+* **v1**: task commit renames the attempt directory to the committed task directory
+  (O(1) on a local disk; a copy and delete of every byte on an object store); job
+  commit merges every committed task directory into the destination with
+  ``mergePaths`` (renaming whole directories where the destination has none), deletes
+  ``_temporary`` and writes a zero-byte ``_SUCCESS``.
+* **v2**: task commit merges the attempt's files straight into the destination; job
+  commit only writes ``_SUCCESS``. Output is visible before the job commits and a
+  failed job's committed tasks stay visible: **unsafe**, kept for comparison only.
+
+Both follow the seed document's ``mergePaths`` pseudo-code. Tasks write plain paths
+(``task.path(...)`` is under the attempt directory); ``committer.fs`` is the store's own
+filesystem. Deliberately classic: no job marker, no records, no validation; two jobs
+writing to one destination share ``_temporary/<app attempt>`` and collide, as in Hadoop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import fsspec
+
+from ..layout import task_attempt_id, task_id
+from ..local import TaskLocalFileSystem
+from ..manifest.store import RenameStore
+from ..paths import join
+from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, elapsed
+
+log = logging.getLogger("magicfs.committer.classic")
+
+TEMPORARY = "_temporary"
+
+
+class FileOutputCommitter(OutputCommitter):
+    """``committer="file-v1"`` (``algorithm=1``) or ``"file-v2"`` (``algorithm=2``)."""
+
+    name = "file-v1"
+
+    def __init__(self, dest: str, *, algorithm: int = 1, **options: Any):
+        if algorithm not in (1, 2):
+            raise ValueError(f"FileOutputCommitter algorithm must be 1 or 2, not {algorithm}")
+        super().__init__(dest, **options)
+        self.algorithm = algorithm
+        self.name = f"file-v{algorithm}"
+        self.store = RenameStore(self.store_fs)
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The store's filesystem; on a local disk one that makes parent directories."""
+        return TaskLocalFileSystem() if self.store.needs_parent_directories else self.store_fs
+
+    @property
+    def temp_root(self) -> str:
+        return join(self.dest, TEMPORARY)
+
+    @property
+    def job_attempt_dir(self) -> str:
+        return join(self.temp_root, str(self.app_attempt))
+
+    def task_attempt_dir(self, attempt_id: str) -> str:
+        return join(self.job_attempt_dir, TEMPORARY, attempt_id)
+
+    def committed_task_dir(self, task_id_: str) -> str:
+        return join(self.job_attempt_dir, task_id_)
+
+    # -- job ---------------------------------------------------------------------------------
+
+    def setup_job(self) -> None:
+        self.check_no_conflict("job setup")
+        self.store.mkdirs(self.job_attempt_dir)
+        log.info("job %s: set up for %s (%s)", self.job_id, self.url, self.name)
+
+    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
+        start = time.monotonic()
+        with self.stats.track("committer_commit_job"):
+            self.check_no_conflict("job commit")
+            if self.conflict_mode == "replace":
+                self.delete_visible_data()
+            tasks = self._committed_tasks(messages) if self.algorithm == 1 else messages or []
+            if self.algorithm == 1:
+                files = sum(self._merge_v1(directory, self.dest) for directory in tasks)
+            else:
+                files = sum(m.files for m in tasks)  # already in place since task commit
+            self.cleanup_job()
+            if self.success_file:
+                self.store.write_bytes(self.success_path, b"")  # zero bytes, as Hadoop writes it
+        self.stats.increment("committer_files_committed", files)
+        summary = JobSummary(
+            job_id=self.job_id,
+            destination=self.url,
+            committer=self.name,
+            files=files,
+            bytes=sum(m.bytes for m in messages or []),
+            tasks=len(tasks),
+            seconds=elapsed(start),
+            success_file=self.store_fs.unstrip_protocol(self.success_path)
+            if self.success_file
+            else None,
+            counters=dict(self.stats.counters()),
+        )
+        log.info(
+            "job %s: committed %d files in %.2fs (%s)",
+            self.job_id,
+            files,
+            summary.seconds,
+            self.name,
+        )
+        return summary
+
+    def _committed_tasks(self, messages: list[TaskCommitMessage] | None) -> list[str]:
+        if messages is not None:
+            return [m.record for m in messages]
+        return [
+            entry["name"]
+            for entry in self.store.children(self.job_attempt_dir)
+            if entry.get("type") == "directory" and not entry["name"].endswith("/" + TEMPORARY)
+        ]
+
+    def abort_job(self) -> None:
+        self.store.delete_tree(self.job_attempt_dir)
+        self.cleanup_job()
+
+    def cleanup_job(self) -> None:
+        self.store.delete_tree(self.temp_root)
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def task_attempt(self, task_id_: int, attempt: int = 0) -> TaskAttempt:
+        attempt_id = task_attempt_id(self.job_id, task_id_, attempt)
+        return TaskAttempt(
+            job_id=self.job_id,
+            task_index=task_id_,
+            attempt_number=attempt,
+            task_id=task_id(self.job_id, task_id_),
+            attempt_id=attempt_id,
+            work_path=self.task_attempt_dir(attempt_id),
+        )
+
+    def setup_task(self, task: TaskAttempt) -> None:
+        """Nothing on object stores; the attempt directory on a local disk."""
+        self.store.mkdirs(task.work_path)
+
+    def needs_task_commit(self, task: TaskAttempt) -> bool:
+        return self.store.fs.exists(task.work_path)
+
+    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
+        start = time.monotonic()
+        found = self.store.scan(task.work_path)
+        files = [i for i in found.values() if i.get("type") != "directory"]
+        committed = self.committed_task_dir(task.task_id)
+        with self.stats.track("committer_commit_task"):
+            if found or self.store.fs.exists(task.work_path):
+                if self.algorithm == 1:
+                    self.store.delete_tree(committed)
+                    self.store.rename_dir(task.work_path, committed)
+                else:
+                    self._merge_v2(task.work_path, self.dest)
+                    self.store.delete_tree(task.work_path)
+        log.info(
+            "task %s: committed %d files in %.2fs (%s)",
+            task.attempt_id,
+            len(files),
+            elapsed(start),
+            self.name,
+        )
+        return TaskCommitMessage(
+            committer=self.name,
+            job_id=self.job_id,
+            task_id=task.task_id,
+            attempt_id=task.attempt_id,
+            record=committed,
+            files=len(files),
+            bytes=sum(int(i.get("size") or 0) for i in files),
+        )
+
+    def abort_task(self, task: TaskAttempt) -> None:
+        self.store.delete_tree(task.work_path)
+
+    # -- mergePaths (seed document, "The FileOutputCommitter") ------------------------------
+
+    def _merge_v1(self, source: str, dest: str) -> int:
+        """Merge ``source`` into ``dest``; returns the number of files moved."""
+        target = self.store.info(dest)
+        source_info = self.store.info(source)
+        if source_info is None:
+            return 0
+        if source_info.get("type") != "directory":
+            if target is not None:
+                self._delete(dest, target)
+            self.store.rename(source, dest)
+            return 1
+        if target is not None and target.get("type") == "directory":
+            return sum(
+                self._merge_v1(child["name"], join(dest, _name(child)))
+                for child in self.store.children(source)
+            )
+        if target is not None:
+            self._delete(dest, target)
+        return self.store.rename_dir(source, dest)
+
+    def _merge_v2(self, source: str, dest: str) -> int:
+        """v2: recurse down the source tree and rename every file into ``dest``."""
+        source_info = self.store.info(source)
+        if source_info is None:
+            return 0
+        target = self.store.info(dest)
+        if source_info.get("type") != "directory":
+            if target is not None:
+                self._delete(dest, target)
+            self.store.rename(source, dest)
+            return 1
+        if target is not None and target.get("type") != "directory":
+            self._delete(dest, target)
+        self.store.mkdirs(dest)
+        return sum(
+            self._merge_v2(child["name"], join(dest, _name(child)))
+            for child in self.store.children(source)
+        )
+
+    def _delete(self, path: str, info: dict[str, Any]) -> None:
+        if info.get("type") == "directory":
+            self.store.delete_tree(path)
+        else:
+            self.store.delete_file(path)
+
+
+def _name(entry: dict[str, Any]) -> str:
+    return entry["name"].rstrip("/").rsplit("/", 1)[-1]
