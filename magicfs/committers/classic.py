@@ -50,7 +50,7 @@ class FileOutputCommitter(OutputCommitter):
         super().__init__(dest, **options)
         self.algorithm = algorithm
         self.name = f"file-v{algorithm}"
-        self.store = RenameStore(self.store_fs)
+        self.store = RenameStore(self.store_fs, self.threads)
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:

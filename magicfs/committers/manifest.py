@@ -102,7 +102,7 @@ class ManifestCommitter(OutputCommitter):
         self.save_attempts = save_attempts
         self.cleanup_enabled = cleanup
         self.layout = ManifestJobLayout(self.dest, self.job_id, self.app_attempt)
-        self.store = RenameStore(self.store_fs)
+        self.store = RenameStore(self.store_fs, self.threads)
         self._fs = MagicFileSystem(fs=self.store_fs)
 
     @property

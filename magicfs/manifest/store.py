@@ -18,6 +18,7 @@ here and nowhere else:
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from typing import Any
 
@@ -38,8 +39,10 @@ def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
 class RenameStore:
     """Store operations of the manifest committer, over ``fs``."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem):
+    def __init__(self, fs: fsspec.AbstractFileSystem, threads: int = 8):
         self.fs = fs
+        #: Files copied at once when a directory is "renamed" on an object store.
+        self.threads = threads
         #: Capability: a rename is one atomic operation (else copy, then delete).
         self.supports_atomic_rename = bool(_protocols(fs) & _LOCAL_PROTOCOLS)
         #: Capability: files need their parent directories to exist (a real filesystem).
@@ -149,9 +152,9 @@ class RenameStore:
         if self.supports_atomic_rename:
             self._make_parent(dest)
             self.fs.mv(source, dest, recursive=True)
-        else:
-            for path in files:
-                self.rename(path, dest + path[len(source) :])
+        else:  # as S3A renames a directory: copy and delete each file, in parallel
+            with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-rename") as pool:
+                list(pool.map(lambda path: self.rename(path, dest + path[len(source) :]), files))
         return len(files)
 
     def children(self, directory: str) -> list[dict[str, Any]]:
