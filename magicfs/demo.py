@@ -289,6 +289,14 @@ def run_demo(keep: bool = False) -> int:
         if keep:
             say(f"\nserver kept running at {server.endpoint_url} (Ctrl-C to stop). Try:")
             say(
+                f"  magicfs success s3://{BUCKET}/sales --endpoint-url {server.endpoint_url} "
+                "-o key=testing -o secret=testing"
+            )
+            say(
+                f"  magicfs uploads list s3://{BUCKET}/ --endpoint-url {server.endpoint_url} "
+                "-o key=testing -o secret=testing"
+            )
+            say(
                 f"  AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing aws --endpoint-url "
                 f"{server.endpoint_url} s3 ls --recursive s3://{BUCKET}/"
             )

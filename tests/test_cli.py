@@ -14,6 +14,7 @@ import pytest
 from helpers import object_keys, pending_uploads, visible_keys
 from helpers.cli import run_cli
 from helpers.paging import PagedUploadListing
+from helpers.reference_documents import MANIFEST_SUCCESS, SUCCESS
 
 import magicfs
 from magicfs import MagicFileSystem
@@ -33,32 +34,8 @@ MOTO_INITIATED = "2010-11-10T20:48:33Z"
 SECRET = "SUPERSECRET123"
 
 # Hadoop's SuccessData example (reference §1.4): written by an S3A committer.
-HADOOP_S3A_SUCCESS = (
-    '{"name":"org.apache.hadoop.fs.s3a.commit.files.SuccessData/1","success":true,'
-    '"timestamp":1728480100000,"date":"Wed Oct 09 13:21:40 UTC 2024","hostname":"host1",'
-    '"committer":"magic","description":"Task committer attempt_202410091320_0001_m_000000_0",'
-    '"jobId":"0d1f","jobIdSource":"spark.sql.sources.writeJobUUID",'
-    '"metrics":{"committer_commits_completed":1},"diagnostics":{"fs.s3a.committer.threads":"8",'
-    '"fs.s3a.connection.maximum":"500","fs.s3a.max.total.tasks":"32"},'
-    '"filenames":["/out/year=2024/part-0000.csv"],"iostatistics":{"counters":'
-    '{"committer_commits_completed":1},"gauges":{},"minimums":{},"maximums":{},'
-    '"meanstatistics":{}},"state":null,"stage":null}'
-)
-# Hadoop's ManifestSuccessData example (reference §1.6): written by the manifest committer.
-HADOOP_MANIFEST_SUCCESS = """{
-  "name" : "org.apache.hadoop.fs.s3a.commit.files.SuccessData/1",
-  "timestamp" : 1728480100000,
-  "success" : true,
-  "date" : "2024-10-09T13:21:40.003+01:00[Europe/London]",
-  "hostname" : "host1",
-  "committer" : "org.apache.hadoop.mapreduce.lib.output.committer.manifest.ManifestCommitter",
-  "jobId" : "job_202410091320_0001",
-  "jobIdSource" : "JobID",
-  "metrics" : { },
-  "diagnostics" : { "principal" : "alice", "stage" : "committer_commit_job" },
-  "filenames" : [ "abfs://c@acct.dfs.core.windows.net/out/year=2024/part-0000" ],
-  "iostatistics" : { "counters" : { "committer_files_committed" : 1, "committer_bytes_committed" : 21 }, "gauges" : { }, "minimums" : { }, "maximums" : { }, "meanstatistics" : { } }
-}"""  # noqa: E501
+HADOOP_S3A_SUCCESS = SUCCESS
+HADOOP_MANIFEST_SUCCESS = MANIFEST_SUCCESS
 
 
 @pytest.fixture

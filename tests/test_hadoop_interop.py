@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from helpers.hadoop import HadoopRejected
-from test_records import MANIFEST, MANIFEST_SUCCESS, SUCCESS  # hadoop-committers.md §1.4-1.6
+from helpers.reference_documents import MANIFEST, MANIFEST_SUCCESS, SUCCESS
 
 from magicfs.errors import InvalidCommitData
 from magicfs.records import (

@@ -543,3 +543,35 @@ def test_an_aborted_attempt_cannot_commit(make_committer, s3_client, bucket):
     committer.commit_job()  # the first attempt's record is untouched
     assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/from-first"]
     assert pending_uploads(s3_client, bucket) == []
+
+
+def test_credentials_are_never_logged_or_written(bucket, s3_options, s3, s3_client, caplog):
+    import logging
+
+    secret = "SECRET-7f3a9c-DO-NOT-LEAK"
+    options = {**s3_options, "secret": secret, "skip_instance_cache": True}
+    # moto accepts any secret: the job works, and we look for the secret everywhere.
+    caplog.set_level(logging.DEBUG, logger="magicfs")
+    committer = MagicCommitter(f"s3://{bucket}/out", storage_options=options)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    write_text(committer, task)
+    committer.commit_task(task)
+    other = committer.task_attempt(1)
+    committer.setup_task(other)
+    write_text(committer, other, "aborted")
+    committer.abort_task(other)
+
+    def everything_stored() -> bytes:
+        keys = object_keys(s3_client, bucket)
+        bodies = [s3_client.get_object(Bucket=bucket, Key=key) for key in keys]
+        return b"".join(b["Body"].read() + repr(b["Metadata"]).encode() for b in bodies)
+
+    during = everything_stored()  # markers, .pending, pendingsets, the job marker
+    assert b"pendingset" in b"".join(k.encode() for k in object_keys(s3_client, bucket))
+    summary = committer.commit_job()
+    assert caplog.records and secret not in caplog.text
+    assert secret.encode() not in during
+    assert secret.encode() not in everything_stored()
+    assert secret not in repr(summary) and secret not in repr(committer)

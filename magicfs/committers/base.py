@@ -33,8 +33,10 @@ from typing import Any, ClassVar, Self
 
 import fsspec
 
-from ..errors import CommitConflictError
+from ..errors import CommitConflictError, CommitFailedError
 from ..layout import check_job_id
+from ..layout import task_attempt_id as layout_attempt_id
+from ..layout import task_id as layout_task_id
 from ..paths import BASE, is_magic_element, join
 from ..statistics import IOStatisticsStore
 
@@ -200,8 +202,23 @@ class OutputCommitter(ABC):
     @abstractmethod
     def setup_job(self) -> None: ...
 
+    def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt:
+        """Hadoop-style ids for attempt ``attempt`` of task ``task_id`` of this job."""
+        if task_id < 0 or attempt < 0:
+            raise ValueError(f"task and attempt numbers must be >= 0, not {task_id}/{attempt}")
+        attempt_id = layout_attempt_id(self.job_id, task_id, attempt)
+        return TaskAttempt(
+            job_id=self.job_id,
+            task_index=task_id,
+            attempt_number=attempt,
+            task_id=layout_task_id(self.job_id, task_id),
+            attempt_id=attempt_id,
+            work_path=self.work_path_for(attempt_id),
+        )
+
     @abstractmethod
-    def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt: ...
+    def work_path_for(self, attempt_id: str) -> str:
+        """Where the attempt writes (what ``task.path(...)`` builds on)."""
 
     @abstractmethod
     def setup_task(self, task: TaskAttempt) -> None: ...
@@ -224,6 +241,92 @@ class OutputCommitter(ABC):
 
     @abstractmethod
     def cleanup_job(self) -> None: ...
+
+    # -- shared parts of job commit ------------------------------------------------------
+
+    def check_messages(self, messages: list[TaskCommitMessage], records_under: str) -> list[str]:
+        """The records named by ``messages``, once each is known to be this job's own.
+
+        One message per task, from this job, naming a record under ``records_under``; a
+        missing message (Spark's ``None`` for a task that never reported) is an error.
+        """
+        tasks: dict[str, str] = {}
+        for index, message in enumerate(messages):
+            if message is None:
+                raise CommitFailedError(
+                    f"job {self.job_id}: message {index} is missing: a task did not report, "
+                    "so the job cannot be committed"
+                )
+            if message.job_id != self.job_id:
+                raise CommitFailedError(
+                    f"job {self.job_id}: message for task {message.task_id} comes from job "
+                    f"{message.job_id}"
+                )
+            if not message.record.startswith(records_under.rstrip("/") + "/"):
+                raise CommitFailedError(
+                    f"job {self.job_id}: message for task {message.task_id} names a record "
+                    f"outside this job: {message.record}"
+                )
+            if message.task_id in tasks:
+                raise CommitFailedError(
+                    f"job {self.job_id}: two messages for task {message.task_id} (attempts "
+                    f"{tasks[message.task_id]} and {message.attempt_id})"
+                )
+            tasks[message.task_id] = message.attempt_id
+        return [message.record for message in messages]
+
+    def metrics(
+        self, files: int, size: int, tasks: int, start: float, rows: int | None
+    ) -> dict[str, int]:
+        """``_SUCCESS`` metrics: totals, duration and (when known) rows."""
+        metrics = {
+            "files": files,
+            "bytes": size,
+            "tasks": tasks,
+            "duration_ms": int(elapsed(start) * 1000),
+        }
+        if rows is not None:
+            metrics["rows"] = rows
+        return metrics
+
+    def diagnostics(self, **extra: str) -> dict[str, str]:
+        """``_SUCCESS`` diagnostics: how the job was configured."""
+        return {
+            "magicfs.destination": self.url,
+            "magicfs.committer.threads": str(self.threads),
+            "magicfs.conflict_mode": self.conflict_mode,
+            **extra,
+        }
+
+    def summarise(
+        self, files: int, size: int, tasks: int, start: float, filenames: list[str]
+    ) -> JobSummary:
+        """The :class:`JobSummary` of a committed job, logged at INFO."""
+        summary = JobSummary(
+            job_id=self.job_id,
+            destination=self.url,
+            committer=self.name,
+            files=files,
+            bytes=size,
+            tasks=tasks,
+            seconds=elapsed(start),
+            success_file=self.store_fs.unstrip_protocol(self.success_path)
+            if self.success_file
+            else None,
+            filenames=list(filenames),
+            counters=dict(self.stats.counters()),
+        )
+        log.info(
+            "job %s: committed %d files (%d bytes) from %d tasks to %s in %.2fs (%s committer)",
+            self.job_id,
+            files,
+            size,
+            tasks,
+            self.url,
+            summary.seconds,
+            self.name,
+        )
+        return summary
 
     # -- conflict handling shared by every committer -------------------------------------
 

@@ -28,7 +28,6 @@ from typing import Any
 
 import fsspec
 
-from ..layout import task_attempt_id, task_id
 from ..local import TaskLocalFileSystem
 from ..manifest.store import RenameStore
 from ..paths import join
@@ -93,26 +92,7 @@ class FileOutputCommitter(OutputCommitter):
             if self.success_file:
                 self.store.write_bytes(self.success_path, b"")  # zero bytes, as Hadoop writes it
         self.stats.increment("committer_files_committed", files)
-        summary = JobSummary(
-            job_id=self.job_id,
-            destination=self.url,
-            committer=self.name,
-            files=files,
-            bytes=sum(m.bytes for m in messages or []),
-            tasks=len(tasks),
-            seconds=elapsed(start),
-            success_file=self.store_fs.unstrip_protocol(self.success_path)
-            if self.success_file
-            else None,
-            counters=dict(self.stats.counters()),
-        )
-        log.info(
-            "job %s: committed %d files in %.2fs (%s)",
-            self.job_id,
-            files,
-            summary.seconds,
-            self.name,
-        )
+        summary = self.summarise(files, sum(m.bytes for m in messages or []), len(tasks), start, [])
         return summary
 
     def _committed_tasks(self, messages: list[TaskCommitMessage] | None) -> list[str]:
@@ -133,16 +113,8 @@ class FileOutputCommitter(OutputCommitter):
 
     # -- tasks ---------------------------------------------------------------------------------
 
-    def task_attempt(self, task_id_: int, attempt: int = 0) -> TaskAttempt:
-        attempt_id = task_attempt_id(self.job_id, task_id_, attempt)
-        return TaskAttempt(
-            job_id=self.job_id,
-            task_index=task_id_,
-            attempt_number=attempt,
-            task_id=task_id(self.job_id, task_id_),
-            attempt_id=attempt_id,
-            work_path=self.task_attempt_dir(attempt_id),
-        )
+    def work_path_for(self, attempt_id: str) -> str:
+        return self.task_attempt_dir(attempt_id)
 
     def setup_task(self, task: TaskAttempt) -> None:
         """Nothing on object stores; the attempt directory on a local disk."""

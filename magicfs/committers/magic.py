@@ -48,7 +48,7 @@ import fsspec
 
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystem import MagicFileSystem, is_s3
-from ..layout import STARTED_SUFFIX, MagicJobLayout, task_attempt_id, task_id
+from ..layout import STARTED_SUFFIX, MagicJobLayout
 from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, is_deferred_write
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
@@ -137,18 +137,8 @@ class MagicCommitter(OutputCommitter):
 
     # -- tasks --------------------------------------------------------------------------------
 
-    def task_attempt(self, task_id_: int, attempt: int = 0) -> TaskAttempt:
-        if task_id_ < 0 or attempt < 0:
-            raise ValueError(f"task and attempt numbers must be >= 0, not {task_id_}/{attempt}")
-        attempt_id = task_attempt_id(self.job_id, task_id_, attempt)
-        return TaskAttempt(
-            job_id=self.job_id,
-            task_index=task_id_,
-            attempt_number=attempt,
-            task_id=task_id(self.job_id, task_id_),
-            attempt_id=attempt_id,
-            work_path=self.layout.work_path(attempt_id),
-        )
+    def work_path_for(self, attempt_id: str) -> str:
+        return self.layout.work_path(attempt_id)
 
     def setup_task(self, task: TaskAttempt) -> None:
         self._check_task(task)
@@ -356,28 +346,8 @@ class MagicCommitter(OutputCommitter):
         self.stats.increment("committer_jobs_completed")
         committed_attempts = {self._committed_attempt(path, p) for path, p in pendingsets}
         self._cleanup(committed_attempts, {c.upload_id for c in commits}, quiet=True)
-        summary = JobSummary(
-            job_id=self.job_id,
-            destination=self.url,
-            committer=self.name,
-            files=len(result.completed),
-            bytes=result.bytes,
-            tasks=len(pendingsets),
-            seconds=elapsed(start),
-            success_file=self.store_fs.unstrip_protocol(self.success_path)
-            if self.success_file
-            else None,
-            filenames=list(success.filenames),
-            counters=dict(self.stats.counters()),
-        )
-        log.info(
-            "job %s: committed %d files (%d bytes) from %d tasks to %s in %.2fs",
-            self.job_id,
-            summary.files,
-            summary.bytes,
-            summary.tasks,
-            self.url,
-            summary.seconds,
+        summary = self.summarise(
+            len(result.completed), result.bytes, len(pendingsets), start, success.filenames
         )
         return summary
 
@@ -415,30 +385,7 @@ class MagicCommitter(OutputCommitter):
     def _load_message_pendingsets(
         self, messages: list[TaskCommitMessage]
     ) -> list[tuple[str, PendingSet]]:
-        tasks: dict[str, str] = {}
-        for index, message in enumerate(messages):
-            if message is None:
-                raise CommitFailedError(
-                    f"job {self.job_id}: message {index} is missing: a task did not report, "
-                    "so the job cannot be committed"
-                )
-            if message.job_id != self.job_id:
-                raise CommitFailedError(
-                    f"job {self.job_id}: message for task {message.task_id} comes from job "
-                    f"{message.job_id}"
-                )
-            if not message.record.startswith(self.layout.tasks_dir + "/"):
-                raise CommitFailedError(
-                    f"job {self.job_id}: message for task {message.task_id} names a record "
-                    f"outside this job: {message.record}"
-                )
-            if message.task_id in tasks:
-                raise CommitFailedError(
-                    f"job {self.job_id}: two messages for task {message.task_id} (attempts "
-                    f"{tasks[message.task_id]} and {message.attempt_id})"
-                )
-            tasks[message.task_id] = message.attempt_id
-        return self._load_pendingsets([message.record for message in messages])
+        return self._load_pendingsets(self.check_messages(messages, self.layout.tasks_dir))
 
     def _load_pendingsets(self, paths: Iterable[str]) -> list[tuple[str, PendingSet]]:
         futures = [
@@ -482,19 +429,8 @@ class MagicCommitter(OutputCommitter):
             description=f"magicfs {type(self).__name__} for job {self.job_id}",
             job_id=self.job_id,
             job_id_source=self.job_id_source,
-            metrics={
-                "files": len(completed),
-                "bytes": total_bytes,
-                "tasks": len(pendingsets),
-                "duration_ms": int(elapsed(start) * 1000),
-                **({"rows": rows} if rows is not None else {}),
-            },
-            diagnostics={
-                "magicfs.destination": self.url,
-                "magicfs.committer.threads": str(self.threads),
-                "magicfs.conflict_mode": self.conflict_mode,
-                "magicfs.in_memory": str(self.in_memory).lower(),
-            },
+            metrics=self.metrics(len(completed), total_bytes, len(pendingsets), start, rows),
+            diagnostics=self.diagnostics(**{"magicfs.in_memory": str(self.in_memory).lower()}),
             iostatistics=statistics,
         )
         for commit in sorted(completed, key=lambda c: c.destination_key):
@@ -542,7 +478,7 @@ class MagicCommitter(OutputCommitter):
         uploads = [
             u for u in recorded_uploads(self.store, candidates) if u.upload_id not in committed_ids
         ]
-        aborted = abort_uploads(self.store, uploads)
+        aborted = abort_uploads(self.store, uploads, self.progress)
         if uploads:
             # An abort racing a part upload can leave the upload alive: look once more.
             doomed = {u.upload_id for u in uploads}

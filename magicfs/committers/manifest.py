@@ -34,7 +34,6 @@ from typing import Any
 
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystem import MagicFileSystem, is_s3
-from ..layout import task_attempt_id, task_id
 from ..manifest.layout import MANIFEST_SUFFIX, ManifestJobLayout
 from ..manifest.stages import (
     LoadedManifests,
@@ -143,18 +142,9 @@ class ManifestCommitter(OutputCommitter):
 
     # -- tasks ------------------------------------------------------------------------------------
 
-    def task_attempt(self, task_id_: int, attempt: int = 0) -> TaskAttempt:
-        if task_id_ < 0 or attempt < 0:
-            raise ValueError(f"task and attempt numbers must be >= 0, not {task_id_}/{attempt}")
-        attempt_id = task_attempt_id(self.job_id, task_id_, attempt)
-        return TaskAttempt(
-            job_id=self.job_id,
-            task_index=task_id_,
-            attempt_number=attempt,
-            task_id=task_id(self.job_id, task_id_),
-            attempt_id=attempt_id,
-            work_path=self.layout.magic_work_path(attempt_id),
-        )
+    def work_path_for(self, attempt_id: str) -> str:
+        """The magic path tasks write to; ``committer.fs`` routes it to the attempt's directory."""
+        return self.layout.magic_work_path(attempt_id)
 
     def setup_task(self, task: TaskAttempt) -> None:
         self._check_task(task)
@@ -278,28 +268,8 @@ class ManifestCommitter(OutputCommitter):
         outcome = cleanup(context, self.cleanup_enabled)
         if outcome.outcome is Outcome.FAILURE:
             log.warning("job %s: clean-up failed: %s", self.job_id, outcome.error)
-        summary = JobSummary(
-            job_id=self.job_id,
-            destination=self.url,
-            committer=self.name,
-            files=renamed.files,
-            bytes=renamed.bytes,
-            tasks=len(loaded.task_ids),
-            seconds=elapsed(start),
-            success_file=self.store_fs.unstrip_protocol(self.success_path)
-            if self.success_file
-            else None,
-            filenames=list(success.filenames),
-            counters=dict(self.stats.counters()),
-        )
-        log.info(
-            "job %s: committed %d files (%d bytes) from %d tasks to %s in %.2fs",
-            self.job_id,
-            summary.files,
-            summary.bytes,
-            summary.tasks,
-            self.url,
-            summary.seconds,
+        summary = self.summarise(
+            renamed.files, renamed.bytes, len(loaded.task_ids), start, success.filenames
         )
         return summary
 
@@ -323,30 +293,7 @@ class ManifestCommitter(OutputCommitter):
                     "up, or has already been committed or aborted"
                 )
             return paths
-        tasks: dict[str, str] = {}
-        for index, message in enumerate(messages):
-            if message is None:
-                raise CommitFailedError(
-                    f"job {self.job_id}: message {index} is missing: a task did not report, "
-                    "so the job cannot be committed"
-                )
-            if message.job_id != self.job_id:
-                raise CommitFailedError(
-                    f"job {self.job_id}: message for task {message.task_id} comes from job "
-                    f"{message.job_id}"
-                )
-            if not message.record.startswith(self.layout.tasks_dir + "/"):
-                raise CommitFailedError(
-                    f"job {self.job_id}: message for task {message.task_id} names a record "
-                    f"outside this job: {message.record}"
-                )
-            if message.task_id in tasks:
-                raise CommitFailedError(
-                    f"job {self.job_id}: two messages for task {message.task_id} (attempts "
-                    f"{tasks[message.task_id]} and {message.attempt_id})"
-                )
-            tasks[message.task_id] = message.attempt_id
-        return [message.record for message in messages]
+        return self.check_messages(messages, self.layout.tasks_dir)
 
     # -- _SUCCESS and reports ----------------------------------------------------------------------
 
@@ -361,13 +308,7 @@ class ManifestCommitter(OutputCommitter):
             diagnostics=self._diagnostics("committer_commit_job"),
             filenames=list(renamed.first_destinations),
             iostatistics=statistics,
-            metrics={
-                "files": renamed.files,
-                "bytes": renamed.bytes,
-                "tasks": len(loaded.task_ids),
-                "duration_ms": int(elapsed(start) * 1000),
-                **({"rows": rows} if rows is not None else {}),
-            },
+            metrics=self.metrics(renamed.files, renamed.bytes, len(loaded.task_ids), start, rows),
         )
         return success
 
@@ -386,13 +327,7 @@ class ManifestCommitter(OutputCommitter):
         )
 
     def _diagnostics(self, stage: str) -> dict[str, str]:
-        return {
-            "principal": _principal(),
-            "stage": stage,
-            "magicfs.destination": self.url,
-            "magicfs.committer.threads": str(self.threads),
-            "magicfs.conflict_mode": self.conflict_mode,
-        }
+        return self.diagnostics(principal=_principal(), stage=stage)
 
     def _report(self, data: ManifestSuccessData) -> None:
         if self.report_dir:

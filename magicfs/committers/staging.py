@@ -43,7 +43,6 @@ import fsspec
 
 from ..errors import CommitConflictError, InvalidCommitData
 from ..filesystem import is_s3
-from ..layout import task_attempt_id, task_id
 from ..local import TaskLocalFileSystem
 from ..paths import join
 from ..records import (
@@ -150,16 +149,9 @@ class StagingCommitter(OutputCommitter):
 
     # -- tasks -----------------------------------------------------------------------------------
 
-    def task_attempt(self, task_id_: int, attempt: int = 0) -> TaskAttempt:
-        attempt_id = task_attempt_id(self.job_id, task_id_, attempt)
-        return TaskAttempt(
-            job_id=self.job_id,
-            task_index=task_id_,
-            attempt_number=attempt,
-            task_id=task_id(self.job_id, task_id_),
-            attempt_id=attempt_id,
-            work_path=os.path.join(self.buffer_dir, self.job_id, "tasks", attempt_id),
-        )
+    def work_path_for(self, attempt_id: str) -> str:
+        """A private local directory: tasks write plain local files."""
+        return os.path.join(self.buffer_dir, self.job_id, "tasks", attempt_id)
 
     def setup_task(self, task: TaskAttempt) -> None:
         _private_directory(self.buffer_dir)
@@ -316,26 +308,8 @@ class StagingCommitter(OutputCommitter):
             self._abort_quietly()
             raise
         self.cleanup_job()
-        summary = JobSummary(
-            job_id=self.job_id,
-            destination=self.url,
-            committer=self.name,
-            files=len(result.completed),
-            bytes=result.bytes,
-            tasks=len(pendingsets),
-            seconds=elapsed(start),
-            success_file=self.store_fs.unstrip_protocol(self.success_path)
-            if self.success_file
-            else None,
-            filenames=list(success.filenames),
-            counters=dict(self.stats.counters()),
-        )
-        log.info(
-            "job %s: committed %d files (%s) in %.2fs",
-            self.job_id,
-            summary.files,
-            self.name,
-            summary.seconds,
+        summary = self.summarise(
+            len(result.completed), result.bytes, len(pendingsets), start, success.filenames
         )
         return summary
 
@@ -350,18 +324,7 @@ class StagingCommitter(OutputCommitter):
                 and not _basename(entry["name"]).startswith(("_", "."))
             ]
         else:
-            for message in messages:
-                if message is not None and message.job_id != self.job_id:
-                    raise InvalidCommitData(
-                        None,
-                        "jobId",
-                        f"message from job {message.job_id}, this is job {self.job_id}",
-                    )
-            records = [self._committed_record(m.task_id) for m in messages if m is not None]
-            if len(records) != len(messages):
-                raise FileNotFoundError(
-                    f"job {self.job_id}: a task did not report; the job cannot commit"
-                )
+            records = self.check_messages(messages, self.wrapped.job_attempt_dir)
         return [(record, self._load_record(record)) for record in records]
 
     def _load_record(self, path: str) -> PendingSet:
@@ -397,19 +360,10 @@ class StagingCommitter(OutputCommitter):
             description=f"magicfs StagingCommitter ({self.name}) for job {self.job_id}",
             job_id=self.job_id,
             job_id_source=self.job_id_source,
-            metrics={
-                "files": len(result.completed),
-                "bytes": result.bytes,
-                "tasks": len(pendingsets),
-                "duration_ms": int(elapsed(start) * 1000),
-                **({"rows": rows} if rows is not None else {}),
-            },
-            diagnostics={
-                "magicfs.destination": self.url,
-                "magicfs.committer.threads": str(self.threads),
-                "magicfs.conflict_mode": self.conflict_mode,
-                "magicfs.staging_dir": self.staging_dir,
-            },
+            metrics=self.metrics(
+                len(result.completed), result.bytes, len(pendingsets), start, rows
+            ),
+            diagnostics=self.diagnostics(**{"magicfs.staging_dir": self.staging_dir}),
             iostatistics=statistics,
         )
         for commit in sorted(result.completed, key=lambda c: c.destination_key):

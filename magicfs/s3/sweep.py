@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..errors import InvalidCommitData
 from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, final_destination, is_deferred_write
+from ..progress import progress_bar
 from ..records import PendingSet, SinglePendingCommit
 from .store import S3Store
 from .tracking import META_UPLOAD_ID
@@ -76,7 +77,9 @@ def recorded_uploads(store: S3Store, paths: Iterable[str]) -> list[RecordedUploa
     return list(found.values())
 
 
-def abort_uploads(store: S3Store, uploads: Iterable[RecordedUpload]) -> int:
+def abort_uploads(
+    store: S3Store, uploads: Iterable[RecordedUpload], progress: bool | None = None
+) -> int:
     """Abort each upload (concurrently); uploads already gone are fine. Returns aborts made."""
     futures = {
         store.submit("abort_multipart_upload", Bucket=u.bucket, Key=u.key, UploadId=u.upload_id): u
@@ -84,14 +87,16 @@ def abort_uploads(store: S3Store, uploads: Iterable[RecordedUpload]) -> int:
     }
     aborted = 0
     errors: list[str] = []
-    for future in concurrent.futures.as_completed(futures):
-        try:
-            future.result()
-            aborted += 1
-        except FileNotFoundError:
-            pass  # NoSuchUpload: already aborted or completed
-        except OSError as e:
-            errors.append(f"{futures[future].source}: {e}")
+    with progress_bar(len(futures), "aborting uploads", progress) as bar:
+        for future in concurrent.futures.as_completed(futures):
+            bar.update()
+            try:
+                future.result()
+                aborted += 1
+            except FileNotFoundError:
+                pass  # NoSuchUpload: already aborted or completed
+            except OSError as e:
+                errors.append(f"{futures[future].source}: {e}")
     if errors:
         raise OSError(f"could not abort {len(errors)} uploads; first: {errors[0]}")
     return aborted

@@ -43,7 +43,11 @@ def cleanup(context: StageContext, enabled: bool = True) -> CleanupOutcome:
                 for path, info in _children(context, layout.tasks_dir)
                 if info.get("type") == "directory"
             ]
-            deleted = sum(context.parallel(store.delete_tree, attempt_dirs, "deleting attempts"))
+            deleted = sum(
+                context.parallel(
+                    store.delete_tree, attempt_dirs, "deleting task attempts", len(attempt_dirs)
+                )
+            )
             store.delete_tree(layout.job_dir)
             if not any(True for _ in _children(context, layout.temp_root)):
                 store.delete_tree(layout.temp_root)

@@ -85,6 +85,6 @@ def delete_renamed(context: StageContext, renamed_log: str) -> int:
         return context.store.delete_file(context.store.path(dest))
 
     with context.stats.track("job_stage_revert_renames"):
-        reverted = sum(context.parallel(delete, entries(), "reverting renames"))
+        reverted = sum(context.parallel(delete, entries(), "reverting renames"))  # (no total known)
     context.stats.increment("committer_files_reverted", reverted)
     return reverted
