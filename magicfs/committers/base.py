@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -38,6 +39,7 @@ from ..layout import check_job_id
 from ..layout import task_attempt_id as layout_attempt_id
 from ..layout import task_id as layout_task_id
 from ..paths import BASE, is_magic_element, join
+from ..records import PendingSet, SinglePendingCommit, SuccessData
 from ..statistics import IOStatisticsStore
 
 log = logging.getLogger("magicfs.committer")
@@ -242,6 +244,42 @@ class OutputCommitter(ABC):
     @abstractmethod
     def cleanup_job(self) -> None: ...
 
+    # -- shared parts of job setup and task commit ------------------------------------------
+
+    def job_marker_document(self) -> bytes:
+        """The job marker's JSON: which job is active where, since when, started by whom."""
+        marker = {
+            "jobId": self.job_id,
+            "committer": self.name,
+            "destination": self.url,
+            "created": int(time.time() * 1000),
+            "hostname": socket.gethostname(),
+        }
+        return json.dumps(marker).encode()
+
+    def task_committed(
+        self, task: TaskAttempt, record: str, files: int, size: int, start: float, verb: str
+    ) -> TaskCommitMessage:
+        """Log a committed task (``verb``: what its commit did) and build its message."""
+        log.info(
+            "task %s: %s %d files (%d bytes) in %.2fs (%s committer)",
+            task.attempt_id,
+            verb,
+            files,
+            size,
+            elapsed(start),
+            self.name,
+        )
+        return TaskCommitMessage(
+            committer=self.name,
+            job_id=self.job_id,
+            task_id=task.task_id,
+            attempt_id=task.attempt_id,
+            record=record,
+            files=files,
+            bytes=size,
+        )
+
     # -- shared parts of job commit ------------------------------------------------------
 
     def check_messages(self, messages: list[TaskCommitMessage], records_under: str) -> list[str]:
@@ -274,6 +312,38 @@ class OutputCommitter(ABC):
                 )
             tasks[message.task_id] = message.attempt_id
         return [message.record for message in messages]
+
+    def success_from_pendingsets(
+        self,
+        pendingsets: list[tuple[str, PendingSet]],
+        completed: list[SinglePendingCommit],
+        total_bytes: int,
+        start: float,
+        rows: int | None,
+        description: str,
+        **diagnostics: str,
+    ) -> SuccessData:
+        """``_SUCCESS`` of a job that completed uploads (the magic and staging committers).
+
+        The statistics are the job's own plus every task's, as Hadoop aggregates them.
+        """
+        self.stats.increment("committer_files_committed", len(completed))
+        self.stats.increment("committer_tasks_completed", len(pendingsets))
+        statistics = self.stats.snapshot()
+        for _, pendingset in pendingsets:
+            statistics.aggregate(pendingset.iostatistics)
+        success = SuccessData(
+            committer=self.name,
+            description=description,
+            job_id=self.job_id,
+            job_id_source=self.job_id_source,
+            metrics=self.metrics(len(completed), total_bytes, len(pendingsets), start, rows),
+            diagnostics=self.diagnostics(**diagnostics),
+            iostatistics=statistics,
+        )
+        for commit in sorted(completed, key=lambda c: c.destination_key):
+            success.add_filename("/" + commit.destination_key)
+        return success
 
     def metrics(
         self, files: int, size: int, tasks: int, start: float, rows: int | None

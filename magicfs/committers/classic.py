@@ -31,7 +31,7 @@ import fsspec
 from ..local import TaskLocalFileSystem
 from ..manifest.store import RenameStore
 from ..paths import join
-from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, elapsed
+from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage
 
 log = logging.getLogger("magicfs.committer.classic")
 
@@ -136,22 +136,8 @@ class FileOutputCommitter(OutputCommitter):
                 else:
                     self._merge_v2(task.work_path, self.dest)
                     self.store.delete_tree(task.work_path)
-        log.info(
-            "task %s: committed %d files in %.2fs (%s)",
-            task.attempt_id,
-            len(files),
-            elapsed(start),
-            self.name,
-        )
-        return TaskCommitMessage(
-            committer=self.name,
-            job_id=self.job_id,
-            task_id=task.task_id,
-            attempt_id=task.attempt_id,
-            record=committed,
-            files=len(files),
-            bytes=sum(int(i.get("size") or 0) for i in files),
-        )
+        size = sum(int(i.get("size") or 0) for i in files)
+        return self.task_committed(task, committed, len(files), size, start, "committed")
 
     def abort_task(self, task: TaskAttempt) -> None:
         self.store.delete_tree(task.work_path)

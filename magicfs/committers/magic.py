@@ -37,9 +37,7 @@ tree is gone and a repeated ``commit_job`` raises ``FileNotFoundError``.
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
-import socket
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -116,14 +114,7 @@ class MagicCommitter(OutputCommitter):
         self.check_no_conflict("job setup")
         if self.success_file:
             self.store.delete_objects(self.bucket, [self._key(self.success_path)])
-        marker = {
-            "jobId": self.job_id,
-            "committer": self.name,
-            "destination": self.url,
-            "created": int(time.time() * 1000),
-            "hostname": socket.gethostname(),
-        }
-        self._put(self.layout.job_marker, json.dumps(marker).encode())
+        self._put(self.layout.job_marker, self.job_marker_document())
         log.info(
             "job %s: set up for %s (magic committer, conflict mode %s) in %.2fs",
             self.job_id,
@@ -205,22 +196,8 @@ class MagicCommitter(OutputCommitter):
             self._operations().abort(commits)
             self.abort_task(task)
             raise
-        size = pendingset.total_bytes
-        log.info(
-            "task %s: committed %d files (%d bytes) in %.2fs",
-            task.attempt_id,
-            len(commits),
-            size,
-            elapsed(start),
-        )
-        return TaskCommitMessage(
-            committer=self.name,
-            job_id=self.job_id,
-            task_id=task.task_id,
-            attempt_id=task.attempt_id,
-            record=attempt_record,
-            files=len(commits),
-            bytes=size,
+        return self.task_committed(
+            task, attempt_record, len(commits), pendingset.total_bytes, start, "committed"
         )
 
     def _gather_task_commits(
@@ -419,22 +396,15 @@ class MagicCommitter(OutputCommitter):
         start: float,
         rows: int | None,
     ) -> SuccessData:
-        self.stats.increment("committer_files_committed", len(completed))
-        self.stats.increment("committer_tasks_completed", len(pendingsets))
-        statistics = self.stats.snapshot()
-        for _, pendingset in pendingsets:
-            statistics.aggregate(pendingset.iostatistics)
-        success = SuccessData(
-            committer=self.name,
-            description=f"magicfs {type(self).__name__} for job {self.job_id}",
-            job_id=self.job_id,
-            job_id_source=self.job_id_source,
-            metrics=self.metrics(len(completed), total_bytes, len(pendingsets), start, rows),
-            diagnostics=self.diagnostics(**{"magicfs.in_memory": str(self.in_memory).lower()}),
-            iostatistics=statistics,
+        success = self.success_from_pendingsets(
+            pendingsets,
+            completed,
+            total_bytes,
+            start,
+            rows,
+            f"magicfs {type(self).__name__} for job {self.job_id}",
+            **{"magicfs.in_memory": str(self.in_memory).lower()},
         )
-        for commit in sorted(completed, key=lambda c: c.destination_key):
-            success.add_filename("/" + commit.destination_key)
         if self.success_file:
             self._put(self.success_path, success.to_bytes())
         return success

@@ -24,10 +24,8 @@ Decisions (Hadoop's choices in parentheses):
 from __future__ import annotations
 
 import getpass
-import json
 import logging
 import os
-import socket
 import time
 import traceback
 from typing import Any
@@ -121,14 +119,7 @@ class ManifestCommitter(OutputCommitter):
                 self.store.delete_file(self.success_path)
             for directory in (self.layout.manifests_dir, self.layout.tasks_dir):
                 self.store.mkdirs(directory)
-            marker = {
-                "jobId": self.job_id,
-                "committer": self.name,
-                "destination": self.url,
-                "created": int(time.time() * 1000),
-                "hostname": socket.gethostname(),
-            }
-            self.store.write_bytes(self.layout.job_marker, json.dumps(marker).encode())
+            self.store.write_bytes(self.layout.job_marker, self.job_marker_document())
         log.info(
             "job %s: set up for %s (manifest committer, conflict mode %s) in %.2fs",
             self.job_id,
@@ -180,21 +171,13 @@ class ManifestCommitter(OutputCommitter):
                 f"job {self.job_id} ended before task attempt {task.attempt_id} committed; "
                 "its manifest has been withdrawn"
             )
-        log.info(
-            "task %s: committed %d files (%d bytes) in %.2fs",
-            task.attempt_id,
+        return self.task_committed(
+            task,
+            self.layout.attempt_manifest(task.attempt_id),
             len(manifest.files),
             manifest.total_bytes,
-            elapsed(start),
-        )
-        return TaskCommitMessage(
-            committer=self.name,
-            job_id=self.job_id,
-            task_id=task.task_id,
-            attempt_id=task.attempt_id,
-            record=self.layout.attempt_manifest(task.attempt_id),
-            files=len(manifest.files),
-            bytes=manifest.total_bytes,
+            start,
+            "committed",
         )
 
     def abort_task(self, task: TaskAttempt) -> None:

@@ -56,7 +56,7 @@ from ..s3.commit_ops import CommitOperations
 from ..s3.store import S3Store
 from ..s3.upload import upload_pending
 from ..s3.validation import validate_pendingsets
-from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, elapsed, total_rows
+from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, total_rows
 from .classic import FileOutputCommitter
 
 log = logging.getLogger("magicfs.committer.staging")
@@ -191,21 +191,9 @@ class StagingCommitter(OutputCommitter):
             self.abort_task(task)
             raise
         shutil.rmtree(task.work_path, ignore_errors=True)
-        log.info(
-            "task %s: uploaded %d files (%d bytes) in %.2fs",
-            task.attempt_id,
-            len(commits),
-            pendingset.total_bytes,
-            elapsed(start),
-        )
-        return TaskCommitMessage(
-            committer=self.name,
-            job_id=self.job_id,
-            task_id=task.task_id,
-            attempt_id=task.attempt_id,
-            record=self._committed_record(task.task_id),
-            files=len(commits),
-            bytes=pendingset.total_bytes,
+        record = self._committed_record(task.task_id)
+        return self.task_committed(
+            task, record, len(commits), pendingset.total_bytes, start, "uploaded"
         )
 
     def abort_task(self, task: TaskAttempt) -> None:
@@ -351,23 +339,15 @@ class StagingCommitter(OutputCommitter):
         )
 
     def _write_success(self, pendingsets, result, start: float, rows: int | None) -> SuccessData:
-        self.stats.increment("committer_files_committed", len(result.completed))
-        statistics = self.stats.snapshot()
-        for _, pendingset in pendingsets:
-            statistics.aggregate(pendingset.iostatistics)
-        success = SuccessData(
-            committer=self.name,
-            description=f"magicfs StagingCommitter ({self.name}) for job {self.job_id}",
-            job_id=self.job_id,
-            job_id_source=self.job_id_source,
-            metrics=self.metrics(
-                len(result.completed), result.bytes, len(pendingsets), start, rows
-            ),
-            diagnostics=self.diagnostics(**{"magicfs.staging_dir": self.staging_dir}),
-            iostatistics=statistics,
+        success = self.success_from_pendingsets(
+            pendingsets,
+            result.completed,
+            result.bytes,
+            start,
+            rows,
+            f"magicfs StagingCommitter ({self.name}) for job {self.job_id}",
+            **{"magicfs.staging_dir": self.staging_dir},
         )
-        for commit in sorted(result.completed, key=lambda c: c.destination_key):
-            success.add_filename("/" + commit.destination_key)
         if self.success_file:
             self.store.put_object(self.bucket, self._key(self.success_path), success.to_bytes())
         return success
