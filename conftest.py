@@ -66,11 +66,8 @@ def s3_server() -> Iterator:
     from magicfs.embedded_s3 import EmbeddedS3Server
 
     server = EmbeddedS3Server()
-    server.start()
-    try:
+    with server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -153,12 +150,8 @@ def azurite_server(tmp_path_factory) -> Iterator:
             f"run: {AZURITE_INSTALL}   (.ci/run does this)",
             pytrace=False,
         )
-    server = AzuriteServer(AZURITE_BLOB, tmp_path_factory.mktemp("azurite"))
-    server.start()
-    try:
+    with AzuriteServer(AZURITE_BLOB, tmp_path_factory.mktemp("azurite")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -169,14 +162,19 @@ def abfs(azurite_server):
     yield fs
 
 
+def _fresh_root(fs) -> Iterator[str]:
+    """A new empty container or bucket of ``fs``; deleted with everything in it afterwards."""
+    name = f"test-{os.getpid()}-{next(_bucket_numbers)}"
+    fs.mkdir(name)
+    yield name
+    fs.invalidate_cache()
+    fs.rm(name, recursive=True)
+
+
 @pytest.fixture
 def azure_container(abfs) -> Iterator[str]:
     """A new empty container; deleted with everything in it afterwards."""
-    name = f"test-{os.getpid()}-{next(_bucket_numbers)}"
-    abfs.mkdir(name)
-    yield name
-    abfs.invalidate_cache()
-    abfs.rm(name, recursive=True)
+    yield from _fresh_root(abfs)
 
 
 @pytest.fixture(scope="session")
@@ -191,11 +189,8 @@ def gcs_server(tmp_path_factory) -> Iterator:
             "pip install -e '.[test]'",
             pytrace=False,
         )
-    server.start()
-    try:
+    with server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -209,11 +204,7 @@ def gcs(gcs_server):
 @pytest.fixture
 def gcs_bucket(gcs) -> Iterator[str]:
     """A new empty bucket; deleted with everything in it afterwards."""
-    name = f"test-{os.getpid()}-{next(_bucket_numbers)}"
-    gcs.mkdir(name)
-    yield name
-    gcs.invalidate_cache()
-    gcs.rm(name, recursive=True)
+    yield from _fresh_root(gcs)
 
 
 # --- Hadoop's own record classes ------------------------------------------------------------

@@ -318,12 +318,11 @@ def part_rename_stores(quick: bool) -> list[str]:
 @contextlib.contextmanager
 def _azurite():
     """An Azurite server of its own, in memory, stopped on exit."""
-    with tempfile.TemporaryDirectory(prefix="magicfs-azurite-") as workspace:
-        server = AzuriteServer(AZURITE_BLOB, pathlib.Path(workspace)).start()
-        try:
-            yield server
-        finally:
-            server.stop()
+    with (
+        tempfile.TemporaryDirectory(prefix="magicfs-azurite-") as workspace,
+        AzuriteServer(AZURITE_BLOB, pathlib.Path(workspace)) as server,
+    ):
+        yield server
 
 
 def main() -> None:

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, Self
 
 import fsspec
 
-from ..errors import CommitConflictError, CommitFailedError
+from ..errors import CommitConflictError, CommitFailedError, JobNotActiveError
 from ..layout import check_job_id
 from ..layout import task_attempt_id as layout_attempt_id
 from ..layout import task_id as layout_task_id
@@ -245,6 +245,29 @@ class OutputCommitter(ABC):
     def cleanup_job(self) -> None: ...
 
     # -- shared parts of job setup and task commit ------------------------------------------
+
+    def job_active(self) -> bool:
+        """Whether the job marker exists (committers that keep one: magic, manifest)."""
+        raise NotImplementedError(f"the {self.name} committer keeps no job marker")
+
+    def require_active_job(self, task: TaskAttempt) -> None:
+        """Refuse to start an attempt of a job that was never set up or has ended."""
+        if not self.job_active():
+            raise JobNotActiveError(
+                f"job {self.job_id} at {self.url} is not active (never set up, or already "
+                f"committed or aborted): task attempt {task.attempt_id} cannot start"
+            )
+
+    def not_started_error(self, task: TaskAttempt) -> Exception:
+        """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set up."""
+        if not self.job_active():
+            return JobNotActiveError(
+                f"job {self.job_id} is not active: task attempt {task.attempt_id} cannot commit"
+            )
+        return FileNotFoundError(
+            f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
+            "aborted: it cannot commit"
+        )
 
     def job_marker_document(self) -> bytes:
         """The job marker's JSON: which job is active where, since when, started by whom."""

@@ -133,28 +133,15 @@ class MagicCommitter(OutputCommitter):
 
     def setup_task(self, task: TaskAttempt) -> None:
         self._check_task(task)
-        if not self.job_active():
-            raise JobNotActiveError(
-                f"job {self.job_id} at {self.url} is not active (never set up, or already "
-                f"committed or aborted): task attempt {task.attempt_id} cannot start"
-            )
+        self.require_active_job(task)
         self._put(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
 
     def _check_started(self, task: TaskAttempt, started: concurrent.futures.Future) -> None:
         """A task attempt commits only if it was set up and has not been aborted."""
         try:
             started.result()
-            return
         except FileNotFoundError:
-            pass
-        if not self.job_active():
-            raise JobNotActiveError(
-                f"job {self.job_id} is not active: task attempt {task.attempt_id} cannot commit"
-            )
-        raise FileNotFoundError(
-            f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
-            "aborted: it cannot commit"
-        )
+            raise self.not_started_error(task) from None
 
     def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
         self._check_task(task)

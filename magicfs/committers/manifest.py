@@ -139,11 +139,7 @@ class ManifestCommitter(OutputCommitter):
 
     def setup_task(self, task: TaskAttempt) -> None:
         self._check_task(task)
-        if not self.job_active():
-            raise JobNotActiveError(
-                f"job {self.job_id} at {self.url} is not active (never set up, or already "
-                f"committed or aborted): task attempt {task.attempt_id} cannot start"
-            )
+        self.require_active_job(task)
         with self.stats.track("task_stage_setup"):
             self.store.mkdirs(self.layout.task_attempt_dir(task.attempt_id))
             self.store.write_bytes(
@@ -154,14 +150,7 @@ class ManifestCommitter(OutputCommitter):
         self._check_task(task)
         start = time.monotonic()
         if self.store.info(self.layout.started_marker(task.attempt_id)) is None:
-            if not self.job_active():
-                raise JobNotActiveError(
-                    f"job {self.job_id} is not active: task attempt {task.attempt_id} cannot commit"
-                )
-            raise FileNotFoundError(
-                f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
-                "aborted: it cannot commit"
-            )
+            raise self.not_started_error(task)
         with self.stats.track("task_stage_commit"):
             manifest = build_manifest(self.store, self.layout, task, self.stats)
             save_manifest(self.store, self.layout, task, manifest, self.stats, self.save_attempts)

@@ -7,8 +7,8 @@ SIGKILL: the kernel closes the pipe). On Linux the emulator also gets SIGKILL sh
 the watchdog itself die. So no run, however it ends, leaves an emulator behind, the
 same promise ``magicfs.embedded_s3`` makes for the moto server.
 
-Usage (``conftest.py``): ``AzuriteServer(binary, workdir).start()`` and
-``GcsEmulatorServer(workdir).start()``, then ``stop()``.
+Usage (``conftest.py``): ``with AzuriteServer(binary, workdir) as server:`` (or
+``start()`` then ``stop()``); the same for ``GcsEmulatorServer(workdir)``.
 """
 
 from __future__ import annotations
@@ -117,6 +117,12 @@ class SupervisedServer:
         except FileNotFoundError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+    def __enter__(self) -> SupervisedServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
     def stop(self) -> None:
         """Close the watchdog's stdin (it stops the server) and wait; kill it if it hangs."""
