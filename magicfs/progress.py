@@ -3,32 +3,25 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+
+from tqdm import tqdm
 
 #: Below this many items no bar is shown: small jobs finish before it would help.
 MIN_ITEMS = 100
 
 
-class _NoProgress:
-    def update(self, n: int = 1) -> None:
-        pass
+def progress_bar(total: int, description: str, enabled: bool | None = None) -> tqdm:
+    """A tqdm bar; ``enabled=None`` means "if stderr is a terminal and the job is large".
 
-    def close(self) -> None:
-        pass
-
-    def __enter__(self) -> _NoProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-
-def progress_bar(total: int, description: str, enabled: bool | None = None) -> Any:
-    """A tqdm bar; ``enabled=None`` means "if stderr is a terminal and the job is large"."""
+    A disabled bar is tqdm's own no-op (``disable=True``): callers update it either way.
+    """
     if enabled is None:
         enabled = total >= MIN_ITEMS and sys.stderr.isatty()
-    if not enabled:
-        return _NoProgress()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=description, unit="file", file=sys.stderr, leave=False)
+    return tqdm(
+        total=total,
+        desc=description,
+        unit="file",
+        file=sys.stderr,
+        leave=False,
+        disable=not enabled,
+    )

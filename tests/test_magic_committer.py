@@ -527,6 +527,28 @@ def test_progress_bar_reports_job_commit(make_committer, capfd):
     assert "completing uploads" in capfd.readouterr().err
 
 
+def test_progress_bar_reports_job_abort(make_committer, s3_client, bucket, capfd):
+    committer = make_committer(progress=True)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    for n in range(3):
+        committer.fs.pipe_file(task.path(f"f{n}"), b"x")
+    committer.abort_job()
+    assert "aborting uploads" in capfd.readouterr().err
+    assert pending_uploads(s3_client, bucket) == []
+
+
+def test_no_progress_bar_when_disabled(make_committer, capfd):
+    committer = make_committer(progress=False)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    committer.fs.pipe_file(task.path("f"), b"x")
+    committer.commit_job([committer.commit_task(task)])
+    assert "completing uploads" not in capfd.readouterr().err
+
+
 def test_an_aborted_attempt_cannot_commit(make_committer, s3_client, bucket):
     committer = make_committer()
     committer.setup_job()
