@@ -6,6 +6,12 @@
 * ``s3_client``: a boto3 client bound to it.
 * ``bucket``: a new, empty bucket for each test.
 * ``request_log``: records every S3 operation an s3fs instance sends (botocore hooks).
+* ``fault_front`` (session): a fault-injecting HTTP front in front of ``s3_server``, in a
+  child process on its own 127.0.0.1 port (``tests/helpers/fault_front.py``); its rules
+  and statistics are cleared before every test that uses it. ``faults_front``: the same
+  front, for one test (cleared before and after it). Build clients through it with
+  ``front.boto3_client(...)`` or ``s3fs.S3FileSystem(skip_instance_cache=True,
+  **front.storage_options)``.
 * ``azurite_server`` (session): Azurite's Blob service (npm ``azurite``, installed into
   ``.ci/node`` by ``.ci/run``) on a free 127.0.0.1 port, data in memory, telemetry off;
   yields its account details (``connection_string``, ``storage_options``, ...).
@@ -107,6 +113,29 @@ def _empty_bucket(client, name: str) -> None:
         if keys:
             client.delete_objects(Bucket=name, Delete={"Objects": keys})
     client.delete_bucket(Bucket=name)
+
+
+@pytest.fixture(scope="session")
+def fault_front(s3_server) -> Iterator:
+    from helpers.fault_front import FaultFront
+
+    with FaultFront(s3_server.endpoint_url, seed=0) as front:
+        yield front
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fault_front(request) -> None:
+    """No rule or count of an earlier test reaches a test that uses the fault front."""
+    if "fault_front" in request.fixturenames:
+        request.getfixturevalue("fault_front").clear()
+
+
+@pytest.fixture
+def faults_front(fault_front) -> Iterator:
+    """The session's fault front with no rules and zeroed statistics; cleared afterwards."""
+    fault_front.clear()
+    yield fault_front
+    fault_front.clear()
 
 
 class RequestLog:
