@@ -15,7 +15,7 @@ from .committers import (
     committer_for,
 )
 from .errors import InvalidCommitData
-from .filesystem import MagicFileSystem
+from .filesystems import MagicFileSystem
 from .install import install, uninstall
 from .job import JobWriter, write_job
 

@@ -6,6 +6,8 @@ failed job's log must be able to find the bad record without a debugger.
 
 from __future__ import annotations
 
+import io
+
 
 class MagicFSError(Exception):
     """Base class of every error magicfs raises on purpose."""
@@ -46,3 +48,54 @@ class CommitFailedError(MagicFSError, OSError):
 
 class NothingToCommitError(MagicFSError, FileNotFoundError):
     """``commit_job`` found no job: never set up, or already committed or aborted."""
+
+
+class UnsupportedTaskOperation(MagicFSError, io.UnsupportedOperation):
+    """An operation that this store cannot do safely on a task path.
+
+    Raised before anything is changed; the message names the path, the reason and what
+    to do instead. (``io.UnsupportedOperation`` is both an ``OSError`` and a
+    ``ValueError``.)
+    """
+
+
+class DeferredFileError(UnsupportedTaskOperation):
+    """An operation needs the bytes of a task file that has none yet (S3 deferred writes).
+
+    On S3 a file written under a task path exists only as an unfinished multipart
+    upload aimed at its final key: it cannot be read, copied or moved before job
+    commit. The message names the file, the operation and what to do instead.
+    (``io.UnsupportedOperation`` is both an ``OSError`` and a ``ValueError``.)
+    """
+
+
+class TaskNotActiveError(MagicFSError, RuntimeError):
+    """A write to a task attempt that has already committed or aborted in this process.
+
+    Such a file would never be published: its task's record is already saved (or
+    withdrawn). Nothing has been written when this is raised.
+    """
+
+
+class JobAlreadyActiveError(MagicFSError, FileExistsError):
+    """``setup_job`` for a job id that is already active (or already committed) here.
+
+    Two drivers using one job id would mix their files; pick a new job id, or resume
+    the job explicitly (``setup_job(resume=True)``).
+    """
+
+
+class JobCommitError(CommitFailedError):
+    """Job commit failed in a named stage.
+
+    ``stage`` names the stage (``load``, ``validate``, ``publish``, ...), ``job_id`` the
+    job; ``recoverable`` is true when the job was left for ``commit_job()`` to finish
+    (replace mode after old data was deleted: rolling back would lose both), false when
+    it was rolled back and aborted. The message says which, and the command to run.
+    """
+
+    def __init__(self, message: str, *, job_id: str, stage: str, recoverable: bool = False):
+        super().__init__(message)
+        self.job_id = job_id
+        self.stage = stage
+        self.recoverable = recoverable

@@ -16,7 +16,7 @@ from typing import Any
 
 import fsspec
 
-from .filesystem import MagicFileSystem
+from .filesystems import MagicFileSystem
 
 DEFAULT_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "file", "local", "memory")
 _MAGIC_OPTIONS = ("part_size", "parts_in_flight", "in_memory", "check_job_active")

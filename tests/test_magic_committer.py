@@ -381,7 +381,7 @@ def test_repeated_commit_job_fails_cleanly(make_committer, s3_client, bucket):
     committer = make_committer()
     committer.setup_job()
     committer.commit_job()
-    with pytest.raises(FileNotFoundError, match="already been committed or aborted"):
+    with pytest.raises(FileNotFoundError, match="already been committed"):
         committer.commit_job()
     assert visible_keys(s3_client, bucket) == ["out/_SUCCESS"]
 

@@ -14,6 +14,7 @@ from magicfs.errors import (
     CommitConflictError,
     CommitFailedError,
     InvalidCommitData,
+    JobCommitError,
     JobNotActiveError,
 )
 from magicfs.records import SuccessData
@@ -62,10 +63,10 @@ def test_fault_at_the_nth_completion_reverts_and_aborts(make_committer, s3_clien
     committer = make_committer(threads=1)
     messages = run_tasks(committer, {t: [f"t{t}/f{n}" for n in range(3)] for t in range(4)})
     Faults(committer.store_fs).fail("CompleteMultipartUpload", nth=5)
-    with pytest.raises(
-        CommitFailedError, match=r"4 completed files were deleted again and 8 uploads aborted"
-    ):
+    with pytest.raises(JobCommitError, match=r"stage publish: .*could not complete") as caught:
         committer.commit_job(messages)
+    assert "(4 files it had made visible were deleted again)" in str(caught.value)
+    assert caught.value.stage == "publish" and not caught.value.recoverable
     assert committer.stats.counter("committer_commits_reverted") == 4
     assert_clean_failure(s3_client, bucket)
 
@@ -83,8 +84,9 @@ def test_failure_writing_success_reverts_everything(make_committer, s3_client, b
     committer = make_committer()
     messages = run_tasks(committer, {0: ["a", "b"]})
     Faults(committer.store_fs).fail("PutObject", when=lambda p: p["Key"].endswith("_SUCCESS"))
-    with pytest.raises(ConnectionError):
+    with pytest.raises(JobCommitError, match="failed in stage success") as caught:
         committer.commit_job(messages)
+    assert isinstance(caught.value.__cause__, ConnectionError)
     assert_clean_failure(s3_client, bucket)
 
 
@@ -92,8 +94,8 @@ def test_retried_commit_after_a_crash_completes_the_job(make_committer, s3_clien
     # The first commit completes 3 of 6 uploads and then the driver dies (no clean-up).
     committer = make_committer(threads=1)
     messages = run_tasks(committer, {0: ["a", "b", "c"], 1: ["d", "e", "f"]})
-    loaded = committer._load_message_pendingsets(messages)
-    first_three = [c for _, ps in loaded for c in ps.commits][:3]
+    loaded = committer._load(committer.check_messages(messages, committer.layout.tasks_dir))
+    first_three = [c for _, ps in loaded.payload.pendingsets for c in ps.commits][:3]
     committer._end_job()
     for commit in first_three:
         committer._operations().complete(commit)
@@ -127,6 +129,7 @@ def test_no_such_upload_for_a_foreign_object_is_a_failure(make_committer, s3_cli
     with pytest.raises(CommitFailedError, match=r"could not complete s3://.*/out/a"):
         committer.commit_job(messages)
     assert pending_uploads(s3_client, bucket) == []
+    assert s3_client.get_object(Bucket=bucket, Key="out/a")["Body"].read() == b"a"  # not ours
 
 
 # --- tampered and corrupt records -----------------------------------------------------------
@@ -228,9 +231,11 @@ def test_tampered_pendingset_fails_the_job_before_anything_is_visible(
     big = 8 * MiB + 10  # two parts of the default 8 MiB
     messages = run_tasks(committer, {0: ["a", "b"], 1: ["c"]}, data=lambda n: n.encode() * big)
     tamper_pendingset(committer, s3_client, bucket, messages[0], change)
-    with pytest.raises(InvalidCommitData, match=match) as caught:
+    with pytest.raises(JobCommitError, match=match) as caught:
         committer.commit_job(messages)
-    assert caught.value.source == f"s3://{messages[0].record}"
+    assert caught.value.stage in ("load", "validate")
+    assert isinstance(caught.value.__cause__, InvalidCommitData)
+    assert caught.value.__cause__.source == f"s3://{messages[0].record}"
     assert_clean_failure(s3_client, bucket)
 
 
@@ -251,7 +256,7 @@ def test_two_tasks_writing_the_same_file_fail_the_job_before_completion(
     committer = make_committer()
     messages = run_tasks(committer, {0: ["same.csv"], 1: ["same.csv"]})
     request_log.attach(committer.store_fs)
-    with pytest.raises(InvalidCommitData, match="two tasks write the same file"):
+    with pytest.raises(JobCommitError, match="two tasks write the same file"):
         committer.commit_job(messages)
     assert request_log.counts()["CompleteMultipartUpload"] == 0
     assert_clean_failure(s3_client, bucket)
@@ -282,8 +287,10 @@ def test_task_commit_refuses_files_still_open(make_committer, s3_client, bucket)
     still_open = committer.fs.open(task.path("open.csv"), "wb")
     still_open.write(b"2")
     time.sleep(0.2)  # the marker is written in the background
-    with pytest.raises(CommitFailedError, match="1 files were opened but not closed"):
+    with pytest.raises(CommitFailedError, match=r"1 files are still open, e.g. s3://.*open.csv"):
         committer.commit_task(task)
+    with pytest.raises(OSError, match="its task attempt was aborted"):
+        still_open.close()  # its data was discarded with the attempt: it says so
     assert pending_uploads(s3_client, bucket) == []
     still_open.discard()
     committer.abort_job()
@@ -381,8 +388,9 @@ def test_fail_mode_checks_again_before_completing(make_committer, s3_client, buc
     committer = make_committer(conflict_mode="fail")
     messages = run_tasks(committer, {0: ["new.csv"]})
     s3_client.put_object(Bucket=bucket, Key="out/appeared.csv", Body=b"meanwhile")
-    with pytest.raises(CommitConflictError, match="at job commit"):
+    with pytest.raises(JobCommitError, match="at job commit") as caught:
         committer.commit_job(messages)
+    assert isinstance(caught.value.__cause__, CommitConflictError)
     assert_clean_failure(s3_client, bucket, keep=["out/appeared.csv"])
 
 
@@ -407,7 +415,7 @@ def test_replace_keeps_old_data_when_the_job_fails_before_completion(
     s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old")
     committer = make_committer(conflict_mode="replace")
     messages = run_tasks(committer, {0: ["a"], 1: ["a"]})  # invalid: same file twice
-    with pytest.raises(InvalidCommitData):
+    with pytest.raises(JobCommitError, match="stage validate"):
         committer.commit_job(messages)
     assert visible_keys(s3_client, bucket) == ["out/old.csv"]
 
@@ -476,7 +484,7 @@ def test_requests_per_small_file(make_committer, s3_client, bucket, request_log)
     assert "CopyObject" not in job_commit and "UploadPartCopy" not in job_commit
 
 
-def test_in_memory_mode_needs_three_requests_per_small_file(
+def test_in_memory_mode_needs_five_requests_per_small_file(
     make_committer, s3_client, bucket, request_log
 ):
     committer = make_committer(in_memory=True)
@@ -497,7 +505,10 @@ def test_in_memory_mode_needs_three_requests_per_small_file(
         "UploadPart": 20,
         "CompleteMultipartUpload": 20,
     }
-    assert sum(counts.values()) - 60 <= 15  # everything else is per task or per job
+    # the intent marker and the job check of each writer; no .pending, no GET at task commit
+    assert counts["PutObject"] - 20 <= 8 and counts["HeadObject"] - 20 <= 4
+    assert counts["GetObject"] <= 2
+    assert sum(counts.values()) - 100 <= 15  # everything else is per task or per job
     assert visible_keys(s3_client, bucket) == [
         "out/_SUCCESS",
         *sorted(f"out/f{n}" for n in range(20)),

@@ -33,8 +33,8 @@ from magicfs.manifest.stages import (
     cleanup,
     create_directories,
     load_manifests,
-    new_rename_log,
     rename_files,
+    unrename,
     validate_output,
 )
 from magicfs.manifest.stages.cleanup import Outcome
@@ -263,7 +263,7 @@ def test_repeated_commit_fails_cleanly(store):
     committer = store.committer()
     run_tasks(committer, {0: ["a"]})
     committer.commit_job()
-    with pytest.raises(FileNotFoundError, match="already been committed or aborted"):
+    with pytest.raises(FileNotFoundError, match="already been committed"):
         committer.commit_job()
     assert store.visible() == ["a"]
 
@@ -295,10 +295,14 @@ def rename_operation(store: Store) -> str:
 def test_rename_failure_mid_job_fails_cleanly_and_a_rerun_succeeds(store):
     committer = store.committer(threads=1)
     messages = run_tasks(committer, {t: [f"t{t}/f{n}" for n in range(5)] for t in range(4)})
-    store.fs.fail(rename_operation(store), nth=6)
-    with pytest.raises(
-        CommitFailedError, match=r"failed in stage job_stage_rename_files: .*injected"
-    ):
+    renames_of_task_files = [0]
+
+    def sixth_task_file(source, dest):
+        renames_of_task_files[0] += "/tasks/" in source
+        return "/tasks/" in source and renames_of_task_files[0] == 6
+
+    store.fs.fail(rename_operation(store), when=sixth_task_file)
+    with pytest.raises(CommitFailedError, match=r"failed in stage publish: .*injected"):
         committer.commit_job(messages)
     assert store.visible() == []  # the five files renamed before the failure were deleted
     assert store.files() == []  # and the job was aborted
@@ -330,7 +334,7 @@ def test_failed_success_save_reverts_the_job(store):
     committer = store.committer()
     messages = run_tasks(committer, {0: ["a", "b"]})
     store.fs.fail("pipe_file", when=lambda path: path.endswith("_SUCCESS.tmp"))
-    with pytest.raises(CommitFailedError, match="job_stage_save_success_marker"):
+    with pytest.raises(CommitFailedError, match="failed in stage success"):
         committer.commit_job(messages)
     assert store.files() == []
 
@@ -386,12 +390,12 @@ def test_summary_report_is_written_for_success_and_failure(store, tmp_path):
 
     failing = store.committer(report_dir=report_dir)
     messages = run_tasks(failing, {0: ["b"]})
-    store.fs.fail(rename_operation(store), nth=1)
+    store.fs.fail(rename_operation(store), when=lambda source, dest: "/tasks/" in source)
     with pytest.raises(CommitFailedError):
         failing.commit_job(messages)
     report = SuccessData.from_json(store.fs.cat_file(f"{report_dir}/summary-{failing.job_id}.json"))
     assert not report.success
-    assert report.diagnostics["stage"] == "job_stage_rename_files"
+    assert report.diagnostics["stage"] == "publish"
     assert "injected" in report.diagnostics["exception"]
     assert "Traceback" in report.diagnostics["stacktrace"]
 
@@ -447,16 +451,18 @@ def test_stages_alone_load_create_rename_validate(store):
     assert sorted(loaded.attempt_ids) == sorted(m.attempt_id for m in messages)
     assert sorted(e.dest.rsplit("/out/", 1)[1] for e in loaded.entries()) == ["a", "d/b", "d/e/c"]
     assert create_directories(context, loaded.directories) >= 1
-    log = new_rename_log()
-    outcome = rename_files(context, loaded, log)
+    outcome = rename_files(context, loaded)
     assert (outcome.files, outcome.recovered) == (3, 0)
     assert validate_output(context, loaded) == 3
+    assert rename_files(context, loaded).recovered == 3  # again: every file already in place
     store.fs.rm_file(f"{store.root}/d/b")  # a committed file goes missing
     with pytest.raises(OutputValidationError, match=r"/d/b: committed file is missing"):
         validate_output(context, loaded)
     store.fs.pipe_file(f"{store.root}/d/b", b"changed!" * 10)  # or changes
     with pytest.raises(OutputValidationError, match=r"/d/b: size 80 but the task wrote"):
         validate_output(context, loaded)
+    assert unrename(context, loaded, since=0) == 3  # rolled back: every renamed file deleted
+    assert store.visible() == []
     loaded.discard()
 
 

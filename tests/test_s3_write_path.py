@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from magicfs import MagicFileSystem
 from magicfs.errors import JobNotActiveError
-from magicfs.s3.tracking import META_UPLOAD_ID
+from magicfs.s3.tracking import META_JOB_ID, META_TASK_ATTEMPT, META_WRITER
+from magicfs.task_files import TASK_FILES
 
 MiB = 1 << 20
 HELPERS = os.path.join(os.path.dirname(__file__), "helpers")
@@ -67,10 +68,16 @@ def test_marker_is_empty_but_info_reports_bytes_written(magic, s3, bucket):
     assert s3.info(path)["size"] == 0  # the marker, as Hadoop leaves it
     assert magic.info(path)["size"] == 1234  # HADOOP-17414
     assert magic.size(path) == 1234
+    # The task's view: its files, records hidden; sizes known to the writing process.
     listing = {
         entry["name"]: entry["size"] for entry in magic.ls(os.path.dirname(path), detail=True)
     }
-    assert listing == {path: 0, path + ".pending": listing[path + ".pending"]}
+    assert listing == {path: 1234}
+    assert magic.find(os.path.dirname(path)) == [path]
+    # Another process knows the size from the .pending in info(); listings show the marker's 0.
+    TASK_FILES.discarded(path)
+    assert magic.info(path)["size"] == 1234
+    assert {e["name"]: e["size"] for e in magic.ls(os.path.dirname(path), detail=True)} == {path: 0}
 
 
 @pytest.mark.parametrize("size", [0, 1, 5 * MiB - 1, 5 * MiB + 1, 64 * MiB])
@@ -141,15 +148,17 @@ def test_one_huge_write_is_split_into_parts(magic, s3_client, bucket):
 # --- request budget and bounded memory ------------------------------------------------
 
 
-def test_small_file_costs_four_requests(magic, s3, bucket, request_log):
+def test_small_file_costs_four_requests_marker_first(magic, s3, bucket, request_log):
     request_log.attach(s3)
     with magic.open(magic_file(bucket, "small.csv"), "wb") as f:
         f.write(b"1")
     assert request_log.counts() == {
         "CreateMultipartUpload": 1,
-        "PutObject": 2,  # marker (carrying the upload id) and .pending
+        "PutObject": 2,  # the intent marker and the .pending
         "UploadPart": 1,
     }
+    # The marker is written before the upload exists: no upload is ever unrecorded.
+    assert request_log.operations[:2] == ["PutObject", "CreateMultipartUpload"]
 
 
 def test_job_path_adds_one_head_to_check_the_job_is_active(magic, s3, bucket, request_log):
@@ -311,7 +320,7 @@ def test_zombie_that_never_writes_again_is_still_aborted(magic, s3_client, bucke
     f.discard()
 
 
-def test_killed_writer_leaves_a_marker_naming_its_upload(s3_server, s3_client, bucket):
+def test_killed_writer_leaves_a_marker_naming_its_key(s3_server, s3_client, bucket):
     script = f"""
 import s3fs, sys
 from magicfs import MagicFileSystem
@@ -326,7 +335,9 @@ sys.stdin.read()
     )
     try:
         assert writer.stdout.readline().strip() == "written"
-        time.sleep(0.3)  # the marker PUT runs in the background
+        deadline = time.monotonic() + 10
+        while not pending_uploads(s3_client, bucket) and time.monotonic() < deadline:
+            time.sleep(0.05)
     finally:
         writer.kill()
         writer.wait()
@@ -334,7 +345,8 @@ sys.stdin.read()
     assert [u["Key"] for u in uploads] == ["out/killed.bin"]
     marker_key = magic_file(bucket, "killed.bin").split("/", 1)[1]
     marker = s3_client.head_object(Bucket=bucket, Key=marker_key)
-    assert marker["Metadata"][META_UPLOAD_ID] == uploads[0]["UploadId"]
+    assert marker["ContentLength"] == 0
+    assert marker["Metadata"][META_JOB_ID] == "1" and META_WRITER in marker["Metadata"]
     assert "out/__magic/job-1/task_01/__base/killed.bin.pending" not in object_keys(
         s3_client, bucket
     )
@@ -382,18 +394,21 @@ def test_concurrent_writers_on_one_instance(magic, s3_client, bucket):
         assert body == payload(2 * MiB + n, seed=n) * 3
 
 
-def test_in_memory_mode_writes_no_records(s3, s3_client, bucket, request_log):
-    from magicfs.s3.tracking import IN_MEMORY_COMMITS
-
+def test_in_memory_mode_writes_the_marker_but_no_pending(s3, s3_client, bucket, request_log):
     magic = MagicFileSystem(fs=s3, in_memory=True, check_job_active=False)
     path = f"{bucket}/out/__magic_job-m/job-m/00/tasks/attempt_m_0/__base/f.csv"
     request_log.attach(s3)
     with magic.open(path, "wb") as f:
         f.write(b"12345")
-    assert request_log.counts() == {"CreateMultipartUpload": 1, "UploadPart": 1}
-    assert object_keys(s3_client, bucket) == []
+    assert request_log.counts() == {"PutObject": 1, "CreateMultipartUpload": 1, "UploadPart": 1}
+    marker = path.split("/", 1)[1]
+    assert object_keys(s3_client, bucket) == [marker]  # the intent marker: no .pending
+    assert s3_client.head_object(Bucket=bucket, Key=marker)["Metadata"][META_TASK_ATTEMPT] == (
+        "attempt_m_0"
+    )
     assert magic.info(path)["size"] == 5  # from this process's memory, as in Hadoop
-    commits = IN_MEMORY_COMMITS.take("m", "attempt_m_0")
+    entries = TASK_FILES.finish_attempt("m", "attempt_m_0", "committed")
+    commits = [entry.commit for entry in entries]
     assert [c.destination_key for c in commits] == ["out/f.csv"]
     assert commits[0].length == 5
     for commit in commits:

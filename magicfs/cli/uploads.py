@@ -25,11 +25,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..filesystem import is_s3
+from ..capabilities import is_s3
 from ..layout import MagicJobLayout, check_job_id
 from ..progress import progress_bar
 from ..s3.store import S3Store
-from ..s3.sweep import recorded_uploads
+from ..s3.sweep import tree_keys, uploads_on_keys
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -239,7 +239,12 @@ def select(fs: Any, store: S3Store, selection: Selection) -> list[Upload]:
 
 
 def recorded_by_job(fs: Any, store: S3Store, selection: Selection) -> set[tuple[str, str, str]]:
-    """``(bucket, key, upload id)`` of every upload the job's magic tree records."""
+    """``(bucket, key, upload id)`` of every upload on a key the job's magic tree names.
+
+    A job's writers record the key of every upload before creating it (the intent
+    marker), so this finds also the uploads of writers that were killed, and the
+    duplicates of lost ``CreateMultipartUpload`` replies.
+    """
     dest = f"{selection.bucket}/{selection.prefix}".rstrip("/")
     layout = MagicJobLayout(dest, selection.job or "")
     try:
@@ -259,14 +264,19 @@ def recorded_by_job(fs: Any, store: S3Store, selection: Selection) -> set[tuple[
             selection.job,
             layout.job_marker,
         )
-    found = recorded_uploads(store, listing)
+    keys = tree_keys(store, listing)
+    found = {
+        (selection.bucket, upload.key, upload.upload_id)
+        for upload in uploads_on_keys(store, selection.bucket, selection.prefix, keys)
+    }
     log.info(
-        "job %s: %d files in its magic tree record %d uploads",
+        "job %s: %d files in its magic tree name %d keys, with %d uploads",
         selection.job,
         len(listing),
+        len(keys),
         len(found),
     )
-    return {(u.bucket, u.key, u.upload_id) for u in found}
+    return found
 
 
 def measure(store: S3Store, uploads: list[Upload]) -> list[Upload]:

@@ -1,4 +1,4 @@
-"""The committer protocol (Hadoop's ``OutputCommitter``, snake_case) and what committers share.
+"""The committer protocol (Hadoop's ``OutputCommitter``, snake_case), written once.
 
 A committer is bound to one job writing to one destination. The driver calls
 ``setup_job()``, each task attempt ``setup_task`` / ``commit_task`` (or ``abort_task``),
@@ -6,10 +6,38 @@ and finally the driver ``commit_job(messages)`` or ``abort_job()``. Committers p
 so one built on the driver can travel to executors; every piece of state that must be
 shared lives in the store, not in the object.
 
+**Job commit is a sequence of named stages**, run here for every committer (the
+committers fill in hooks: how to end the job, load and validate task records, publish,
+roll back, save ``_SUCCESS``, clean up)::
+
+    end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
+            -> success -> cleanup
+
+A failure names its stage and the job (:class:`~magicfs.errors.JobCommitError`).
+
+**Recovery.** The *journal* (:mod:`magicfs.records.journal`) is saved after every task
+record has loaded and validated and before anything becomes visible or is deleted. It
+fixes the task records being committed and the conflict decision. From then on:
+
+* ``commit_job()`` again (same job id, any process) finishes the commit: the same
+  records, publishing idempotent (a file already made visible by the dead driver is
+  recognised), no second conflict check (the commit's own files are not a conflict),
+  and in ``replace`` mode old files are deleted only while nothing new is visible;
+* ``abort_job()`` rolls it back: every file the commit published is deleted again,
+  every upload aborted; the destination is as before the job (``append``: a same-named
+  file the job had already *replaced* is gone — S3 and rename stores keep no old
+  version). In ``replace`` mode, once old data was deleted, rolling back would lose old
+  and new data both: ``abort_job()`` refuses (``abort_job(force=True)`` insists) and
+  the error says to finish with ``commit_job()``;
+* a failure *during* the commit does the same in-process: rolled back and aborted,
+  except in ``replace`` mode after deletes began, where the job is left to be finished.
+
 Decisions shared by all committers:
 
 * **Job ids** are a fresh UUID unless given, never derived from a clock (two jobs
-  started in the same second must not collide: SPARK-33402, HADOOP-17318).
+  started in the same second must not collide: SPARK-33402, HADOOP-17318). A job id that
+  is active, mid-commit or already committed at the destination is refused by
+  ``setup_job`` (``setup_job(resume=True)`` continues an active job).
 * **Conflict modes** (``conflict_mode``): ``append`` (default) adds files, replacing
   same-named ones; ``fail`` refuses a destination that already holds visible data
   (checked at job setup and again just before anything is made visible); ``replace``
@@ -23,116 +51,108 @@ Decisions shared by all committers:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
 import time
 import uuid
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar, Self
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import fsspec
 
-from ..errors import CommitConflictError, CommitFailedError, JobNotActiveError
+from ..errors import (
+    CommitConflictError,
+    CommitFailedError,
+    JobAlreadyActiveError,
+    JobCommitError,
+    JobNotActiveError,
+    NothingToCommitError,
+)
 from ..layout import check_job_id
 from ..layout import task_attempt_id as layout_attempt_id
 from ..layout import task_id as layout_task_id
-from ..paths import BASE, is_magic_element, join
+from ..paths import join
 from ..records import PendingSet, SinglePendingCommit, SuccessData
-from ..statistics import IOStatisticsStore
+from ..records.journal import CommitJournal
+from ..statistics import IOStatisticsSnapshot, IOStatisticsStore
+from ..task_files import TASK_FILES, TaskFile
+from .attempts import JobSummary, TaskAttempt, TaskCommitMessage, total_rows
+from .journal import JournalKeeper
 
 log = logging.getLogger("magicfs.committer")
 
 CONFLICT_MODES = ("append", "fail", "replace")
 SUCCESS_FILE = "_SUCCESS"
 
-
-@dataclass(frozen=True)
-class TaskAttempt:
-    """One attempt at one task. Picklable; build it with ``committer.task_attempt()``."""
-
-    job_id: str
-    task_index: int
-    attempt_number: int
-    task_id: str
-    attempt_id: str
-    work_path: str
-
-    def path(self, relative: str) -> str:
-        """Where to write ``relative`` (e.g. ``"year=2024/part-0.parquet"``) in this attempt.
-
-        The file becomes ``<dest>/<relative>`` at job commit. Refuses paths that could
-        land outside the destination.
-        """
-        if not isinstance(relative, str) or not relative.strip("/"):
-            raise ValueError(f"relative output path must be a non-empty string, not {relative!r}")
-        if relative.startswith("/") or "://" in relative:
-            raise ValueError(f"output path {relative!r} must be relative to the destination")
-        elements = relative.split("/")
-        for element in elements:
-            if element in ("", ".", ".."):
-                raise ValueError(f"output path {relative!r} has an empty, '.' or '..' element")
-            if is_magic_element(element) or element == BASE:
-                raise ValueError(f"output path {relative!r} uses the reserved name {element!r}")
-        return join(self.work_path, relative)
-
-
-@dataclass(frozen=True)
-class TaskCommitMessage:
-    """What a committed task attempt tells the job (picklable and JSON-serialisable).
-
-    ``record`` is the store path of the attempt's own commit record (a ``.pendingset``
-    or manifest), so the job commits exactly this attempt without listing anything.
-    ``rows`` is for writers that know how many rows they wrote (the Spark integration):
-    the job reports the total in ``_SUCCESS``.
-    """
-
-    committer: str
-    job_id: str
-    task_id: str
-    attempt_id: str
-    record: str
-    files: int
-    bytes: int
-    rows: int | None = None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> Self:
-        data = json.loads(text)
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
-
-
-def total_rows(messages: list[TaskCommitMessage] | None) -> int | None:
-    """Rows written by all tasks, when every message knows its count."""
-    if not messages or any(m is None or m.rows is None for m in messages):
-        return None
-    return sum(m.rows for m in messages)
+__all__ = [
+    "CONFLICT_MODES",
+    "SUCCESS_FILE",
+    "JobSummary",
+    "Loaded",
+    "OutputCommitter",
+    "Published",
+    "TaskAttempt",
+    "TaskCommitMessage",
+    "elapsed",
+    "total_rows",
+]
 
 
 @dataclass
-class JobSummary:
-    """What ``commit_job`` did."""
+class Loaded:
+    """The task records a job commit publishes, loaded and (after ``validate``) checked.
 
-    job_id: str
-    destination: str
-    committer: str
+    ``payload`` is the committer's own form of them (pendingsets, manifests on disk).
+    """
+
+    records: list[str]
+    tasks: int
     files: int
     bytes: int
-    tasks: int
-    seconds: float
-    success_file: str | None
+    payload: Any = None
+    iostatistics: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
+
+    def discard(self) -> None:
+        """Release local resources (the manifest committer's spill files)."""
+        discard = getattr(self.payload, "discard", None)
+        if discard is not None:
+            discard()
+
+
+@dataclass
+class Published:
+    """What the publish stage made visible."""
+
+    files: int
+    bytes: int
     filenames: list[str] = field(default_factory=list)
-    counters: dict[str, int] = field(default_factory=dict)
+    payload: Any = None
+
+
+class _Stages:
+    """Which stage a job commit is in, each timed into the committer's statistics."""
+
+    def __init__(self, stats: IOStatisticsStore):
+        self.stats = stats
+        self.current = "start"
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.current = name
+        with self.stats.track(f"job_stage_{name}"):
+            yield
 
 
 class OutputCommitter(ABC):
-    """Base of all committers: configuration, lifecycle contract, conflict handling."""
+    """Base of all committers: configuration, the protocol template, recovery, conflicts."""
 
     name: ClassVar[str] = "abstract"
+    #: Whether a failed commit can take back what it made visible (not the classic ones).
+    can_roll_back: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -157,13 +177,16 @@ class OutputCommitter(ABC):
         self.job_id = check_job_id(job_id) if job_id is not None else str(uuid.uuid4())
         # Hadoop's values: "Generated Locally", "spark.sql.sources.writeJobUUID", "JobID"...
         self.job_id_source = job_id_source or ("job_id" if job_id else "Generated Locally")
-        self.storage_options = dict(storage_options or {})
+        #: The options the store's filesystem was built with (see :attr:`storage_options`).
+        self.store_options = dict(storage_options or {})
         self.threads = threads
         self.conflict_mode = conflict_mode
         self.success_file = success_file
         self.app_attempt = app_attempt
         self.progress = progress
         self.store_fs = fs if fs is not None else self._make_store_fs(dest)
+        if fs is not None and not self.store_options:
+            self.store_options = dict(getattr(fs, "storage_options", {}) or {})
         self.dest = self.store_fs._strip_protocol(dest).rstrip("/")
         self.stats = IOStatisticsStore()
 
@@ -171,7 +194,7 @@ class OutputCommitter(ABC):
 
     def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
         protocol = fsspec.core.split_protocol(dest)[0] or "file"
-        return fsspec.filesystem(protocol, **self.storage_options)
+        return fsspec.filesystem(protocol, **self.store_options)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -194,7 +217,28 @@ class OutputCommitter(ABC):
     def success_path(self) -> str:
         return join(self.dest, SUCCESS_FILE)
 
-    # -- the protocol ----------------------------------------------------------------------
+    @property
+    def protocol(self) -> str:
+        """The store's protocol name, as chained URLs key their options by it."""
+        protocol = self.store_fs.protocol
+        return protocol[0] if isinstance(protocol, (tuple, list)) else protocol
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options that go with :meth:`TaskAttempt.url` URLs (``storage_options=``).
+
+        For committers whose tasks write through ``magic::`` URLs they are nested per
+        protocol, as fsspec's chained URLs expect (``{"magic": {...}, "s3": {...}}``).
+        """
+        return dict(self.store_options)
+
+    def recover_command(self) -> str:
+        return f"magicfs jobs recover --job {self.job_id} {self.url}"
+
+    def rollback_command(self) -> str:
+        return f"magicfs jobs rollback --job {self.job_id} {self.url}"
+
+    # -- hooks every committer fills in -------------------------------------------------
 
     @property
     @abstractmethod
@@ -202,7 +246,162 @@ class OutputCommitter(ABC):
         """The filesystem tasks write their output with (``task.path(...)`` paths)."""
 
     @abstractmethod
-    def setup_job(self) -> None: ...
+    def work_path_for(self, attempt_id: str) -> str:
+        """Where the attempt writes (what ``task.path(...)`` builds on)."""
+
+    def work_url_for(self, attempt_id: str) -> str:
+        """:meth:`work_path_for` as a URL (default: the store's own URL of it)."""
+        return self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+
+    @abstractmethod
+    def _setup_job(self, resume: bool) -> None:
+        """Create what the job needs in the store (a resumed job keeps what it has)."""
+
+    @abstractmethod
+    def _setup_task(self, task: TaskAttempt) -> None: ...
+
+    @abstractmethod
+    def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
+        """Commit the attempt; ``files``: what this process knows it wrote."""
+
+    @abstractmethod
+    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None: ...
+
+    def job_active(self) -> bool:
+        """Whether the job has been set up and has not ended (its marker, where it keeps one)."""
+        return False
+
+    def _end_job(self) -> bool:
+        """End the job (no writer or task may join it any more); returns whether it was active."""
+        return self.job_active()
+
+    @abstractmethod
+    def _journal(self) -> JournalKeeper | None:
+        """Where this job's commit journal lives (``None``: the committer keeps none)."""
+
+    @abstractmethod
+    def _records_to_commit(
+        self, messages: list[TaskCommitMessage] | None, was_active: bool
+    ) -> list[str]:
+        """The task records to publish: those the messages name, or the listed ones.
+
+        Raises :class:`NothingToCommitError` when the job has nothing (left) to commit.
+        """
+
+    @abstractmethod
+    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+        """Load (and check the form of) the task records; ``messages`` when the caller gave them."""
+
+    def _validate(self, loaded: Loaded) -> None:  # noqa: B027 (optional hook)
+        """Every check that can fail, before anything becomes visible."""
+
+    def _plan_replace(self, loaded: Loaded) -> list[str]:
+        """``replace`` mode: the files to delete (default: all visible data)."""
+        return self.visible_files()
+
+    @abstractmethod
+    def _delete_files(self, paths: list[str]) -> None:
+        """Delete ``paths`` (missing ones are fine)."""
+
+    @abstractmethod
+    def _publish(self, loaded: Loaded) -> Published:
+        """Make every file visible; idempotent (files already visible count as done)."""
+
+    @abstractmethod
+    def _unpublish(self, loaded: Loaded) -> int:
+        """Roll back: delete every file of ``loaded`` that was made visible; returns how many."""
+
+    @abstractmethod
+    def _save_success(
+        self, loaded: Loaded, published: Published, start: float, rows: int | None
+    ) -> list[str]:
+        """Write ``_SUCCESS`` (if enabled); returns the file names it lists."""
+
+    @abstractmethod
+    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+        """Delete the job's tree (journal last) and abort what is left; ``published`` is
+        ``None`` for an aborted job."""
+
+    def _failure_report(  # noqa: B027 (optional hook)
+        self, stage: str, failure: BaseException, start: float
+    ) -> None:
+        """A chance to record a failed commit (the manifest committer's report)."""
+
+    # -- job setup ----------------------------------------------------------------------------
+
+    def setup_job(self, *, resume: bool = False) -> None:
+        """Set the job up; refuse a job id that is already in use here (see module docs).
+
+        ``resume=True`` continues a job that is still active (another driver set it up).
+        """
+        start = time.monotonic()
+        state = self.job_state()
+        if state == "committing":
+            raise JobAlreadyActiveError(
+                f"job {self.job_id} at {self.url}: a commit of this job started and did not "
+                f"finish: finish it with commit_job() ({self.recover_command()}) or roll it "
+                f"back with abort_job() ({self.rollback_command()}); a new job needs a new id"
+            )
+        if state == "committed":
+            raise JobAlreadyActiveError(
+                f"job {self.job_id} has already committed to {self.url}: a job id is used "
+                "once; start the new job with a new id"
+            )
+        if state == "active" and not resume:
+            raise JobAlreadyActiveError(
+                f"job {self.job_id} is already active at {self.url}: two drivers with one job "
+                "id would mix their files. Use a new job id, or setup_job(resume=True) to "
+                "continue this job"
+            )
+        if state is None or not resume:
+            self.check_no_conflict("job setup")
+            if self.success_file:
+                self._delete_files([self.success_path])
+        self._setup_job(resume=state == "active")
+        log.info(
+            "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",
+            self.job_id,
+            "resumed" if state == "active" else "set up",
+            self.url,
+            self.name,
+            self.conflict_mode,
+            elapsed(start),
+        )
+
+    def job_state(self) -> str | None:
+        """``"committing"``, ``"active"``, ``"committed"`` or ``None`` (unknown here)."""
+        keeper = self._journal()
+        journal = keeper.read() if keeper is not None else None
+        if journal is not None:
+            return "committed" if journal.phase == "committed" else "committing"
+        if self.job_active():
+            return "active"
+        if self._success_names_this_job():
+            return "committed"
+        return None
+
+    def _success_names_this_job(self) -> bool:
+        try:
+            data = self.store_fs.cat_file(self.success_path, start=0, end=SuccessData.MAX_BYTES)
+        except (FileNotFoundError, OSError):
+            return False
+        try:
+            return json.loads(data).get("jobId") == self.job_id
+        except (ValueError, AttributeError):
+            return False
+
+    def job_marker_document(self) -> bytes:
+        """The job marker's JSON: which job is active where, since when, started by whom."""
+        marker = {
+            "jobId": self.job_id,
+            "committer": self.name,
+            "destination": self.url,
+            "created": int(time.time() * 1000),
+            "hostname": socket.gethostname(),
+        }
+        return json.dumps(marker).encode()
+
+    # -- tasks ----------------------------------------------------------------------------------
 
     def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt:
         """Hadoop-style ids for attempt ``attempt`` of task ``task_id`` of this job."""
@@ -216,39 +415,42 @@ class OutputCommitter(ABC):
             task_id=layout_task_id(self.job_id, task_id),
             attempt_id=attempt_id,
             work_path=self.work_path_for(attempt_id),
+            work_url=self.work_url_for(attempt_id),
         )
 
-    @abstractmethod
-    def work_path_for(self, attempt_id: str) -> str:
-        """Where the attempt writes (what ``task.path(...)`` builds on)."""
-
-    @abstractmethod
-    def setup_task(self, task: TaskAttempt) -> None: ...
+    def setup_task(self, task: TaskAttempt) -> None:
+        self._check_task(task)
+        TASK_FILES.reopen_attempt(self.job_id, task.attempt_id)
+        self._setup_task(task)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
         """Always true: even an attempt that wrote nothing commits (an empty record)."""
         return True
 
-    @abstractmethod
-    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage: ...
+    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
+        """Commit the attempt; refused (and the attempt aborted) while a file is still open."""
+        self._check_task(task)
+        still_open = TASK_FILES.open_files(self.job_id, task.attempt_id)
+        if still_open:
+            self.abort_task(task)
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(still_open)} files are still open, e.g. "
+                f"{self.store_fs.unstrip_protocol(still_open[0])}: close every file before "
+                "committing the task (the attempt has been aborted)"
+            )
+        files = TASK_FILES.of_attempt(self.job_id, task.attempt_id)
+        message = self._commit_task(task, files)
+        TASK_FILES.finish_attempt(self.job_id, task.attempt_id, "committed")
+        return message
 
-    @abstractmethod
-    def abort_task(self, task: TaskAttempt) -> None: ...
-
-    @abstractmethod
-    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary: ...
-
-    @abstractmethod
-    def abort_job(self) -> None: ...
-
-    @abstractmethod
-    def cleanup_job(self) -> None: ...
-
-    # -- shared parts of job setup and task commit ------------------------------------------
-
-    def job_active(self) -> bool:
-        """Whether the job marker exists (committers that keep one: magic, manifest)."""
-        raise NotImplementedError(f"the {self.name} committer keeps no job marker")
+    def abort_task(self, task: TaskAttempt) -> None:
+        """Abort the attempt: its open files are discarded, its output and records deleted."""
+        self._check_task(task)
+        files = TASK_FILES.finish_attempt(self.job_id, task.attempt_id, "aborted")
+        for entry in files:
+            if entry.writer is not None:
+                entry.writer.supersede("its task attempt was aborted")
+        self._abort_task(task, files)
 
     def require_active_job(self, task: TaskAttempt) -> None:
         """Refuse to start an attempt of a job that was never set up or has ended."""
@@ -268,17 +470,6 @@ class OutputCommitter(ABC):
             f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
             "aborted: it cannot commit"
         )
-
-    def job_marker_document(self) -> bytes:
-        """The job marker's JSON: which job is active where, since when, started by whom."""
-        marker = {
-            "jobId": self.job_id,
-            "committer": self.name,
-            "destination": self.url,
-            "created": int(time.time() * 1000),
-            "hostname": socket.gethostname(),
-        }
-        return json.dumps(marker).encode()
 
     def task_committed(
         self, task: TaskAttempt, record: str, files: int, size: int, start: float, verb: str
@@ -302,6 +493,272 @@ class OutputCommitter(ABC):
             files=files,
             bytes=size,
         )
+
+    def _check_task(self, task: TaskAttempt) -> None:
+        if task.job_id != self.job_id:
+            raise ValueError(f"task attempt {task.attempt_id} belongs to job {task.job_id}")
+
+    # -- job commit ------------------------------------------------------------------------------
+
+    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
+        """Publish exactly the task records ``messages`` name (or, without, the listed ones).
+
+        Finishes a commit that an earlier driver started (see the module docstring).
+        """
+        start = time.monotonic()
+        stages = _Stages(self.stats)
+        keeper = self._journal()
+        with stages("end_job"):
+            was_active = self._end_job()
+            journal = keeper.read() if keeper is not None else None
+        if journal is not None:
+            self._check_resumable(journal, messages)
+            if journal.phase == "committed":
+                return self._finish_clean_up(journal, start)
+        loaded: Loaded | None = None
+        try:
+            with self.stats.track("committer_commit_job"):
+                with stages("load"):
+                    records = (
+                        journal.records
+                        if journal is not None
+                        else self._records_to_commit(messages, was_active)
+                    )
+                    loaded = self._load(records, messages)
+                with stages("validate"):
+                    self._validate(loaded)
+                if journal is None:
+                    with stages("conflict"):
+                        self.check_no_conflict("job commit")
+                        doomed = (
+                            self._plan_replace(loaded) if self.conflict_mode == "replace" else []
+                        )
+                    if keeper is not None:
+                        with stages("journal"):
+                            journal = keeper.start(self._new_journal(loaded, doomed), doomed)
+                    elif doomed:
+                        self._delete_files(doomed)
+                if journal is not None and journal.phase == "deleting":
+                    assert keeper is not None
+                    with stages("delete_old"):
+                        self._delete_old(keeper, journal)
+                with stages("publish"):
+                    published = self._publish(loaded)
+                with stages("success"):
+                    filenames = self._save_success(loaded, published, start, total_rows(messages))
+        except NothingToCommitError:
+            raise
+        except BaseException as failure:
+            self.stats.increment("committer_jobs_failed")
+            self._failure_report(stages.current, failure, start)
+            raise self._failed(stages.current, failure, journal, loaded) from failure
+        finally:
+            if loaded is not None:
+                loaded.discard()
+        self.stats.increment("committer_jobs_completed")
+        if journal is not None and keeper is not None:
+            journal.phase = "committed"
+            journal.result = {"files": published.files, "bytes": published.bytes}
+            journal.result["tasks"] = loaded.tasks
+            journal.updated = int(time.time() * 1000)
+            try:
+                keeper.save(journal)
+            except Exception as e:  # the output is complete: only a retry's shortcut is lost
+                log.warning("job %s: could not mark the journal committed: %s", self.job_id, e)
+        with stages("cleanup"):
+            incomplete = self._try_clean_up(loaded, published)
+        summary = self.summarise(published.files, published.bytes, loaded.tasks, start, filenames)
+        summary.cleanup_incomplete = incomplete
+        return summary
+
+    def _try_clean_up(self, loaded: Loaded | None, published: Published | None) -> str | None:
+        """Clean up after a successful commit; what is left (and how to finish) on failure."""
+        try:
+            self._clean_up(loaded, published)
+        except Exception as e:
+            incomplete = (
+                f"clean-up of job {self.job_id} did not finish ({type(e).__name__}: {e}); "
+                f"the output is complete. Finish it with cleanup_job() (magicfs jobs cleanup "
+                f"--job {self.job_id} {self.url})"
+            )
+            log.warning("job %s: %s", self.job_id, incomplete)
+            return incomplete
+        return None
+
+    def _finish_clean_up(self, journal: CommitJournal, start: float) -> JobSummary:
+        """A commit that got as far as ``_SUCCESS``: only its clean-up is left to do."""
+        log.info("job %s: already committed; finishing its clean-up", self.job_id)
+        incomplete = self._try_clean_up(None, Published(0, 0))
+        result = journal.result
+        summary = self.summarise(
+            result.get("files", 0), result.get("bytes", 0), result.get("tasks", 0), start, []
+        )
+        summary.cleanup_incomplete = incomplete
+        return summary
+
+    def _new_journal(self, loaded: Loaded, doomed: list[str]) -> CommitJournal:
+        return CommitJournal(
+            job_id=self.job_id,
+            committer=self.name,
+            destination=self.url,
+            conflict_mode=self.conflict_mode,
+            phase="deleting" if doomed else "publishing",
+            records=list(loaded.records),
+        )
+
+    def _check_resumable(self, journal: CommitJournal, messages: list | None) -> None:
+        """A started commit is finished with its own records, by a committer of its kind."""
+        if journal.committer != self.name:
+            raise JobCommitError(
+                f"job {self.job_id}: its interrupted commit was started by the "
+                f"{journal.committer} committer; finish it with that committer",
+                job_id=self.job_id,
+                stage="load",
+                recoverable=True,
+            )
+        if messages is not None and any(m is not None for m in messages):
+            named = {m.record for m in messages if m is not None}
+            if named != set(journal.records):
+                raise JobCommitError(
+                    f"job {self.job_id}: a commit of this job already started with "
+                    f"{len(journal.records)} task records and must finish with exactly those; "
+                    f"these messages name others. Run commit_job() without messages to finish "
+                    f"it, or abort_job() to roll it back",
+                    job_id=self.job_id,
+                    stage="load",
+                    recoverable=True,
+                )
+        log.info(
+            "job %s: finishing an interrupted commit (%d task records, phase %s)",
+            self.job_id,
+            len(journal.records),
+            journal.phase,
+        )
+
+    def _delete_old(self, keeper: JournalKeeper, journal: CommitJournal) -> None:
+        deleted = 0
+        for paths in keeper.pages(journal):
+            self._delete_files(paths)
+            deleted += len(paths)
+        log.info("%s: replace mode deleted %d existing files", self.url, deleted)
+        journal.phase = "publishing"
+        journal.updated = int(time.time() * 1000)
+        keeper.save(journal)
+
+    def _failed(
+        self,
+        stage: str,
+        failure: BaseException,
+        journal: CommitJournal | None,
+        loaded: Loaded | None,
+    ) -> JobCommitError:
+        """Roll back and abort a failed commit, or leave it to be finished; the error says which."""
+        what = (
+            f"job {self.job_id}: commit to {self.url} failed in stage {stage}: "
+            f"{type(failure).__name__}: {failure}"
+        )
+        if journal is not None and journal.deletes:
+            log.error("%s; old data was deleted, the job is left to be finished", what)
+            return JobCommitError(
+                f"{what}. The destination's old data had already been deleted (replace mode), "
+                "so the job was NOT rolled back (that would lose old and new data both): run "
+                f"commit_job() again to finish it ({self.recover_command()})",
+                job_id=self.job_id,
+                stage=stage,
+                recoverable=True,
+            )
+        try:
+            undone = self._unpublish(loaded) if journal is not None and loaded is not None else 0
+            self._clean_up(None, None)
+        except Exception as e:
+            log.error("%s; rolling back failed too: %s", what, e)
+            return JobCommitError(
+                f"{what}. Rolling the job back failed too ({type(e).__name__}: {e}): run "
+                f"abort_job() again ({self.rollback_command()})",
+                job_id=self.job_id,
+                stage=stage,
+                recoverable=True,
+            )
+        detail = f" ({undone} files it had made visible were deleted again)" if undone else ""
+        log.error("%s; the job was rolled back%s", what, detail)
+        if not self.can_roll_back:
+            detail = (
+                ": files it had already moved into the destination stay there (the "
+                f"{self.name} committer cannot take them back)"
+            )
+            return JobCommitError(
+                f"{what}. The job was aborted{detail}", job_id=self.job_id, stage=stage
+            )
+        return JobCommitError(
+            f"{what}. The job was aborted: nothing of it is visible{detail}",
+            job_id=self.job_id,
+            stage=stage,
+        )
+
+    # -- abort and clean-up ---------------------------------------------------------------------
+
+    def abort_job(self, *, force: bool = False) -> None:
+        """Abort the job: nothing of it stays visible, nothing parked. Idempotent.
+
+        Rolls back a commit that a dead driver left half done, except in ``replace``
+        mode after old data was deleted (see the module docstring; ``force=True``).
+        """
+        start = time.monotonic()
+        self._end_job()
+        keeper = self._journal()
+        journal = keeper.read() if keeper is not None else None
+        undone = 0
+        if journal is not None and journal.phase == "committed":
+            raise JobCommitError(
+                f"job {self.job_id} has already committed to {self.url}: there is nothing to "
+                "roll back; cleanup_job() finishes its clean-up",
+                job_id=self.job_id,
+                stage="abort",
+            )
+        if journal is not None:
+            if journal.deletes and not force:
+                raise JobCommitError(
+                    f"job {self.job_id}: its commit had already deleted the destination's old "
+                    f"data ({journal.deletes} files, replace mode) when it stopped; rolling back "
+                    "cannot bring that back. Finish the commit with commit_job() "
+                    f"({self.recover_command()}) to keep the new data, or abort_job(force=True) "
+                    "to discard the new data too",
+                    job_id=self.job_id,
+                    stage="abort",
+                    recoverable=True,
+                )
+            loaded = self._load(journal.records)
+            try:
+                undone = self._unpublish(loaded)
+            finally:
+                loaded.discard()
+        self._clean_up(None, None)
+        log.info(
+            "job %s: aborted in %.2fs%s",
+            self.job_id,
+            elapsed(start),
+            f" ({undone} files of its interrupted commit deleted)" if undone else "",
+        )
+
+    def cleanup_job(self) -> None:
+        """Delete the job's tree, aborting anything it left. Idempotent.
+
+        Refused while a commit of the job is unfinished: that needs ``commit_job()`` or
+        ``abort_job()``, or the half-published output would lose its only record.
+        """
+        keeper = self._journal()
+        journal = keeper.read() if keeper is not None else None
+        if journal is not None and journal.phase != "committed":
+            raise JobCommitError(
+                f"job {self.job_id}: a commit of this job started and did not finish; finish "
+                f"it with commit_job() ({self.recover_command()}) or roll it back with "
+                f"abort_job() ({self.rollback_command()})",
+                job_id=self.job_id,
+                stage="cleanup",
+                recoverable=True,
+            )
+        self._end_job()
+        self._clean_up(None, None)
 
     # -- shared parts of job commit ------------------------------------------------------
 
@@ -423,9 +880,6 @@ class OutputCommitter(ABC):
 
     # -- conflict handling shared by every committer -------------------------------------
 
-    def _delete_files(self, paths: list[str]) -> None:
-        self.store_fs.rm(paths)
-
     def visible_entries(self) -> list[str]:
         """Top-level entries of the destination that readers would see (one listing)."""
         try:
@@ -439,6 +893,16 @@ class OutputCommitter(ABC):
             if name and not name.startswith(("_", ".")) and entry.rstrip("/") != self.dest
         ]
 
+    def visible_files(self) -> list[str]:
+        """Every file of the destination's visible data (what ``replace`` deletes)."""
+        files: list[str] = []
+        for entry in self.visible_entries():
+            if self.store_fs.isdir(entry):
+                files.extend(self.store_fs.find(entry))
+            else:
+                files.append(entry)
+        return files
+
     def check_no_conflict(self, stage: str) -> None:
         """``fail`` mode: refuse a destination with visible data."""
         if self.conflict_mode != "fail":
@@ -450,19 +914,6 @@ class OutputCommitter(ABC):
                 f"{self.store_fs.unstrip_protocol(entries[0])}) and conflict_mode is 'fail' "
                 f"(checked at {stage})"
             )
-
-    def delete_visible_data(self) -> int:
-        """``replace`` mode: delete every visible file under the destination."""
-        doomed: list[str] = []
-        for entry in self.visible_entries():
-            if self.store_fs.isdir(entry):
-                doomed.extend(self.store_fs.find(entry))
-            else:
-                doomed.append(entry)
-        if doomed:
-            self._delete_files(doomed)
-        log.info("%s: replace mode deleted %d existing files", self.url, len(doomed))
-        return len(doomed)
 
 
 def elapsed(start: float) -> float:

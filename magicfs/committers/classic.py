@@ -14,7 +14,9 @@ The baseline everyone knows, and what the benchmarks measure magicfs against. La
   commit only writes ``_SUCCESS``. Output is visible before the job commits and a
   failed job's committed tasks stay visible: **unsafe**, kept for comparison only.
 
-Both follow the seed document's ``mergePaths`` pseudo-code. Tasks write plain paths
+Both follow the seed document's ``mergePaths`` pseudo-code, run by the base class's
+job-commit stages (publish = merge). Neither can roll back: a v1 commit that fails
+half-way leaves the files it merged visible, as Hadoop's does. Tasks write plain paths
 (``task.path(...)`` is under the attempt directory); ``committer.fs`` is the store's own
 filesystem. Deliberately classic: no job marker, no records, no validation; two jobs
 writing to one destination share ``_temporary/<app attempt>`` and collide, as in Hadoop.
@@ -31,7 +33,8 @@ import fsspec
 from ..local import TaskLocalFileSystem
 from ..manifest.store import RenameStore
 from ..paths import join
-from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage
+from ..task_files import TaskFile
+from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 
 log = logging.getLogger("magicfs.committer.classic")
 
@@ -42,6 +45,7 @@ class FileOutputCommitter(OutputCommitter):
     """``committer="file-v1"`` (``algorithm=1``) or ``"file-v2"`` (``algorithm=2``)."""
 
     name = "file-v1"
+    can_roll_back = False
 
     def __init__(self, dest: str, *, algorithm: int = 1, **options: Any):
         if algorithm not in (1, 2):
@@ -55,6 +59,14 @@ class FileOutputCommitter(OutputCommitter):
     def fs(self) -> fsspec.AbstractFileSystem:
         """The store's filesystem; on a local disk one that makes parent directories."""
         return TaskLocalFileSystem() if self.store.needs_parent_directories else self.store_fs
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Plain URLs of the store; on a local disk, parent directories are made as needed."""
+        options = dict(self.store_options)
+        if self.store.needs_parent_directories:
+            options["auto_mkdir"] = True
+        return options
 
     @property
     def temp_root(self) -> str:
@@ -72,43 +84,63 @@ class FileOutputCommitter(OutputCommitter):
 
     # -- job ---------------------------------------------------------------------------------
 
-    def setup_job(self) -> None:
-        self.check_no_conflict("job setup")
+    def _setup_job(self, resume: bool) -> None:
         self.store.mkdirs(self.job_attempt_dir)
-        log.info("job %s: set up for %s (%s)", self.job_id, self.url, self.name)
 
-    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
-        start = time.monotonic()
-        with self.stats.track("committer_commit_job"):
-            self.check_no_conflict("job commit")
-            if self.conflict_mode == "replace":
-                self.delete_visible_data()
-            tasks = self._committed_tasks(messages) if self.algorithm == 1 else messages or []
-            if self.algorithm == 1:
-                files = sum(self._merge_v1(directory, self.dest) for directory in tasks)
-            else:
-                files = sum(m.files for m in tasks)  # already in place since task commit
-            self.cleanup_job()
-            if self.success_file:
-                self.store.write_bytes(self.success_path, b"")  # zero bytes, as Hadoop writes it
-        self.stats.increment("committer_files_committed", files)
-        summary = self.summarise(files, sum(m.bytes for m in messages or []), len(tasks), start, [])
-        return summary
+    def job_active(self) -> bool:
+        """Set up and not yet ended: its job attempt directory exists."""
+        return self.store.info(self.job_attempt_dir) is not None
 
-    def _committed_tasks(self, messages: list[TaskCommitMessage] | None) -> list[str]:
+    def _end_job(self) -> bool:
+        return self.job_active()
+
+    def _journal(self) -> None:
+        """The classic committers keep no journal: a commit that dies is not resumable."""
+        return None
+
+    def _records_to_commit(
+        self, messages: list[TaskCommitMessage] | None, was_active: bool
+    ) -> list[str]:
         if messages is not None:
             return [m.record for m in messages]
+        if self.algorithm == 2:
+            return []
         return [
             entry["name"]
             for entry in self.store.children(self.job_attempt_dir)
             if entry.get("type") == "directory" and not entry["name"].endswith("/" + TEMPORARY)
         ]
 
-    def abort_job(self) -> None:
-        self.store.delete_tree(self.job_attempt_dir)
-        self.cleanup_job()
+    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+        size = sum(m.bytes for m in messages or [] if m is not None)
+        files = sum(m.files for m in messages or [] if m is not None)
+        return Loaded(list(records), len(records), files, size)
 
-    def cleanup_job(self) -> None:
+    def _delete_files(self, paths: list[str]) -> None:
+        for path in paths:
+            self.store.delete_file(path)
+
+    def _publish(self, loaded: Loaded) -> Published:
+        """v1: merge every committed task directory (``mergePaths``); v2: already in place."""
+        if self.algorithm == 2:
+            return Published(loaded.files, loaded.bytes)
+        files = sum(self._merge_v1(directory, self.dest) for directory in loaded.records)
+        return Published(files, loaded.bytes)
+
+    def _unpublish(self, loaded: Loaded) -> int:
+        return 0  # can_roll_back is False: merged files stay (as in Hadoop)
+
+    def _save_success(
+        self, loaded: Loaded, published: Published, start: float, rows: int | None
+    ) -> list[str]:
+        self.stats.increment("committer_files_committed", published.files)
+        if self.success_file:
+            self.store.write_bytes(self.success_path, b"")  # zero bytes, as Hadoop writes it
+        return []
+
+    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+        if published is None:
+            self.store.delete_tree(self.job_attempt_dir)
         self.store.delete_tree(self.temp_root)
 
     # -- tasks ---------------------------------------------------------------------------------
@@ -116,14 +148,14 @@ class FileOutputCommitter(OutputCommitter):
     def work_path_for(self, attempt_id: str) -> str:
         return self.task_attempt_dir(attempt_id)
 
-    def setup_task(self, task: TaskAttempt) -> None:
+    def _setup_task(self, task: TaskAttempt) -> None:
         """Nothing on object stores; the attempt directory on a local disk."""
         self.store.mkdirs(task.work_path)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
         return self.store.fs.exists(task.work_path)
 
-    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
+    def _commit_task(self, task: TaskAttempt, files_known: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
         found = self.store.scan(task.work_path)
         files = [i for i in found.values() if i.get("type") != "directory"]
@@ -139,7 +171,7 @@ class FileOutputCommitter(OutputCommitter):
         size = sum(int(i.get("size") or 0) for i in files)
         return self.task_committed(task, committed, len(files), size, start, "committed")
 
-    def abort_task(self, task: TaskAttempt) -> None:
+    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         self.store.delete_tree(task.work_path)
 
     # -- mergePaths (seed document, "The FileOutputCommitter") ------------------------------

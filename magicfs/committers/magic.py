@@ -1,37 +1,34 @@
 """The magic committer: task output streams to S3 as uploads that only job commit completes.
 
-Layout: see :mod:`magicfs.layout`. One job, start to end:
+Layout: see :mod:`magicfs.layout`. One job, start to end (the stages are the base
+class's, :mod:`magicfs.committers.base`):
 
 * ``setup_job``: check the conflict mode, delete an old ``_SUCCESS``, write the job
   marker (from now on the job accepts writers).
-* tasks write through ``committer.fs`` under ``task.path(...)`` (deferred uploads,
-  each recorded by a marker and, once closed, a ``.pending``).
-* ``commit_task``: list the attempt's ``.pending`` files (one paged listing), load and
-  validate them (one GET each), save them as one ``.pendingset`` twice: as
-  ``tasks/<attempt>.pendingset`` (this exact attempt; the task commit message names
-  it) and as ``<task id>.pendingset`` (the last committed attempt of the task wins,
-  HADOOP-17258; job commit without messages reads these). Then check that the job is
-  still active.
+* tasks write through ``committer.fs`` under ``task.path(...)`` (deferred uploads, each
+  recorded by an intent marker and, once closed, a ``.pending``: :mod:`magicfs.s3.writer`).
+* ``commit_task``: list the attempt's directory (one paged listing), load and validate
+  its ``.pending`` files (one GET each; in ``in_memory`` mode the commits come from this
+  process), save them as one ``.pendingset`` twice: as ``tasks/<attempt>.pendingset``
+  (this exact attempt; the task commit message names it) and as
+  ``<task id>.pendingset`` (the last committed attempt of the task wins, HADOOP-17258;
+  job commit without messages reads these). Then check that the job is still active.
+  Refused, with the attempt aborted, when a file is still open, was opened but never
+  closed, or was written *around* magicfs (a plain object at a task path).
 * ``commit_job``: end the job (delete the marker), load the pendingsets named by the
-  messages (or listed), validate all of them before anything is completed, apply the
-  conflict mode, complete every upload in parallel, write ``_SUCCESS``, clean up.
-* clean-up (after commit or abort): list the job's tree once, abort every upload of an
-  attempt that was not committed (superseded, failed, speculative or unreported
-  attempts: their markers and records are still there), check the destination's
-  upload listing for any that survived, delete the tree.
+  messages (or listed), validate all of them before anything is completed, save the
+  journal, apply the conflict mode, complete every upload in parallel, write
+  ``_SUCCESS``, clean up.
+* clean-up (after commit or abort): list the job's tree once and sweep the uploads on
+  the keys its markers name (:func:`magicfs.s3.sweep.sweep_job`): everything not
+  committed is aborted — failed, superseded, speculative and unreported attempts,
+  killed writers, lost-reply duplicates. Then delete the tree, journal last.
 
 Decision (differs from Hadoop, which deletes the attempt directory at task commit):
 the attempt directory stays until the job ends. It costs nothing extra (the job's
-clean-up deletes it in the same batches) and it is what lets the job find the uploads
-of attempts Spark never reported (its ``abort(messages)`` sees ``None`` for them) and
-of attempts superseded by a later one, so no upload is ever left parked. Committing
-the same attempt twice is therefore harmless (the second commit saves the same record).
-
-A retried ``commit_job`` after a crash part-way (same job id, tree still there) loads
-the same pendingsets and completes again: uploads already completed are recognised by
-the job id in their object metadata (see :mod:`magicfs.s3.commit_ops`), so the output
-is the same as after an uninterrupted commit. After a successful commit or an abort the
-tree is gone and a repeated ``commit_job`` raises ``FileNotFoundError``.
+clean-up deletes it in the same batches) and its markers are what let the job find
+every upload of attempts Spark never reported (its ``abort(messages)`` sees ``None``
+for them). Committing the same attempt twice is therefore harmless.
 """
 
 from __future__ import annotations
@@ -39,37 +36,43 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import fsspec
 
+from ..capabilities import is_s3
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
-from ..filesystem import MagicFileSystem, is_s3
+from ..filesystems import MagicFileSystem
 from ..layout import STARTED_SUFFIX, MagicJobLayout
 from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, is_deferred_write
-from ..records import (
-    TASK_ATTEMPT_ID_KEY,
-    IOStatisticsSnapshot,
-    PendingSet,
-    SinglePendingCommit,
-    SuccessData,
-)
+from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
+from ..records.journal import JOURNAL_FILE
 from ..s3.commit_ops import CommitOperations
 from ..s3.store import S3Store
-from ..s3.sweep import abort_uploads, recorded_uploads
-from ..s3.tracking import IN_MEMORY_COMMITS
-from ..s3.validation import check_commit, validate_pendingsets
-from .base import (
-    JobSummary,
-    OutputCommitter,
-    TaskAttempt,
-    TaskCommitMessage,
-    elapsed,
-    total_rows,
+from ..s3.sweep import (
+    abort_uploads,
+    load_pending,
+    recorded_ids,
+    sweep_job,
+    tree_keys,
+    uploads_of,
 )
+from ..s3.tracking import is_magicfs_marker
+from ..s3.validation import check_commit, validate_pendingsets
+from ..task_files import TaskFile
+from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage, elapsed
+from .journal import JournalKeeper
 
 log = logging.getLogger("magicfs.committer.magic")
+
+
+@dataclass
+class _Pendingsets:
+    """The magic committer's loaded records: pendingsets, and their commits once validated."""
+
+    pendingsets: list[tuple[str, PendingSet]]
+    commits: list[SinglePendingCommit]
 
 
 class MagicCommitter(OutputCommitter):
@@ -94,7 +97,7 @@ class MagicCommitter(OutputCommitter):
 
     def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
         # Job commit runs `threads` requests at once: give the client enough connections.
-        options = dict(self.storage_options)
+        options = dict(self.store_options)
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("max_pool_connections", max(10, self.threads * 2))
         options["config_kwargs"] = config
@@ -104,35 +107,41 @@ class MagicCommitter(OutputCommitter):
     def fs(self) -> MagicFileSystem:
         return self._fs
 
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        magic = {"in_memory": True} if self.in_memory else {}
+        return {"magic": magic, self.protocol: dict(self.store_options)}
+
+    def work_url_for(self, attempt_id: str) -> str:
+        return "magic::" + self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+
     def _operations(self) -> CommitOperations:
         return CommitOperations(self.store, self.job_id, self.stats, self.threads, self.progress)
 
     # -- job setup ----------------------------------------------------------------------------
 
-    def setup_job(self) -> None:
-        start = time.monotonic()
-        self.check_no_conflict("job setup")
-        if self.success_file:
-            self.store.delete_objects(self.bucket, [self._key(self.success_path)])
-        self._put(self.layout.job_marker, self.job_marker_document())
-        log.info(
-            "job %s: set up for %s (magic committer, conflict mode %s) in %.2fs",
-            self.job_id,
-            self.url,
-            self.conflict_mode,
-            elapsed(start),
-        )
+    def _setup_job(self, resume: bool) -> None:
+        if not resume:
+            self._put(self.layout.job_marker, self.job_marker_document())
 
     def job_active(self) -> bool:
         return self.store.head_object(self.bucket, self._key(self.layout.job_marker)) is not None
+
+    def _end_job(self) -> bool:
+        """Delete the job marker: from now on writers and task commits of this job fail."""
+        was_active = self.job_active()
+        self.store.delete_objects(self.bucket, [self._key(self.layout.job_marker)])
+        return was_active
+
+    def _journal(self) -> JournalKeeper:
+        return JournalKeeper(self.store, self.layout.magic_dir, self.dest, self.job_id)
 
     # -- tasks --------------------------------------------------------------------------------
 
     def work_path_for(self, attempt_id: str) -> str:
         return self.layout.work_path(attempt_id)
 
-    def setup_task(self, task: TaskAttempt) -> None:
-        self._check_task(task)
+    def _setup_task(self, task: TaskAttempt) -> None:
         self.require_active_job(task)
         self._put(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
 
@@ -143,20 +152,17 @@ class MagicCommitter(OutputCommitter):
         except FileNotFoundError:
             raise self.not_started_error(task) from None
 
-    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
-        self._check_task(task)
+    def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
         started = self.store.submit(
             "head_object",
             Bucket=self.bucket,
             Key=self._key(self.layout.started_marker(task.attempt_id)),
         )
-        in_memory = IN_MEMORY_COMMITS.take(self.job_id, task.attempt_id) if self.in_memory else []
         try:
             self._check_started(task, started)
-            commits, stats = self._gather_task_commits(task, in_memory)
+            commits, stats = self._gather_task_commits(task, files)
         except BaseException:
-            self._operations().abort(in_memory)
             self.abort_task(task)
             raise
         pendingset = PendingSet(
@@ -188,30 +194,29 @@ class MagicCommitter(OutputCommitter):
         )
 
     def _gather_task_commits(
-        self, task: TaskAttempt, in_memory: list[SinglePendingCommit]
+        self, task: TaskAttempt, files: list[TaskFile]
     ) -> tuple[list[SinglePendingCommit], IOStatisticsSnapshot]:
-        """Load and validate the attempt's pending commits (memory, or ``.pending`` files)."""
+        """Load and validate the attempt's commits (this process's, or its ``.pending`` files)."""
+        listing = self._find(self.layout.task_attempt_dir(task.attempt_id))
+        markers = [p for p in listing if is_deferred_write(p)]
+        pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
         if self.in_memory:
-            commits = in_memory
+            known = {f.path: f.commit for f in files if f.commit is not None}
+            self._refuse_unaccounted(task, [m for m in markers if m not in known], "in_memory")
+            commits = [known[m] for m in markers]
             sources = {id(c): f"memory:{task.attempt_id}" for c in commits}
         else:
-            listing = self._find(self.layout.task_attempt_dir(task.attempt_id))
-            pendings = [p for p in listing if p.endswith(PENDING_SUFFIX)]
-            closed = {p[: -len(PENDING_SUFFIX)] for p in pendings}
-            still_open = [p for p in listing if is_deferred_write(p) and p not in closed]
-            if still_open:
-                raise CommitFailedError(
-                    f"task attempt {task.attempt_id}: {len(still_open)} files were opened but "
-                    f"not closed successfully, e.g. s3://{still_open[0]}; close every file "
-                    "before committing the task (its uploads have been aborted)"
-                )
-            commits = self._load_pendings(pendings)
+            orphans = sorted(pendings - set(markers))
+            if orphans:  # records of files deleted or replaced: their uploads must go
+                self._discard_records([p + PENDING_SUFFIX for p in orphans])
+            self._refuse_unaccounted(task, [m for m in markers if m not in pendings], "file")
+            commits = self._load_pendings([m + PENDING_SUFFIX for m in markers])
             sources = {id(c): c.filename or "" for c in commits}
         stats = IOStatisticsSnapshot()
         seen: dict[str, str] = {}
         for commit in commits:
             source = sources[id(commit)]
-            self._check_commit(commit, source)
+            check_commit(commit, self.bucket, self.dest_key, source)
             if commit.destination in seen:
                 raise InvalidCommitData(
                     source,
@@ -227,6 +232,47 @@ class MagicCommitter(OutputCommitter):
         stats.counters["committer_task_file_count"] = len(commits)
         return commits, stats
 
+    def _refuse_unaccounted(self, task: TaskAttempt, markers: list[str], mode: str) -> None:
+        """Files of the attempt that cannot be committed: say exactly why (one HEAD each)."""
+        if not markers:
+            return
+        heads = {m: self.store.submit("head_object", **self._location(m)) for m in markers}
+        around, unclosed = [], []
+        for marker, head in heads.items():
+            try:
+                response = head.result()
+            except FileNotFoundError:
+                continue  # deleted meanwhile
+            if not is_magicfs_marker(response.get("Metadata")):
+                around.append((marker, response.get("ContentLength", 0)))
+            else:
+                unclosed.append(marker)
+        if around:
+            marker, size = around[0]
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(around)} files were written directly to "
+                f"the store, around magicfs, e.g. s3://{marker} (a plain {size}-byte object, "
+                "no deferred upload): they would never be committed. Write task files with "
+                "committer.fs (job.fs), or open task.url(...) with committer.storage_options "
+                "(the attempt has been aborted)"
+            )
+        if unclosed and mode == "in_memory":
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(unclosed)} files were not written by "
+                f"this process, e.g. s3://{unclosed[0]}: in in_memory mode a task must commit "
+                "in the process that wrote its files (the attempt has been aborted)"
+            )
+        if unclosed:
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(unclosed)} files were opened but not "
+                f"closed successfully, e.g. s3://{unclosed[0]}; close every file before "
+                "committing the task (its uploads have been aborted)"
+            )
+
+    def _discard_records(self, paths: list[str]) -> None:
+        abort_uploads(self.store, uploads_of(load_pending(self.store, paths)))
+        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
+
     def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
         futures = [
             (path, self.store.submit_read(*self.store.split(path), SinglePendingCommit.MAX_BYTES))
@@ -239,19 +285,24 @@ class MagicCommitter(OutputCommitter):
             commits.append(SinglePendingCommit.from_json(data, source=f"s3://{path}"))
         return commits
 
-    def abort_task(self, task: TaskAttempt) -> None:
+    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         """Abort every upload of the attempt and delete its records. Idempotent."""
-        self._check_task(task)
         start = time.monotonic()
-        commits = IN_MEMORY_COMMITS.take(self.job_id, task.attempt_id)
         listing = self._find(self.layout.task_attempt_dir(task.attempt_id))
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         task_record = self.layout.pendingset(task.task_id)
         records = [*listing, attempt_record, self.layout.started_marker(task.attempt_id)]
         if self._recorded_attempt(task_record) == task.attempt_id:
             records.append(task_record)
-        uploads = recorded_uploads(self.store, records)
-        aborted = abort_uploads(self.store, uploads) + self._operations().abort(commits)
+        # Uploads whose record says so: this process's closed files, the .pending files.
+        # (A marker without either is a writer still running or killed: its upload is
+        # the job's sweep's, by key, once the job ends; a speculative twin of this
+        # attempt may be writing the same keys right now.)
+        uploads = uploads_of(f.commit for f in files if f.commit is not None)
+        uploads += uploads_of(
+            load_pending(self.store, [p for p in listing if p.endswith(PENDING_SUFFIX)])
+        )
+        aborted = abort_uploads(self.store, uploads)
         self.store.delete_objects(self.bucket, [self._key(p) for p in records])
         log.info("task %s: aborted %d uploads in %.2fs", task.attempt_id, aborted, elapsed(start))
 
@@ -263,130 +314,85 @@ class MagicCommitter(OutputCommitter):
             return None
         return pendingset.task_attempt_id or None
 
-    # -- job commit ----------------------------------------------------------------------------
+    # -- job commit: the hooks of the base class's stages -------------------------------------
 
-    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
-        start = time.monotonic()
-        try:
-            with self.stats.track("committer_commit_job"):
-                summary = self._commit(messages, start)
-        except NothingToCommitError:
-            raise
-        except BaseException:
-            self.stats.increment("committer_jobs_failed")
-            self._cleanup(committed_attempts=set(), committed_ids=set(), quiet=True)
-            raise
-        return summary
-
-    def _commit(self, messages: list[TaskCommitMessage] | None, start: float) -> JobSummary:
-        with self.stats.track("committer_load_pendingsets"):
-            if messages is None:
-                # The job must end before listing: a task commit either saved its record
-                # before this point (and is listed) or finds the job gone.
-                pendingsets = self._load_listed_pendingsets(self._end_job(check_active=True))
-            else:
-                # Messages fix the set of tasks: end the job while their records load.
-                ending = self.store.submit(
-                    "delete_object", Bucket=self.bucket, Key=self._key(self.layout.job_marker)
-                )
-                try:
-                    pendingsets = self._load_message_pendingsets(messages)
-                finally:
-                    concurrent.futures.wait([ending])  # ended before any clean-up sweep
-                ending.result()
-        commits = self._validate_job(pendingsets)
-        self.check_no_conflict("job commit")
-        if self.conflict_mode == "replace":
-            self.delete_visible_data()
-        operations = self._operations()
-        result = operations.complete_all(commits)
-        try:
-            success = self._write_success(
-                pendingsets, result.completed, result.bytes, start, total_rows(messages)
-            )
-        except BaseException:
-            operations.revert(result.completed)
-            raise
-        self.stats.increment("committer_jobs_completed")
-        committed_attempts = {self._committed_attempt(path, p) for path, p in pendingsets}
-        self._cleanup(committed_attempts, {c.upload_id for c in commits}, quiet=True)
-        summary = self.summarise(
-            len(result.completed), result.bytes, len(pendingsets), start, success.filenames
-        )
-        return summary
-
-    def _end_job(self, check_active: bool = False) -> bool:
-        """Delete the job marker: from now on writers and task commits of this job fail.
-
-        Returns whether the marker was there (only looked up if ``check_active``).
-        """
-        was_active = self.job_active() if check_active else False
-        self.store.delete_objects(self.bucket, [self._key(self.layout.job_marker)])
-        return was_active
-
-    def _load_listed_pendingsets(self, was_active: bool) -> list[tuple[str, PendingSet]]:
+    def _records_to_commit(
+        self, messages: list[TaskCommitMessage] | None, was_active: bool
+    ) -> list[str]:
+        if messages is not None:
+            return self.check_messages(messages, self.layout.tasks_dir)
+        # The job has ended before this listing: a task commit either saved its record
+        # before (and is listed) or finds the job gone and withdraws.
         directory = self.layout.job_attempt_dir
         self.store_fs.invalidate_cache(directory)
         try:
             entries = self.store_fs.ls(directory, detail=False, refresh=True)
         except FileNotFoundError:
             entries = []
-        paths = [p for p in entries if p.endswith(PENDINGSET_SUFFIX)]
-        if not was_active and (not entries or self._already_committed()):
-            raise NothingToCommitError(
-                f"job {self.job_id}: nothing to commit at {self.url}: the job was never set "
-                "up, or has already been committed or aborted"
-            )
-        return self._load_pendingsets(paths)
+        if not was_active and (not entries or self._success_names_this_job()):
+            raise self._nothing_to_commit(bool(entries))
+        return [p for p in entries if p.endswith(PENDINGSET_SUFFIX)]
 
-    def _already_committed(self) -> bool:
-        """Did a commit of this job get as far as writing its ``_SUCCESS``?"""
-        try:
-            return SuccessData.load(self.store_fs, self.success_path).job_id == self.job_id
-        except (FileNotFoundError, InvalidCommitData):
-            return False
+    def _nothing_to_commit(self, tree_left: bool) -> NothingToCommitError:
+        if self._success_names_this_job():
+            state = "it has already been committed (its _SUCCESS names it)"
+        else:
+            state = "it was never set up, or has already been committed or aborted"
+        left = (
+            f"; its tree {self.store_fs.unstrip_protocol(self.layout.magic_dir)} remains: "
+            f"cleanup_job() deletes it (magicfs jobs cleanup --job {self.job_id} {self.url})"
+            if tree_left
+            else ""
+        )
+        return NothingToCommitError(
+            f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
+        )
 
-    def _load_message_pendingsets(
-        self, messages: list[TaskCommitMessage]
-    ) -> list[tuple[str, PendingSet]]:
-        return self._load_pendingsets(self.check_messages(messages, self.layout.tasks_dir))
+    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+        with self.stats.track("committer_load_pendingsets"):
+            futures = [
+                (path, self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES))
+                for path in records
+            ]
+            loaded = []
+            for path, future in futures:
+                try:
+                    data = future.result()
+                except FileNotFoundError:
+                    raise FileNotFoundError(
+                        f"job {self.job_id}: task record s3://{path} is missing (already "
+                        "committed or aborted?)"
+                    ) from None
+                loaded.append((path, PendingSet.from_json(data, source=f"s3://{path}")))
+        files = sum(len(p.commits) for _, p in loaded)
+        size = sum(p.total_bytes for _, p in loaded)
+        return Loaded(list(records), len(loaded), files, size, _Pendingsets(loaded, []))
 
-    def _load_pendingsets(self, paths: Iterable[str]) -> list[tuple[str, PendingSet]]:
-        futures = [
-            (path, self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES))
-            for path in paths
-        ]
-        loaded = []
-        for path, future in futures:
-            try:
-                data = future.result()
-            except FileNotFoundError:
-                raise FileNotFoundError(
-                    f"job {self.job_id}: task record s3://{path} is missing (already committed "
-                    "or aborted?)"
-                ) from None
-            loaded.append((path, PendingSet.from_json(data, source=f"s3://{path}")))
-        return loaded
+    def _validate(self, loaded: Loaded) -> None:
+        payload: _Pendingsets = loaded.payload
+        payload.commits = validate_pendingsets(
+            payload.pendingsets, self.bucket, self.dest_key, self.job_id
+        )
 
-    def _validate_job(self, pendingsets: list[tuple[str, PendingSet]]) -> list[SinglePendingCommit]:
-        """Every check that can fail, before anything is completed."""
-        return validate_pendingsets(pendingsets, self.bucket, self.dest_key, self.job_id)
+    def _delete_files(self, paths: list[str]) -> None:
+        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
 
-    def _check_commit(self, commit: SinglePendingCommit, source: str) -> None:
-        check_commit(commit, self.bucket, self.dest_key, source)
+    def _publish(self, loaded: Loaded) -> Published:
+        result = self._operations().complete_all(loaded.payload.commits)
+        return Published(len(result.completed), result.bytes, payload=result.completed)
 
-    def _write_success(
-        self,
-        pendingsets: list[tuple[str, PendingSet]],
-        completed: list[SinglePendingCommit],
-        total_bytes: int,
-        start: float,
-        rows: int | None,
-    ) -> SuccessData:
+    def _unpublish(self, loaded: Loaded) -> int:
+        if not loaded.payload.commits:
+            self._validate(loaded)
+        return self._operations().unpublish(loaded.payload.commits)
+
+    def _save_success(
+        self, loaded: Loaded, published: Published, start: float, rows: int | None
+    ) -> list[str]:
         success = self.success_from_pendingsets(
-            pendingsets,
-            completed,
-            total_bytes,
+            loaded.payload.pendingsets,
+            published.payload,
+            published.bytes,
             start,
             rows,
             f"magicfs {type(self).__name__} for job {self.job_id}",
@@ -394,81 +400,47 @@ class MagicCommitter(OutputCommitter):
         )
         if self.success_file:
             self._put(self.success_path, success.to_bytes())
-        return success
+        return success.filenames
 
-    # -- abort and clean-up ----------------------------------------------------------------------
+    # -- clean-up ------------------------------------------------------------------------------
 
-    def abort_job(self) -> None:
-        """Abort every upload of the job and delete its tree; the destination is untouched."""
-        start = time.monotonic()
-        self._end_job()
-        aborted = self._cleanup(committed_attempts=set(), committed_ids=set(), quiet=False)
-        log.info("job %s: aborted %d uploads in %.2fs", self.job_id, aborted, elapsed(start))
+    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+        """Sweep the job's uploads (keeping the committed ones), then delete its tree."""
+        with self.stats.track("committer_cleanup"):
+            keep = {c.upload_id for c in (published.payload or [])} if published else set()
+            listing = self._find(self.layout.magic_dir)
+            keys = tree_keys(self.store, listing)
 
-    def cleanup_job(self) -> None:
-        """Delete the job's tree, aborting any upload still recorded in it. Idempotent."""
-        self._end_job()
-        self._cleanup(committed_attempts=set(), committed_ids=set(), quiet=False)
+            def sweep(progress: bool | None) -> int:
+                return sweep_job(
+                    self.store,
+                    self.bucket,
+                    self.dest_key,
+                    self.job_id,
+                    keys,
+                    keep,
+                    lambda shared: recorded_ids(self.store, listing, shared),
+                    progress,
+                ).aborted
 
-    def _cleanup(self, committed_attempts: set[str], committed_ids: set[str], quiet: bool) -> int:
-        try:
-            with self.stats.track("committer_cleanup"):
-                return self._sweep(committed_attempts, committed_ids)
-        except Exception as e:
-            if not quiet:
-                raise
-            log.warning("job %s: clean-up incomplete: %s", self.job_id, e)
-            return 0
-
-    def _sweep(self, committed_attempts: set[str], committed_ids: set[str]) -> int:
-        listing = self._find(self.layout.magic_dir)
-        candidates = []
-        tasks_prefix = self.layout.tasks_dir + "/"
-        for path in listing:
-            if path.startswith(tasks_prefix):
-                attempt = path[len(tasks_prefix) :].split("/", 1)[0]
-                attempt = attempt.removesuffix(PENDINGSET_SUFFIX).removesuffix(STARTED_SUFFIX)
-                if attempt not in committed_attempts:
-                    candidates.append(path)
-            elif path.endswith(PENDINGSET_SUFFIX) and not committed_attempts:
-                candidates.append(path)  # abort: task-level sets too
-        uploads = [
-            u for u in recorded_uploads(self.store, candidates) if u.upload_id not in committed_ids
-        ]
-        aborted = abort_uploads(self.store, uploads, self.progress)
-        if uploads:
-            # An abort racing a part upload can leave the upload alive: look once more.
-            doomed = {u.upload_id for u in uploads}
-            for upload in self.store.list_uploads(self.bucket, self.dest_key + "/"):
-                if upload.upload_id in doomed:
-                    self.store.abort_upload(self.bucket, upload.key, upload.upload_id)
-        # Records of the tasks go last: a clean-up cut short must not leave a tree that a
-        # retried commit would read as a job with fewer tasks.
-        ordered = sorted(listing, key=lambda p: (p.endswith(PENDINGSET_SUFFIX), p))
-        self.store.delete_objects(self.bucket, [self._key(p) for p in ordered])
-        self.stats.increment("committer_commits_aborted", aborted)
-        return aborted
+            aborted = sweep(self.progress)
+            if aborted:
+                # An abort racing a part upload can leave the upload alive: look once more.
+                sweep(False)
+            self.stats.increment("committer_commits_aborted", aborted)
+            # Task records go after the files, the journal last: a clean-up cut short must
+            # not leave a tree that a retried commit would read as a job with fewer tasks.
+            ordered = sorted(listing, key=_deletion_order)
+            self.store.delete_objects(self.bucket, [self._key(p) for p in ordered])
 
     # -- helpers ----------------------------------------------------------------------------------
 
-    @staticmethod
-    def _committed_attempt(path: str, pendingset: PendingSet) -> str:
-        """The task attempt a pendingset came from: its extra data, its commits, its name."""
-        if pendingset.task_attempt_id:
-            return pendingset.task_attempt_id
-        if pendingset.commits and pendingset.commits[0].task_id:
-            return pendingset.commits[0].task_id
-        return path.rsplit("/", 1)[-1].removesuffix(PENDINGSET_SUFFIX)
-
-    def _check_task(self, task: TaskAttempt) -> None:
-        if task.job_id != self.job_id:
-            raise ValueError(f"task attempt {task.attempt_id} belongs to job {task.job_id}")
-
-    def _delete_files(self, paths: list[str]) -> None:
-        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
-
     def _key(self, path: str) -> str:
         return self.store.split(path)[1]
+
+    def _location(self, path: str) -> dict[str, str]:
+        bucket, key = self.store.split(path)
+        return {"Bucket": bucket, "Key": key}
 
     def _put(self, path: str, data: bytes) -> None:
         self.store.put_object(self.bucket, self._key(path), data)
@@ -479,3 +451,15 @@ class MagicCommitter(OutputCommitter):
             return sorted(self.store_fs.find(path))
         except FileNotFoundError:
             return []
+
+
+def _deletion_order(path: str) -> tuple[int, str]:
+    """Files and markers first, then task records, then the journal's pages, the journal last."""
+    name = path.rsplit("/", 1)[-1]
+    if name == JOURNAL_FILE:
+        return (3, path)
+    if name.startswith("_magicfs_commit."):
+        return (2, path)
+    if name.endswith(PENDINGSET_SUFFIX) or name.endswith(STARTED_SUFFIX):
+        return (1, path)
+    return (0, path)

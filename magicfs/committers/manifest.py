@@ -2,21 +2,26 @@
 
 Tasks write the same magic paths as on S3 (``task.path(...)`` through
 ``committer.fs``); the filesystem sends them into the attempt's working directory
-(:mod:`magicfs.manifest.layout`). Task commit saves a manifest of the files
-(:mod:`magicfs.manifest.task_commit`); job commit runs the stages of
-:mod:`magicfs.manifest.stages`: load the manifests, create directories, rename every
-file into place, optionally validate, save ``_SUCCESS``, clean up.
+(:mod:`magicfs.filesystems.routed_view`). Task commit saves a manifest of the files
+(:mod:`magicfs.manifest.task_commit`); job commit runs the base class's stages with
+the manifest stages as hooks (:mod:`magicfs.manifest.stages`): load the manifests,
+create directories and rename every file into place (publish), optionally validate,
+save ``_SUCCESS``, clean up.
 
 Decisions (Hadoop's choices in parentheses):
 
 * The job is active while ``_temporary/<job>/_magicfs_job.json`` exists; a task commit
   that finds it gone after saving withdraws its manifest — the same handshake as the
   magic committer (Hadoop has none).
-* A failed rename stage moves the files already renamed back, so a failed job leaves
-  nothing visible and can be committed again (Hadoop leaves them in place).
+* A failed commit moves nothing back but deletes every file it had renamed into the
+  destination (:func:`~magicfs.manifest.stages.unrename`), so a failed job leaves
+  nothing visible; a commit whose driver died is finished by ``commit_job()`` or rolled
+  back by ``abort_job()`` (Hadoop leaves renamed files in place and cannot resume).
 * Output validation, when enabled, runs *before* ``_SUCCESS`` is written (after).
 * Clean-up deletes ``_temporary/<job id>`` only (all of ``_temporary``), so jobs with
   different ids may write to one destination.
+* Manifest sources must lie in their own attempt's working directory; a tampered
+  manifest naming any other file is refused before anything moves.
 * Two tasks writing the same destination file: the later rename wins, as in Hadoop.
   Checking would need every destination in memory; use unique file names.
 """
@@ -25,40 +30,33 @@ from __future__ import annotations
 
 import getpass
 import logging
-import os
 import time
 import traceback
 from typing import Any
 
+from ..capabilities import is_s3
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
-from ..filesystem import MagicFileSystem, is_s3
+from ..filesystems import MagicFileSystem
 from ..manifest.layout import MANIFEST_SUFFIX, ManifestJobLayout
 from ..manifest.stages import (
     LoadedManifests,
-    RenameOutcome,
     StageContext,
     cleanup,
     create_directories,
-    delete_renamed,
     load_manifests,
-    new_rename_log,
     rename_files,
     save_report,
     save_success,
+    unrename,
     validate_output,
 )
 from ..manifest.stages.cleanup import Outcome
 from ..manifest.store import RenameStore
 from ..manifest.task_commit import build_manifest, save_manifest
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
-from .base import (
-    JobSummary,
-    OutputCommitter,
-    TaskAttempt,
-    TaskCommitMessage,
-    elapsed,
-    total_rows,
-)
+from ..task_files import TaskFile
+from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage, elapsed
+from .journal import JournalKeeper
 
 log = logging.getLogger("magicfs.committer.manifest")
 
@@ -106,30 +104,35 @@ class ManifestCommitter(OutputCommitter):
     def fs(self) -> MagicFileSystem:
         return self._fs
 
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {"magic": {}, self.protocol: dict(self.store_options)}
+
+    def work_url_for(self, attempt_id: str) -> str:
+        return "magic::" + self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+
     def _context(self) -> StageContext:
         return StageContext(self.store, self.layout, self.stats, self.threads, self.progress)
 
     # -- job setup ----------------------------------------------------------------------------
 
-    def setup_job(self) -> None:
-        start = time.monotonic()
+    def _setup_job(self, resume: bool) -> None:
         with self.stats.track("job_stage_setup"):
-            self.check_no_conflict("job setup")
-            if self.success_file:
-                self.store.delete_file(self.success_path)
             for directory in (self.layout.manifests_dir, self.layout.tasks_dir):
                 self.store.mkdirs(directory)
-            self.store.write_bytes(self.layout.job_marker, self.job_marker_document())
-        log.info(
-            "job %s: set up for %s (manifest committer, conflict mode %s) in %.2fs",
-            self.job_id,
-            self.url,
-            self.conflict_mode,
-            elapsed(start),
-        )
+            if not resume:
+                self.store.write_bytes(self.layout.job_marker, self.job_marker_document())
 
     def job_active(self) -> bool:
         return self.store.info(self.layout.job_marker) is not None
+
+    def _end_job(self) -> bool:
+        was_active = self.job_active()
+        self.store.delete_file(self.layout.job_marker)
+        return was_active
+
+    def _journal(self) -> JournalKeeper:
+        return JournalKeeper(self.store, self.layout.job_dir, self.dest, self.job_id)
 
     # -- tasks ------------------------------------------------------------------------------------
 
@@ -137,8 +140,7 @@ class ManifestCommitter(OutputCommitter):
         """The magic path tasks write to; ``committer.fs`` routes it to the attempt's directory."""
         return self.layout.magic_work_path(attempt_id)
 
-    def setup_task(self, task: TaskAttempt) -> None:
-        self._check_task(task)
+    def _setup_task(self, task: TaskAttempt) -> None:
         self.require_active_job(task)
         with self.stats.track("task_stage_setup"):
             self.store.mkdirs(self.layout.task_attempt_dir(task.attempt_id))
@@ -146,11 +148,11 @@ class ManifestCommitter(OutputCommitter):
                 self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
             )
 
-    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
-        self._check_task(task)
+    def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
         if self.store.info(self.layout.started_marker(task.attempt_id)) is None:
             raise self.not_started_error(task)
+        self._refuse_writes_around(task)
         with self.stats.track("task_stage_commit"):
             manifest = build_manifest(self.store, self.layout, task, self.stats)
             save_manifest(self.store, self.layout, task, manifest, self.stats, self.save_attempts)
@@ -169,13 +171,27 @@ class ManifestCommitter(OutputCommitter):
             "committed",
         )
 
-    def abort_task(self, task: TaskAttempt) -> None:
+    def _refuse_writes_around(self, task: TaskAttempt) -> None:
+        """Files at the task's magic paths in the store itself were written around magicfs."""
+        magic_root = self.work_path_for(task.attempt_id).rsplit("/", 1)[0]
+        found = [p for p, i in self.store.scan(magic_root).items() if i.get("type") != "directory"]
+        if found:
+            self.abort_task(task)
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(found)} files were written directly to "
+                f"the store, around magicfs, e.g. {self.store_fs.unstrip_protocol(found[0])}: "
+                "they would never be committed. Write task files with committer.fs (job.fs), "
+                "or open task.url(...) with committer.storage_options (the attempt has been "
+                "aborted)"
+            )
+
+    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         """Delete the attempt's work and records; an aborted attempt cannot commit."""
-        self._check_task(task)
         with self.stats.track("task_stage_abort_task"):
             self._withdraw(task)
             self.store.delete_tree(self.layout.task_attempt_dir(task.attempt_id))
             self.store.delete_file(self.layout.started_marker(task.attempt_id))
+            self.store.delete_tree(self.work_path_for(task.attempt_id).rsplit("/", 1)[0])
         log.info("task %s: aborted", task.attempt_id)
 
     def _withdraw(self, task: TaskAttempt) -> None:
@@ -192,103 +208,91 @@ class ManifestCommitter(OutputCommitter):
         except (FileNotFoundError, ValueError):
             return None
 
-    # -- job commit --------------------------------------------------------------------------------
+    # -- job commit: the hooks of the base class's stages -----------------------------------------
 
-    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
-        start = time.monotonic()
-        context = self._context()
-        stage = "committer_commit_job"
-        loaded: LoadedManifests | None = None
-        renamed_log = new_rename_log()
-        try:
-            with self.stats.track("committer_commit_job"):
-                was_active = self._end_job()
-                stage = "job_stage_load_manifests"
-                loaded = load_manifests(context, self._manifest_paths(messages, was_active))
-                self.check_no_conflict("job commit")
-                if self.conflict_mode == "replace":
-                    self.delete_visible_data()
-                stage = "job_stage_create_target_dirs"
-                create_directories(context, loaded.directories)
-                stage = "job_stage_rename_files"
-                renamed = rename_files(context, loaded, renamed_log, self.delete_target_files)
-                if self.validate:
-                    stage = "job_stage_optional_validate_output"
-                    validate_output(context, loaded)
-                stage = "job_stage_save_success_marker"
-                success = self._success_data(loaded, renamed, start, total_rows(messages))
-                if self.success_file:
-                    save_success(context, success)
-        except NothingToCommitError:
-            raise
-        except BaseException as failure:
-            self.stats.increment("committer_jobs_failed")
-            reverted = delete_renamed(context, renamed_log)
-            self._report(self._failure_data(stage, failure, start))
-            self._abort_quietly(context)
-            raise CommitFailedError(
-                f"job {self.job_id}: commit to {self.url} failed in stage {stage}: "
-                f"{type(failure).__name__}: {failure}. The job was aborted; {reverted} files "
-                "already renamed into the destination were deleted again"
-            ) from failure
-        finally:
-            if loaded is not None:
-                loaded.discard()
-            os.unlink(renamed_log)
-        self.stats.increment("committer_jobs_completed")
-        self._report(success)
-        outcome = cleanup(context, self.cleanup_enabled)
-        if outcome.outcome is Outcome.FAILURE:
-            log.warning("job %s: clean-up failed: %s", self.job_id, outcome.error)
-        summary = self.summarise(
-            renamed.files, renamed.bytes, len(loaded.task_ids), start, success.filenames
-        )
-        return summary
-
-    def _end_job(self) -> bool:
-        was_active = self.job_active()
-        self.store.delete_file(self.layout.job_marker)
-        return was_active
-
-    def _manifest_paths(
+    def _records_to_commit(
         self, messages: list[TaskCommitMessage] | None, was_active: bool
     ) -> list[str]:
-        if messages is None:
-            paths = [
-                p
-                for p in self.store.list_names(self.layout.manifests_dir)
-                if p.endswith(MANIFEST_SUFFIX)
-            ]
-            if not was_active and not paths and not self.store.fs.exists(self.layout.job_dir):
-                raise NothingToCommitError(
-                    f"job {self.job_id}: nothing to commit at {self.url}: the job was never set "
-                    "up, or has already been committed or aborted"
-                )
-            return paths
-        return self.check_messages(messages, self.layout.tasks_dir)
+        if messages is not None:
+            return self.check_messages(messages, self.layout.tasks_dir)
+        paths = [
+            p
+            for p in self.store.list_names(self.layout.manifests_dir)
+            if p.endswith(MANIFEST_SUFFIX)
+        ]
+        if not was_active and not paths:
+            tree = self.store.fs.exists(self.layout.job_dir)
+            if self._success_names_this_job():
+                state = "it has already been committed (its _SUCCESS names it)"
+            else:
+                state = "it was never set up, or has already been committed or aborted"
+            left = (
+                f"; its directory {self.store_fs.unstrip_protocol(self.layout.job_dir)} "
+                f"remains: cleanup_job() deletes it (magicfs jobs cleanup --job {self.job_id} "
+                f"{self.url})"
+                if tree
+                else ""
+            )
+            raise NothingToCommitError(
+                f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
+            )
+        return paths
 
-    # -- _SUCCESS and reports ----------------------------------------------------------------------
+    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+        manifests = load_manifests(self._context(), records)
+        return Loaded(
+            list(records),
+            len(manifests.task_ids),
+            manifests.files,
+            manifests.bytes,
+            manifests,
+            manifests.iostatistics,
+        )
 
-    def _success_data(
-        self, loaded: LoadedManifests, renamed: RenameOutcome, start: float, rows: int | None
-    ) -> ManifestSuccessData:
+    def _delete_files(self, paths: list[str]) -> None:
+        for _ in self._context().parallel(self.store.delete_file, paths, "deleting", len(paths)):
+            pass
+
+    def _publish(self, loaded: Loaded) -> Published:
+        context = self._context()
+        manifests: LoadedManifests = loaded.payload
+        create_directories(context, manifests.directories)
+        renamed = rename_files(context, manifests, self.delete_target_files)
+        if self.validate:
+            validate_output(context, manifests)
+        return Published(renamed.files, renamed.bytes, list(renamed.first_destinations))
+
+    def _unpublish(self, loaded: Loaded) -> int:
+        journal = self._journal().read()
+        since = journal.created / 1000 if journal is not None else time.time()
+        return unrename(self._context(), loaded.payload, since)
+
+    def _save_success(
+        self, loaded: Loaded, published: Published, start: float, rows: int | None
+    ) -> list[str]:
         statistics = self.stats.snapshot().aggregate(loaded.iostatistics)
         success = ManifestSuccessData(
             committer=MANIFEST_COMMITTER_CLASS,
             job_id=self.job_id,
             job_id_source=self.job_id_source,
             diagnostics=self._diagnostics("committer_commit_job"),
-            filenames=list(renamed.first_destinations),
+            filenames=list(published.filenames),
             iostatistics=statistics,
-            metrics=self.metrics(renamed.files, renamed.bytes, len(loaded.task_ids), start, rows),
+            metrics=self.metrics(published.files, published.bytes, loaded.tasks, start, rows),
         )
-        return success
+        if self.success_file:
+            save_success(self._context(), success)
+        if self.report_dir:
+            save_report(self._context(), self.report_dir, success)
+        return success.filenames
 
-    def _failure_data(self, stage: str, failure: BaseException, start: float):
+    def _failure_report(self, stage: str, failure: BaseException, start: float) -> None:
+        if not self.report_dir:
+            return
         diagnostics = self._diagnostics(stage)
         diagnostics["exception"] = f"{type(failure).__name__}: {failure}"
         diagnostics["stacktrace"] = "".join(traceback.format_exception(failure))[-16000:]
-        return ManifestSuccessData(
+        report = ManifestSuccessData(
             success=False,
             committer=MANIFEST_COMMITTER_CLASS,
             job_id=self.job_id,
@@ -297,44 +301,22 @@ class ManifestCommitter(OutputCommitter):
             iostatistics=self.stats.snapshot(),
             metrics={"duration_ms": int(elapsed(start) * 1000)},
         )
+        save_report(self._context(), self.report_dir, report)
 
     def _diagnostics(self, stage: str) -> dict[str, str]:
         return self.diagnostics(principal=_principal(), stage=stage)
 
-    def _report(self, data: ManifestSuccessData) -> None:
-        if self.report_dir:
-            save_report(self._context(), self.report_dir, data)
+    # -- clean-up ----------------------------------------------------------------------------------
 
-    # -- abort and clean-up ----------------------------------------------------------------------
-
-    def abort_job(self) -> None:
-        """Delete the job's temporary tree; the destination is untouched. Idempotent."""
-        start = time.monotonic()
-        with self.stats.track("job_stage_abort"):
-            self._end_job()
-            outcome = cleanup(self._context(), enabled=True)
+    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+        """Delete the job's temporary tree (after a commit only if ``cleanup`` is on)."""
+        enabled = self.cleanup_enabled or published is None
+        outcome = cleanup(self._context(), enabled)
         if outcome.outcome is Outcome.FAILURE:
-            raise CommitFailedError(f"job {self.job_id}: abort could not clean up: {outcome.error}")
-        log.info(
-            "job %s: aborted (%s) in %.2fs", self.job_id, outcome.outcome.value, elapsed(start)
-        )
-
-    def cleanup_job(self) -> None:
-        self._end_job()
-        outcome = cleanup(self._context(), self.cleanup_enabled)
-        if outcome.outcome is Outcome.FAILURE:
-            raise CommitFailedError(f"job {self.job_id}: clean-up failed: {outcome.error}")
-
-    def _abort_quietly(self, context: StageContext) -> None:
-        outcome = cleanup(context, enabled=True)
-        if outcome.outcome is Outcome.FAILURE:
-            log.warning("job %s: clean-up after failure failed: %s", self.job_id, outcome.error)
-
-    # -- helpers -----------------------------------------------------------------------------------
-
-    def _check_task(self, task: TaskAttempt) -> None:
-        if task.job_id != self.job_id:
-            raise ValueError(f"task attempt {task.attempt_id} belongs to job {task.job_id}")
+            job_dir = self.store_fs.unstrip_protocol(self.layout.job_dir)
+            raise CommitFailedError(
+                f"job {self.job_id}: clean-up of {job_dir} failed: {outcome.error}"
+            )
 
 
 def _principal() -> str:

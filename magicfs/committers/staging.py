@@ -20,11 +20,13 @@ Conflict modes, as Hadoop applies them:
   before any upload, if one of its partitions exists; ``replace`` deletes exactly the
   partitions the job has output for, at job commit.
 
-Decisions and limits: unique file names (``part-0000-<job uuid>.parquet``) are off by
-default (``unique_filenames=True`` turns them on). As in Hadoop the last committed attempt
-of a task wins; the uploads of the attempt it replaces are aborted when it is replaced.
-Uploads of a task killed *during* its task commit are recorded nowhere: a bucket
-lifecycle rule must reclaim them (the magic committer records every upload).
+Decisions: unique file names (``part-0000-<job uuid>.parquet``) are off by default
+(``unique_filenames=True`` turns them on). As in Hadoop the last committed attempt of a
+task wins; the uploads of the attempt it replaces are aborted when it is replaced.
+Before uploading anything, a task commit saves the keys it will upload to (its intent,
+in the staging directory); the job's sweep aborts every upload on those keys that no
+committed record names, so a task killed *during* its task commit leaves nothing parked
+(Hadoop's staging committers leave such uploads to a bucket lifecycle rule).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import getpass
+import json
 import logging
 import os
 import shutil
@@ -41,8 +44,8 @@ from typing import Any
 
 import fsspec
 
-from ..errors import CommitConflictError, InvalidCommitData
-from ..filesystem import is_s3
+from ..capabilities import is_s3
+from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitError
 from ..local import TaskLocalFileSystem
 from ..paths import join
 from ..records import (
@@ -50,19 +53,24 @@ from ..records import (
     IOStatisticsSnapshot,
     PendingSet,
     SinglePendingCommit,
-    SuccessData,
 )
 from ..s3.commit_ops import CommitOperations
 from ..s3.store import S3Store
+from ..s3.sweep import sweep_job
+from ..s3.tracking import upload_metadata
 from ..s3.upload import upload_pending
 from ..s3.validation import validate_pendingsets
-from .base import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, total_rows
+from ..task_files import TaskFile
+from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 from .classic import FileOutputCommitter
+from .journal import JournalKeeper
 
 log = logging.getLogger("magicfs.committer.staging")
 
 TABLE_ROOT = "table_root"
 PENDINGSET_SUFFIX = ".pendingset"
+#: Where task commits save the keys they are about to upload to (in the staging directory).
+INTENTS_DIR = "_intents"
 
 
 def add_uuid(path: str, uuid: str) -> str:
@@ -136,16 +144,33 @@ class StagingCommitter(OutputCommitter):
     def _operations(self) -> CommitOperations:
         return CommitOperations(self.store, self.job_id, self.stats, self.threads, self.progress)
 
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """Task URLs are plain local files; parent directories are made as needed."""
+        return {"auto_mkdir": True}
+
+    def work_url_for(self, attempt_id: str) -> str:
+        return "file://" + self.work_path_for(attempt_id)
+
     # -- job ------------------------------------------------------------------------------------
 
-    def setup_job(self) -> None:
+    def check_no_conflict(self, stage: str) -> None:
+        """``fail``: the whole destination (directory); each partition at task commit
+        (partitioned, :meth:`_check_partitions_absent`)."""
         if not self.partitioned:
-            self.check_no_conflict("job setup")
-        if self.success_file:
-            self.store.delete_objects(self.bucket, [self._key(self.success_path)])
+            super().check_no_conflict(stage)
+
+    def _setup_job(self, resume: bool) -> None:
         _private_directory(self.buffer_dir)
-        self.wrapped.setup_job()
-        log.info("job %s: set up for %s (%s committer)", self.job_id, self.url, self.name)
+        self.wrapped.setup_job(resume=resume)
+
+    def job_active(self) -> bool:
+        return self.wrapped.job_active()
+
+    def _journal(self) -> JournalKeeper:
+        return JournalKeeper(
+            self.wrapped.store, self.wrapped.job_attempt_dir, self.dest, self.job_id
+        )
 
     # -- tasks -----------------------------------------------------------------------------------
 
@@ -153,7 +178,7 @@ class StagingCommitter(OutputCommitter):
         """A private local directory: tasks write plain local files."""
         return os.path.join(self.buffer_dir, self.job_id, "tasks", attempt_id)
 
-    def setup_task(self, task: TaskAttempt) -> None:
+    def _setup_task(self, task: TaskAttempt) -> None:
         _private_directory(self.buffer_dir)
         os.makedirs(task.work_path, mode=0o700, exist_ok=True)
         self.wrapped.setup_task(self._wrapped_task(task))
@@ -165,13 +190,17 @@ class StagingCommitter(OutputCommitter):
             )
         return bool(self._local_files(task))
 
-    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
+    def _commit_task(self, task: TaskAttempt, known: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
         files = self._local_files(task)
         commits: list[SinglePendingCommit] = []
         try:
             if self.partitioned and self.conflict_mode == "fail":
                 self._check_partitions_absent([relative for _, relative in files])
+            # The keys this commit will upload to, saved first: if this process dies
+            # mid-upload, the job's sweep still finds the uploads it created.
+            keys = [self._destination_key(relative) for _, relative in files]
+            self.wrapped.store.write_bytes(self._intent_path(task), json.dumps(keys).encode())
             commits = self._upload_all(task, files)
             pendingset = PendingSet(
                 job_id=self.job_id,
@@ -196,7 +225,10 @@ class StagingCommitter(OutputCommitter):
             task, record, len(commits), pendingset.total_bytes, start, "uploaded"
         )
 
-    def abort_task(self, task: TaskAttempt) -> None:
+    def _intent_path(self, task: TaskAttempt) -> str:
+        return join(self.wrapped.job_attempt_dir, INTENTS_DIR, task.attempt_id + ".json")
+
+    def _abort_task(self, task: TaskAttempt, known: list[TaskFile]) -> None:
         """Delete the local data; nothing was uploaded before task commit."""
         shutil.rmtree(task.work_path, ignore_errors=True)
         self.wrapped.abort_task(self._wrapped_task(task))
@@ -232,6 +264,7 @@ class StagingCommitter(OutputCommitter):
                     self._destination_key(relative),
                     part_size=self.part_size,
                     text=f"partition: {partition}" if partition else "",
+                    metadata=upload_metadata(self.job_id, task.attempt_id),
                 )
 
         with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-staging") as pool:
@@ -274,75 +307,78 @@ class StagingCommitter(OutputCommitter):
         if previous.task_attempt_id != task.attempt_id:
             self._operations().abort(previous.commits)
 
-    # -- job commit ------------------------------------------------------------------------
+    # -- job commit: the hooks of the base class's stages ----------------------------------
 
-    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
-        start = time.monotonic()
-        try:
-            with self.stats.track("committer_commit_job"):
-                pendingsets = self._load_pendingsets(messages)
-                commits = validate_pendingsets(pendingsets, self.bucket, self.dest_key, self.job_id)
-                if self.conflict_mode == "replace":
-                    self._replace(commits)
-                operations = self._operations()
-                result = operations.complete_all(commits)
-                try:
-                    success = self._write_success(pendingsets, result, start, total_rows(messages))
-                except BaseException:
-                    operations.revert(result.completed)
-                    raise
-        except BaseException:
-            self.stats.increment("committer_jobs_failed")
-            self._abort_quietly()
-            raise
-        self.cleanup_job()
-        summary = self.summarise(
-            len(result.completed), result.bytes, len(pendingsets), start, success.filenames
-        )
-        return summary
+    def _records_to_commit(
+        self, messages: list[TaskCommitMessage] | None, was_active: bool
+    ) -> list[str]:
+        if messages is not None:
+            return self.check_messages(messages, self.wrapped.job_attempt_dir)
+        records = self._committed_records()
+        if not was_active and not records:
+            raise NothingToCommitError(
+                f"job {self.job_id}: nothing to commit at {self.url}: it was never set up, or "
+                "has already been committed or aborted"
+            )
+        return records
 
-    def _load_pendingsets(
-        self, messages: list[TaskCommitMessage] | None
-    ) -> list[tuple[str, PendingSet]]:
-        if messages is None:
-            records = [
-                self._committed_record(_basename(entry["name"]))
-                for entry in self.wrapped.store.children(self.wrapped.job_attempt_dir)
-                if entry.get("type") == "directory"
-                and not _basename(entry["name"]).startswith(("_", "."))
-            ]
-        else:
-            records = self.check_messages(messages, self.wrapped.job_attempt_dir)
-        return [(record, self._load_record(record)) for record in records]
+    def _committed_records(self) -> list[str]:
+        return [
+            self._committed_record(_basename(entry["name"]))
+            for entry in self.wrapped.store.children(self.wrapped.job_attempt_dir)
+            if entry.get("type") == "directory"
+            and not _basename(entry["name"]).startswith(("_", "."))
+        ]
+
+    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+        pendingsets = [(record, self._load_record(record)) for record in records]
+        files = sum(len(p.commits) for _, p in pendingsets)
+        size = sum(p.total_bytes for _, p in pendingsets)
+        return Loaded(list(records), len(pendingsets), files, size, [pendingsets, []])
 
     def _load_record(self, path: str) -> PendingSet:
         data = self.wrapped.store.read_bytes(path, PendingSet.MAX_BYTES)
         return PendingSet.from_json(data, source=self.wrapped.store.fs.unstrip_protocol(path))
 
-    def _replace(self, commits: list[SinglePendingCommit]) -> None:
+    def _validate(self, loaded: Loaded) -> None:
+        pendingsets = loaded.payload[0]
+        loaded.payload[1] = validate_pendingsets(
+            pendingsets, self.bucket, self.dest_key, self.job_id
+        )
+
+    def _plan_replace(self, loaded: Loaded) -> list[str]:
         if not self.partitioned:
-            self.delete_visible_data()
-            return
+            return self.visible_files()
         prefix = f"{self.dest_key}/" if self.dest_key else ""
-        partitions = {c.destination_key[len(prefix) :].rpartition("/")[0] for c in commits} - {""}
+        partitions = {
+            c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload[1]
+        } - {""}
         doomed: list[str] = []
         for partition in sorted(partitions):
             with contextlib.suppress(FileNotFoundError):
                 doomed.extend(self.store_fs.find(join(self.dest, partition)))
-        if doomed:
-            self._delete_files(doomed)
-        log.info(
-            "job %s: replaced %d partitions (%d files deleted)",
-            self.job_id,
-            len(partitions),
-            len(doomed),
-        )
+        log.info("job %s: replacing %d partitions", self.job_id, len(partitions))
+        return doomed
 
-    def _write_success(self, pendingsets, result, start: float, rows: int | None) -> SuccessData:
+    def _delete_files(self, paths: list[str]) -> None:
+        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
+
+    def _publish(self, loaded: Loaded) -> Published:
+        result = self._operations().complete_all(loaded.payload[1])
+        return Published(len(result.completed), result.bytes, payload=result.completed)
+
+    def _unpublish(self, loaded: Loaded) -> int:
+        if not loaded.payload[1]:
+            self._validate(loaded)
+        return self._operations().unpublish(loaded.payload[1])
+
+    def _save_success(
+        self, loaded: Loaded, published: Published, start: float, rows: int | None
+    ) -> list[str]:
         success = self.success_from_pendingsets(
-            pendingsets,
-            result.completed,
-            result.bytes,
+            loaded.payload[0],
+            published.payload,
+            published.bytes,
             start,
             rows,
             f"magicfs StagingCommitter ({self.name}) for job {self.job_id}",
@@ -350,38 +386,36 @@ class StagingCommitter(OutputCommitter):
         )
         if self.success_file:
             self.store.put_object(self.bucket, self._key(self.success_path), success.to_bytes())
-        return success
+        return success.filenames
 
     # -- abort and clean-up ----------------------------------------------------------------
 
-    def abort_job(self) -> None:
-        """Abort every upload in the committed task records, then clean up."""
-        aborted = 0
-        for entry in self.wrapped.store.children(self.wrapped.job_attempt_dir):
-            name = _basename(entry["name"])
-            if entry.get("type") != "directory" or name.startswith(("_", ".")):
-                continue
+    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+        """Abort every upload the job made and did not publish, then delete its records.
+
+        Uploads are found by their records (the committed task records) and by key (the
+        tasks' intents), so those of a task killed in the middle of its task commit are
+        found too.
+        """
+        keep = {c.upload_id for c in (published.payload or [])} if published else set()
+        owned: set[str] = set()
+        for record in self._committed_records():
             try:
-                aborted += self._operations().abort(
-                    self._load_record(self._committed_record(name)).commits
-                )
+                commits = self._load_record(record).commits
             except (FileNotFoundError, InvalidCommitData) as e:
                 log.warning("job %s: skipping unreadable task record: %s", self.job_id, e)
-        self.cleanup_job()
-        log.info("job %s: aborted %d uploads (%s)", self.job_id, aborted, self.name)
-
-    def cleanup_job(self) -> None:
+                continue
+            owned |= {c.upload_id for c in commits}
+            if published is None:
+                self._operations().abort(commits)
+        keys: set[str] = set()
+        for entry in self.wrapped.store.children(join(self.wrapped.job_attempt_dir, INTENTS_DIR)):
+            data = self.wrapped.store.read(entry["name"], 16 << 20)
+            with contextlib.suppress(ValueError, TypeError):
+                keys |= {k for k in json.loads(data or b"[]") if isinstance(k, str)}
+        sweep_job(self.store, self.bucket, self.dest_key, self.job_id, keys, keep, lambda _: owned)
         self.wrapped.cleanup_job()
         shutil.rmtree(os.path.join(self.buffer_dir, self.job_id), ignore_errors=True)
-
-    def _abort_quietly(self) -> None:
-        try:
-            self.abort_job()
-        except Exception as e:
-            log.warning("job %s: abort after a failed commit was incomplete: %s", self.job_id, e)
-
-    def _delete_files(self, paths: list[str]) -> None:
-        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
 
     def _key(self, path: str) -> str:
         return self.store.split(path)[1]

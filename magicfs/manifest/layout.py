@@ -58,6 +58,12 @@ class ManifestJobLayout:
         return join(self.job_dir, JOB_MARKER)
 
     @property
+    def magic_dir(self) -> str:
+        """Where tasks' magic paths point (nothing is stored there when writes go through
+        magicfs, which routes them to the attempt directories)."""
+        return join(self.dest, MAGIC_JOB_PREFIX + self.job_id)
+
+    @property
     def job_attempt_dir(self) -> str:
         return join(self.job_dir, f"{self.app_attempt:02d}")
 
@@ -101,11 +107,52 @@ class ManifestJobLayout:
         )
 
 
-def retarget(path: str) -> str | None:
-    """The working-directory path for a magic ``path`` (``None`` if it is not magic).
+@dataclass(frozen=True)
+class AttemptRoute:
+    """How one task attempt's magic paths map to its working directory, and back.
+
+    ``magic_root`` is ``<dest>/__magic_job-<job>/job-<job>/<NN>/tasks/<attempt>``,
+    ``attempt_dir`` the working directory the files really go to. Below ``__base``
+    the tree is kept; without ``__base`` only the file name survives (as on S3).
+    Paths in results map back below ``<magic_root>/__base`` (the task's work path).
+    """
+
+    magic_root: str
+    attempt_dir: str
+
+    @property
+    def work_path(self) -> str:
+        return join(self.magic_root, BASE)
+
+    def into(self, path: str) -> str:
+        """The working-directory path of magic ``path`` (a trailing ``/`` is kept)."""
+        trail = "/" if path.endswith("/") and not path.endswith("//") else ""
+        magic = split_magic_path(path)
+        assert magic is not None
+        below = magic.children[4:]
+        if below and below[0] == BASE:
+            relative = below[1:]
+        elif below:
+            relative = (below[-1],)  # as on S3: without __base only the file name survives
+        else:
+            relative = ()
+        routed = join(self.attempt_dir, *relative)
+        return routed + trail if relative or trail else routed
+
+    def back(self, path: str) -> str:
+        """A path found in the working directory, as the task sees it (others unchanged)."""
+        if path.rstrip("/") == self.attempt_dir:
+            return self.work_path + path[len(self.attempt_dir) :]
+        if path.startswith(self.attempt_dir + "/"):
+            return self.work_path + path[len(self.attempt_dir) :]
+        return path
+
+
+def route_for(path: str) -> AttemptRoute | None:
+    """The :class:`AttemptRoute` of a magic ``path`` (``None`` if it is not magic).
 
     Raises ``ValueError`` for a magic path that names no task attempt of a
-    ``__magic_job-<id>`` directory.
+    ``__magic_job-<id>`` directory: on a rename store there is nowhere to put it.
     """
     magic = split_magic_path(path)
     if magic is None:
@@ -123,33 +170,9 @@ def retarget(path: str) -> str | None:
             f"<dest>/{MAGIC_JOB_PREFIX}<job>/{JOB_DIR_PREFIX}<job>/<NN>/{TASKS_DIR}/<attempt>/..."
             " (use task.path(...))"
         )
-    below = children[4:]
-    if below and below[0] == BASE:
-        relative = below[1:]
-    elif below:
-        relative = (below[-1],)  # as on S3: without __base only the file name survives
-    else:
-        relative = ()
-    attempt_dir = join(
-        magic.destination_dir, TEMPORARY, job_id, children[1], TASKS_DIR, children[3]
+    return AttemptRoute(
+        magic_root=join(magic.magic_dir, *children[:4]),
+        attempt_dir=join(
+            magic.destination_dir, TEMPORARY, job_id, children[1], TASKS_DIR, children[3]
+        ),
     )
-    return join(attempt_dir, *relative)
-
-
-def work_path_of(path: str) -> tuple[str, str]:
-    """For a magic path, its attempt's (working directory, magic work path) pair."""
-    magic = split_magic_path(path)
-    assert magic is not None
-    attempt_dir = retarget(join(magic.magic_dir, *magic.children[:4]))
-    work_path = join(magic.magic_dir, *magic.children[:4], BASE)
-    assert attempt_dir is not None
-    return attempt_dir, work_path
-
-
-def unretarget(path: str, attempt_dir: str, work_path: str) -> str:
-    """Inverse of :func:`retarget` for results listed below ``attempt_dir``."""
-    if path == attempt_dir:
-        return work_path
-    if path.startswith(attempt_dir + "/"):
-        return work_path + path[len(attempt_dir) :]
-    return path

@@ -97,6 +97,22 @@ class RenameStore:
     def read_bytes(self, path: str, limit: int) -> bytes:
         return self.fs.cat_file(path, start=0, end=limit + 1)
 
+    # -- small records (the RecordIO of magicfs.committers.journal) -------------------------
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """At most ``limit + 1`` bytes of ``path``; ``None`` if there is no such file."""
+        try:
+            return self.read_bytes(path, limit)
+        except FileNotFoundError:
+            return None
+
+    def write(self, path: str, data: bytes) -> None:
+        """Written to a temporary name and renamed: readers never see half of it."""
+        self.save_atomically(path, data, path + ".tmp")
+
+    def display(self, path: str) -> str:
+        return self.fs.unstrip_protocol(path)
+
     # -- writing ------------------------------------------------------------------------------
 
     def write_bytes(self, path: str, data: bytes) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..committers.base import TaskAttempt
+from ..committers.attempts import TaskAttempt
 from ..paths import join
 from ..records import DirEntry, EntryStatus, FileEntry, IOStatisticsSnapshot, TaskManifest
 from ..statistics import IOStatisticsStore

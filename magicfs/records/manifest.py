@@ -162,6 +162,26 @@ class TaskManifest(Record):
             iostatistics=reader.iostatistics(),
         )
 
+    def check_sources(self, attempt_dir_uri: str, source: str | None) -> None:
+        """Refuse files whose source is not inside the attempt's own working directory.
+
+        ``attempt_dir_uri`` is the working directory of *this manifest's* attempt in URI
+        form. A source edited to point elsewhere (another attempt's file, a file outside
+        the job) would otherwise be moved into the destination by job commit.
+        """
+        base = attempt_dir_uri.rstrip("/") + "/"
+        for index, entry in enumerate(self.files):
+            relative = entry.source[len(base) :] if entry.source.startswith(base) else None
+            if relative is None or any(
+                element in ("", ".", "..") for element in uri_to_path(relative).split("/")
+            ):
+                raise InvalidCommitData(
+                    source,
+                    f"files[{index}].s",
+                    f"{entry.source} is not in the working directory of task attempt "
+                    f"{self.task_attempt_id} ({attempt_dir_uri})",
+                )
+
     def check_destination(self, dest_uri: str, source: str | None) -> None:
         """Refuse files or directories that would land outside ``dest_uri``.
 

@@ -1,13 +1,17 @@
 """Making pending uploads visible, or throwing them away: the S3 half of every S3 committer.
 
-* **complete** every pending commit in parallel (``threads`` at once). If one fails,
-  no new completion starts; the ones already done are **reverted** (their objects
-  deleted), every other upload is **aborted**, and the first error is raised: nothing
-  of a failed job stays visible.
+* **complete** every pending commit in parallel (``threads`` at once). If one fails, no
+  new completion starts and the failure is raised, naming the file; what to do about
+  the completed ones is the committer's decision (roll back, or keep for a retry: see
+  :mod:`magicfs.committers.base`).
 * A completion answered with ``NoSuchUpload`` counts as done when the destination
   object exists with this job's id in its metadata and the recorded length: that is a
   retried job commit finding its own earlier work (real S3 forgets completed upload
-  ids; moto answers a repeat completion with success).
+  ids; moto answers a repeated completion with success).
+* **unpublish** (roll back) deletes the objects that this job's completions created:
+  those whose upload is gone and whose object carries this job's id and the recorded
+  length. It needs nothing but the commits, so it works the same after an in-process
+  failure and after a driver died mid-commit.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from ..progress import progress_bar
 from ..records import SinglePendingCommit
 from ..statistics import IOStatisticsStore
 from .store import S3Store, error_code
-from .sweep import RecordedUpload, abort_uploads
+from .sweep import abort_uploads, uploads_of
 from .tracking import META_JOB_ID
 
 log = logging.getLogger("magicfs.s3.commit")
@@ -40,7 +44,7 @@ class CompletionResult:
 
 
 class CommitOperations:
-    """Complete, revert and abort pending uploads for one job."""
+    """Complete, unpublish and abort pending uploads for one job."""
 
     def __init__(
         self,
@@ -59,7 +63,7 @@ class CommitOperations:
     # -- complete ----------------------------------------------------------------------
 
     def complete_all(self, commits: Sequence[SinglePendingCommit]) -> CompletionResult:
-        """Make every commit visible, or none: see the module docstring."""
+        """Make every commit visible; on the first failure stop and raise (see module docs)."""
         result = CompletionResult()
         failure: BaseException | None = None
         failed: SinglePendingCommit | None = None
@@ -92,35 +96,15 @@ class CommitOperations:
                 bar.update()
         self.stats.increment("committer_commits_completed", len(result.completed))
         self.stats.increment("committer_bytes_committed", result.bytes)
-        if failure is None:
-            return result
-
-        done = {id(commit) for commit in result.completed}
-        not_done = [commit for commit in commits if id(commit) not in done]
-        log.error(
-            "job %s: completing s3://%s failed (%s); reverting %d completed files and "
-            "aborting %d uploads",
-            self.job_id,
-            failed.destination if failed else "?",
-            failure,
-            len(result.completed),
-            len(not_done),
-        )
-        problems = []
-        try:
-            self.revert(result.completed)
-        except OSError as e:
-            problems.append(f"revert failed: {e}")
-        try:
-            self.abort(not_done)
-        except OSError as e:
-            problems.append(f"abort failed: {e}")
-        detail = f"; {'; '.join(problems)}" if problems else ""
-        raise CommitFailedError(
-            f"job {self.job_id}: could not complete s3://{failed.destination if failed else '?'}"
-            f": {failure}. {len(result.completed)} completed files were deleted again and "
-            f"{len(not_done)} uploads aborted{detail}"
-        ) from failure
+        if failure is not None:
+            assert failed is not None
+            record = f", written at {failed.filename}" if failed.filename else ""
+            raise CommitFailedError(
+                f"could not complete s3://{failed.destination} (upload {failed.upload_id}"
+                f"{record}): {type(failure).__name__}: {failure}; {len(result.completed)} of "
+                f"{len(commits)} files had been completed"
+            ) from failure
+        return result
 
     def complete(self, commit: SinglePendingCommit) -> None:
         """Complete one upload (see the module docstring for retried commits)."""
@@ -134,12 +118,12 @@ class CommitOperations:
                 if_none_match=commit.extra_data.get(IF_NONE_MATCH_KEY) == "*",
             )
         except OSError as e:
-            if error_code(e) == "NoSuchUpload" and self._already_completed(commit):
+            if error_code(e) == "NoSuchUpload" and self._made_by_this_job(commit):
                 log.info("s3://%s was completed by an earlier attempt", commit.destination)
                 return
             raise
 
-    def _already_completed(self, commit: SinglePendingCommit) -> bool:
+    def _made_by_this_job(self, commit: SinglePendingCommit) -> bool:
         head = self.store.head_object(commit.bucket, commit.destination_key)
         return (
             head is not None
@@ -149,21 +133,22 @@ class CommitOperations:
 
     # -- discard -------------------------------------------------------------------------
 
-    def revert(self, commits: Iterable[SinglePendingCommit]) -> None:
-        """Delete the objects these commits created (used when a job commit fails)."""
+    def unpublish(self, commits: Iterable[SinglePendingCommit]) -> int:
+        """Delete the objects this job's completions created; returns how many."""
+        commits = list(commits)
+        with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-unpublish") as pool:
+            made = list(pool.map(self._made_by_this_job, commits))
         by_bucket: dict[str, list[str]] = {}
-        for commit in commits:
-            by_bucket.setdefault(commit.bucket, []).append(commit.destination_key)
+        for commit, ours in zip(commits, made, strict=True):
+            if ours:
+                by_bucket.setdefault(commit.bucket, []).append(commit.destination_key)
         for bucket, keys in by_bucket.items():
             self.store.delete_objects(bucket, keys)
             self.stats.increment("committer_commits_reverted", len(keys))
+        return sum(len(keys) for keys in by_bucket.values())
 
     def abort(self, commits: Iterable[SinglePendingCommit]) -> int:
         """Abort the uploads (concurrently); uploads already gone are fine."""
-        uploads = [
-            RecordedUpload(c.bucket, c.destination_key, c.upload_id, c.filename or "")
-            for c in commits
-        ]
-        aborted = abort_uploads(self.store, uploads)
+        aborted = abort_uploads(self.store, uploads_of(commits))
         self.stats.increment("committer_commits_aborted", aborted)
         return aborted

@@ -51,8 +51,13 @@ class S3Store:
         self.fs = fs
 
     def split(self, path: str) -> tuple[str, str]:
-        """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``."""
-        bucket, key, _ = self.fs.split_path(path)
+        """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``.
+
+        The key is taken literally. (s3fs's ``split_path`` reads ``?versionId=...`` in a
+        name as a version selector, so a file named ``q?versionId=1.bin`` would land at
+        ``q``; names of task files must round-trip exactly.)
+        """
+        bucket, _, key = self.fs._strip_protocol(path).lstrip("/").partition("/")
         return bucket, key
 
     # -- plumbing -----------------------------------------------------------------------
@@ -89,6 +94,23 @@ class S3Store:
             return await response["Body"].read()
         finally:
             response["Body"].close()
+
+    # -- small records (the RecordIO of magicfs.committers.journal) -------------------------
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """At most ``limit + 1`` bytes of the object at ``path``; ``None`` if there is none."""
+        try:
+            return self.submit_read(*self.split(path), limit).result()
+        except FileNotFoundError:
+            return None
+
+    def write(self, path: str, data: bytes) -> None:
+        """One PUT: readers see the old object or the new one, never half."""
+        self.put_object(*self.split(path), data)
+
+    @staticmethod
+    def display(path: str) -> str:
+        return path if "://" in path else f"s3://{path}"
 
     def submit_read(self, bucket: str, key: str, limit: int) -> concurrent.futures.Future:
         """:meth:`aread` in the background; the future's result is the bytes."""

@@ -1,40 +1,37 @@
-"""Where a magic write records its upload: the marker object, and the in-memory alternative.
+"""How a magic write on S3 is recorded: the intent marker, then the ``.pending`` record.
 
-**Marker (default).** When a magic file is opened, a zero-byte object is PUT at the
-magic path itself, its user metadata naming the upload id, job and task attempt. It
-costs no extra request beyond the marker Hadoop also writes, and it makes every
-upload findable from the moment it exists: ListMultipartUploads shows no metadata, so
-without the marker an upload whose writer was killed mid-write could not be told
-apart from another job's. On a clean close the ``.pending`` record is saved next to
-the marker.
+**The marker is an intent, written before the upload exists.** Opening a magic file
+first PUTs a zero-byte object at the magic path itself, its user metadata naming the
+job, the task attempt and a nonce unique to this writer; only then is the multipart
+upload created. So every upload has a record naming its key from the moment it
+exists — also when the writer is killed right after the create, or when the create's
+reply is lost and botocore's retry creates a second upload (S3 acted twice, we learnt
+one id). ListMultipartUploads shows keys, never metadata, so the key is what ties an
+upload to a job: the job's sweep (:mod:`.sweep`) aborts every upload on a key named by
+one of its markers that no committed record names.
 
-**In memory (opt-in, Hadoop's HADOOP-19047).** Writers that run in the task's own
-process can skip the marker and the ``.pending`` file: the commit data stays in
-:data:`IN_MEMORY_COMMITS` until that process commits the task, saving two PUTs and a
-GET per file. The price: an upload whose process dies before task commit is recorded
-nowhere, and only the job's abort (by destination listing) or a bucket lifecycle rule
-reclaims it.
+**The ``.pending`` names the upload** once the file is closed (Hadoop's
+``SinglePendingCommit``). In ``in_memory`` mode (HADOOP-19047) the commit data stays in
+the writing process (:data:`magicfs.task_files.TASK_FILES`) instead; the marker is
+still written, because it is what finds the upload of a writer whose process dies.
+Decision (differs from Hadoop, whose in-memory mode writes no marker): one PUT per
+file buys the guarantee that no upload is ever parked unrecorded.
+
+Uploads carry the job id and task attempt in their own metadata, which the completed
+object keeps: a retried job commit recognises its own completed files by it.
 """
 
 from __future__ import annotations
 
-import threading
-
-from ..records import SinglePendingCommit
-
-META_UPLOAD_ID = "magicfs-upload-id"
 META_JOB_ID = "magicfs-job-id"
 META_TASK_ATTEMPT = "magicfs-task-attempt-id"
+#: A nonce per writer: lets a writer recognise its own marker after a lost reply.
+META_WRITER = "magicfs-writer"
 
 
-def marker_metadata(upload_id: str, job_id: str | None, attempt_id: str | None) -> dict[str, str]:
-    """User metadata for a marker: the upload id (the key is the path's destination)."""
-    metadata = {META_UPLOAD_ID: upload_id}
-    if job_id:
-        metadata[META_JOB_ID] = _ascii(job_id)
-    if attempt_id:
-        metadata[META_TASK_ATTEMPT] = _ascii(attempt_id)
-    return metadata
+def marker_metadata(job_id: str | None, attempt_id: str | None, writer: str) -> dict[str, str]:
+    """User metadata for an intent marker: who writes here."""
+    return {**upload_metadata(job_id, attempt_id), META_WRITER: writer}
 
 
 def upload_metadata(job_id: str | None, attempt_id: str | None) -> dict[str, str]:
@@ -47,34 +44,11 @@ def upload_metadata(job_id: str | None, attempt_id: str | None) -> dict[str, str
     return metadata
 
 
+def is_magicfs_marker(metadata: dict[str, str] | None) -> bool:
+    """Was this object written by a magicfs writer as its marker?"""
+    return bool(metadata) and META_WRITER in (metadata or {})
+
+
 def _ascii(value: str) -> str:
     # S3 user metadata must be ASCII.
     return value.encode("ascii", "backslashreplace").decode("ascii")
-
-
-class InMemoryCommits:
-    """Process-wide pending commits of in-memory writers, by (job id, task attempt id)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._attempts: dict[tuple[str, str], dict[str, SinglePendingCommit]] = {}
-
-    def add(self, job_id: str, attempt_id: str, path: str, commit: SinglePendingCommit) -> None:
-        with self._lock:
-            self._attempts.setdefault((job_id, attempt_id), {})[path] = commit
-
-    def take(self, job_id: str, attempt_id: str) -> list[SinglePendingCommit]:
-        """Remove and return the attempt's commits (task commit or abort)."""
-        with self._lock:
-            return list(self._attempts.pop((job_id, attempt_id), {}).values())
-
-    def length_of(self, path: str) -> int | None:
-        """Bytes written to ``path``, if an in-memory writer of this process wrote it."""
-        with self._lock:
-            for commits in self._attempts.values():
-                if path in commits:
-                    return commits[path].length
-        return None
-
-
-IN_MEMORY_COMMITS = InMemoryCommits()

@@ -23,7 +23,11 @@ def upload_pending(
     text: str = "",
     metadata: dict[str, str] | None = None,
 ) -> SinglePendingCommit:
-    """Upload ``local_path`` to ``bucket/key`` without completing it (empty files: one part)."""
+    """Upload ``local_path`` to ``bucket/key`` without completing it (empty files: one part).
+
+    ``metadata`` goes on the upload, and so on the object it becomes: the committers put
+    the job id there, which is how a retried or rolled-back commit knows its own files.
+    """
     upload_id = store.create_upload(bucket, key, metadata)
     try:
         etags: list[str] = []

@@ -2,38 +2,57 @@
 
 Life of one file (``s3://bkt/out/__magic_job-7/.../__base/a.csv`` -> ``out/a.csv``):
 
-1. open: CreateMultipartUpload for ``out/a.csv``; in the background, PUT the zero-byte
-   marker at the magic path carrying the upload id (see :mod:`.tracking`) and, for a
-   job's path, check that the job is still active.
+1. open: register the file in this process (:mod:`magicfs.task_files`): a file of the
+   same path written earlier by this process is replaced at once (its upload aborted,
+   its record deleted); a task attempt that has already committed or aborted here is
+   refused. Then, in the background: PUT the zero-byte **intent marker** at the magic
+   path (job, attempt, writer nonce; see :mod:`.tracking`), *then* CreateMultipartUpload
+   for ``out/a.csv``, then — for a job's path — check that the job is still active.
+   ``open()`` returns at once (``xb`` waits for the marker, so that a second writer
+   gets ``FileExistsError`` from ``open()`` itself).
 2. write: bytes fill part-sized buffers; each full part is uploaded in the background
-   while the caller keeps writing. At most ``parts_in_flight`` parts are in flight, so
-   memory stays near ``(parts_in_flight + 1) x part_size`` however large the file and
-   however large one ``write()`` call is.
+   (after the upload exists) while the caller keeps writing. At most
+   ``parts_in_flight`` parts are in flight, so memory stays near
+   ``(parts_in_flight + 1) x part_size`` however large the file and however large one
+   ``write()`` call is.
 3. close: upload the last part (an empty one if nothing was written, so every upload
-   has at least one part), wait for all parts, then PUT ``<path>.pending`` with the
-   upload id and ordered ETags. Four requests for a small file (five with the job check).
+   has at least one part), wait for all parts and the job check, then PUT
+   ``<path>.pending`` with the upload id and ordered ETags (in ``in_memory`` mode the
+   commit stays in this process instead). Five requests for a small file: marker,
+   create, job check, part, ``.pending``.
 4. failure: an exception leaving a ``with`` block, a failed request, ``discard()``, a
    ``close()`` while an exception is propagating, or garbage collection of a file never
    closed: the upload is aborted, the marker deleted, no ``.pending`` written. A
    truncated file never becomes committable.
+
+Why the marker comes first: an upload must never exist without a record naming its
+key, or a writer killed between the create and its first record (or a create whose
+reply was lost and retried) would leave an upload nobody can find. Why the job check
+comes after the create: a job ends by deleting its job marker and then sweeping the
+uploads on its markers' keys; a writer whose check finds the marker still there
+created its upload before the sweep listed uploads, and a writer whose check finds it
+gone aborts its own upload — either way nothing is left parked.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextlib
 import io
 import logging
 import sys
 import threading
+import uuid
 from typing import Any
 
-from ..errors import JobNotActiveError
-from ..paths import MagicPath
+from ..errors import JobNotActiveError, TaskNotActiveError
+from ..paths import MagicPath, pending_path
 from ..records import SinglePendingCommit, path_to_uri
 from ..statistics import IOStatisticsSnapshot
-from .store import S3Store
-from .tracking import IN_MEMORY_COMMITS, marker_metadata, upload_metadata
+from ..task_files import TASK_FILES, TaskFile, TaskFiles
+from .store import S3Store, error_code
+from .tracking import META_WRITER, marker_metadata, upload_metadata
 
 log = logging.getLogger("magicfs.s3.writer")
 
@@ -43,7 +62,7 @@ MAX_PARTS = 10_000
 
 
 class MagicS3Writer(io.BufferedIOBase):
-    """Write-only binary stream for one magic path on S3. Made by ``MagicFileSystem.open``."""
+    """Write-only binary stream for one magic path on S3. Made by the magic filesystem."""
 
     def __init__(
         self,
@@ -56,22 +75,25 @@ class MagicS3Writer(io.BufferedIOBase):
         parts_in_flight: int = 4,
         job_marker: str | None = None,
         in_memory: bool = False,
+        registry: TaskFiles = TASK_FILES,
     ):
         super().__init__()
-        if part_size < MIN_PART_SIZE and not _allow_small_parts():
+        if part_size < MIN_PART_SIZE:
             raise ValueError(f"part_size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
         self.fs = store.fs
         self.path = path
         self.mode = mode
         self.part_size = part_size
         self._store = store
-        self._magic_path = magic_path
+        self._registry = registry
         self._job_id = magic_path.job_id
         self._attempt_id = magic_path.task_attempt_id
         self._in_memory = in_memory and bool(self._job_id and self._attempt_id)
         self.bucket, self.marker_key = store.split(path)
         destination_bucket, self.destination_key = store.split(magic_path.destination)
         assert destination_bucket == self.bucket
+        self._job_marker_key = store.split(job_marker)[1] if job_marker else None
+        self._nonce = uuid.uuid4().hex
 
         self._lock = threading.RLock()
         self._slots = threading.BoundedSemaphore(parts_in_flight)
@@ -81,32 +103,100 @@ class MagicS3Writer(io.BufferedIOBase):
         self._failure: BaseException | None = None
         self._state = "open"
         self._marker_written = False
+        self._superseded: str | None = None
+        self.upload_id: str | None = None
 
-        self.upload_id = store.create_upload(
-            self.bucket, self.destination_key, upload_metadata(self._job_id, self._attempt_id)
-        )
-        self._recording: concurrent.futures.Future | None = None
-        if not self._in_memory:
-            job_marker_key = store.split(job_marker)[1] if job_marker else None
-            self._recording = store.run_background(self._record(job_marker_key))
+        finished = registry.finished(self._job_id, self._attempt_id)
+        if finished:
+            self._state = "refused"
+            raise TaskNotActiveError(
+                f"{self._display()}: task attempt {self._attempt_id} has already {finished}: "
+                "a file written now would never be published (write before commit_task)"
+            )
+        self._register()
+        self._start = store.run_background(self._begin())
+        self._checking = store.run_background(self._check_job())
+        if "x" in mode:
+            self._wait_for_start_or_abort()
 
-    # -- recording -----------------------------------------------------------------------
+    # -- opening ---------------------------------------------------------------------------
 
-    async def _record(self, job_marker_key: str | None) -> None:
-        """PUT the marker naming the upload, then make sure the job is still active."""
-        await self._store.acall(
-            "put_object",
+    def _register(self) -> None:
+        """Enter this file in the registry, replacing an earlier file of the same path."""
+        entry = TaskFile(self.path, self._job_id or "", self._attempt_id or "", writer=self)
+        if "x" in self.mode:
+            existing = self._registry.get(self.path)
+            if existing is not None:
+                self._state = "refused"
+                raise FileExistsError(f"{self._display()}: already written by this process ('xb')")
+        previous = self._registry.opened(entry)
+        if previous is None:
+            return
+        if previous.writer is not None:
+            log.info("%s: opened again; the earlier writer is discarded", self._display())
+            previous.writer.supersede("the file was opened again")
+        elif previous.commit is not None:
+            commit = previous.commit
+            log.info("%s: written again; aborting the earlier upload", self._display())
+            self._store.abort_upload(commit.bucket, commit.destination_key, commit.upload_id)
+            if not self._in_memory:
+                self._store.delete_objects(self.bucket, [pending_path(self.marker_key)])
+
+    def _wait_for_start_or_abort(self) -> None:
+        try:
+            self._start.result()
+        except BaseException:
+            self._abort()
+            raise
+
+    async def _begin(self) -> str:
+        """Intent marker, then the upload: see the module docstring for the order."""
+        await self._put_marker()
+        response = await self._store.acall(
+            "create_multipart_upload",
             Bucket=self.bucket,
-            Key=self.marker_key,
-            Body=b"",
-            Metadata=marker_metadata(self.upload_id, self._job_id, self._attempt_id),
-            **({"IfNoneMatch": "*"} if "x" in self.mode else {}),
+            Key=self.destination_key,
+            Metadata=upload_metadata(self._job_id, self._attempt_id),
         )
+        self.upload_id = response["UploadId"]
+        return self.upload_id
+
+    async def _put_marker(self) -> None:
+        params: dict[str, Any] = {
+            "Bucket": self.bucket,
+            "Key": self.marker_key,
+            "Body": b"",
+            "Metadata": marker_metadata(self._job_id, self._attempt_id, self._nonce),
+        }
+        if "x" in self.mode:
+            params["IfNoneMatch"] = "*"
+        try:
+            await self._store.acall("put_object", **params)
+        except OSError as e:
+            if "x" not in self.mode or error_code(e) != "PreconditionFailed":
+                raise
+            if not await self._marker_is_mine():
+                raise FileExistsError(
+                    f"{self._display()}: another writer has already opened this path ('xb')"
+                ) from None
+            # A lost reply: our own conditional PUT had succeeded, botocore repeated it.
         self._marker_written = True
-        if job_marker_key is None:
+        self.fs.invalidate_cache(f"{self.bucket}/{self.marker_key}")
+
+    async def _marker_is_mine(self) -> bool:
+        try:
+            head = await self._store.acall("head_object", Bucket=self.bucket, Key=self.marker_key)
+        except FileNotFoundError:
+            return False
+        return (head.get("Metadata") or {}).get(META_WRITER) == self._nonce
+
+    async def _check_job(self) -> None:
+        """After the upload exists, make sure the job is still active (the zombie check)."""
+        upload_id = await asyncio.wrap_future(self._start)
+        if self._job_marker_key is None:
             return
         try:
-            await self._store.acall("head_object", Bucket=self.bucket, Key=job_marker_key)
+            await self._store.acall("head_object", Bucket=self.bucket, Key=self._job_marker_key)
         except FileNotFoundError:
             pass
         else:
@@ -118,7 +208,7 @@ class MagicS3Writer(io.BufferedIOBase):
                 "abort_multipart_upload",
                 Bucket=self.bucket,
                 Key=self.destination_key,
-                UploadId=self.upload_id,
+                UploadId=upload_id,
             )
         await self._store.acall("delete_object", Bucket=self.bucket, Key=self.marker_key)
         self._marker_written = False
@@ -155,6 +245,7 @@ class MagicS3Writer(io.BufferedIOBase):
                     self._upload_part(bytes(self._buffer))
                     self._buffer = bytearray()
             self._written += size
+            self._registry.wrote(self.path, self, self._written)
             return size
 
     def flush(self) -> None:
@@ -180,6 +271,11 @@ class MagicS3Writer(io.BufferedIOBase):
     def _finish(self) -> None:
         with self._lock:
             if self._state != "open":
+                if self._superseded:
+                    raise OSError(
+                        f"{self._display()}: {self._superseded} before this writer closed; "
+                        "its data has been discarded"
+                    )
                 return
             try:
                 self._check_usable()
@@ -187,13 +283,13 @@ class MagicS3Writer(io.BufferedIOBase):
                     self._upload_part(bytes(self._buffer))
                     self._buffer = bytearray()
                 etags = [self._parts[n].result()["ETag"] for n in sorted(self._parts)]
-                if self._recording is not None:
-                    self._recording.result()
-                self._save_pending(etags)
+                self._checking.result()
+                commit = self._save_pending(etags)
             except BaseException:
                 self._abort()
                 raise
             self._state = "closed"
+            self._registry.closed(self.path, self, self._written, commit)
             super().close()
 
     def discard(self) -> None:
@@ -202,6 +298,17 @@ class MagicS3Writer(io.BufferedIOBase):
             if self._state != "open":
                 return
             self._abort()
+
+    def supersede(self, reason: str) -> None:
+        """Discard this writer because the file was opened again or deleted (``reason``).
+
+        Its later ``write()``/``close()`` raise, naming the reason: the caller must not
+        believe the data was saved.
+        """
+        with self._lock:
+            if self._state == "open":
+                self._superseded = reason
+                self._abort()
 
     def commit(self) -> None:
         """For fsspec's transaction protocol: the commit of a magic file is its ``close()``."""
@@ -219,7 +326,7 @@ class MagicS3Writer(io.BufferedIOBase):
         log.warning("%s was never closed: aborting its upload", self._display())
         # Garbage collection may run this on s3fs's IO-loop thread, where waiting for
         # the loop would deadlock: abort from a thread of its own.
-        # (At interpreter shutdown no thread can start: the lifecycle rule must do it.)
+        # (At interpreter shutdown no thread can start: the job's sweep must do it.)
         with contextlib.suppress(RuntimeError):
             threading.Thread(target=self.discard, name="magicfs-abort", daemon=True).start()
 
@@ -227,11 +334,11 @@ class MagicS3Writer(io.BufferedIOBase):
 
     def _check_usable(self) -> None:
         if self._state != "open":
-            raise ValueError(f"I/O operation on {self._state} file {self._display()}")
-        if self._recording is not None and self._recording.done():
-            error = self._recording.exception()
-            if error is not None:
-                self._failure = self._failure or error
+            reason = f" ({self._superseded})" if self._superseded else ""
+            raise ValueError(f"I/O operation on {self._state} file {self._display()}{reason}")
+        for background in (self._start, self._checking):
+            if background.done() and background.exception() is not None:
+                self._failure = self._failure or background.exception()
         if self._failure is not None:
             failure = self._failure
             self._abort()
@@ -258,11 +365,20 @@ class MagicS3Writer(io.BufferedIOBase):
         except BaseException:
             self._slots.release()
             raise
-        future = self._store.submit_part(
-            self.bucket, self.destination_key, self.upload_id, number, body
-        )
+        future = self._store.run_background(self._part(number, body))
         future.add_done_callback(self._part_done)
         self._parts[number] = future
+
+    async def _part(self, number: int, body: bytes) -> dict[str, Any]:
+        upload_id = await asyncio.wrap_future(self._start)
+        return await self._store.acall(
+            "upload_part",
+            Bucket=self.bucket,
+            Key=self.destination_key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=body,
+        )
 
     def _part_done(self, future: concurrent.futures.Future) -> None:
         self._slots.release()
@@ -271,11 +387,12 @@ class MagicS3Writer(io.BufferedIOBase):
             self._failure = error
 
     def _commit_record(self, etags: list[str]) -> SinglePendingCommit:
+        assert self.upload_id is not None
         stats = IOStatisticsSnapshot(
             counters={
                 "stream_write_bytes": self._written,
                 "stream_write_block_uploads": len(etags),
-                "committer_magic_marker_put": 0 if self._in_memory else 1,
+                "committer_magic_marker_put": 1,
             }
         )
         return SinglePendingCommit(
@@ -289,13 +406,11 @@ class MagicS3Writer(io.BufferedIOBase):
             iostatistics=stats,
         )
 
-    def _save_pending(self, etags: list[str]) -> None:
+    def _save_pending(self, etags: list[str]) -> SinglePendingCommit:
         commit = self._commit_record(etags)
-        if self._in_memory:
-            assert self._job_id and self._attempt_id
-            IN_MEMORY_COMMITS.add(self._job_id, self._attempt_id, self.path, commit)
-        else:
-            self._store.put_object(self.bucket, self.marker_key + ".pending", commit.to_bytes())
+        if not self._in_memory:
+            self._store.put_object(self.bucket, pending_path(self.marker_key), commit.to_bytes())
+        return commit
 
     def _abort(self) -> None:
         """Abort the upload and delete the marker; the file is then gone for good."""
@@ -303,12 +418,13 @@ class MagicS3Writer(io.BufferedIOBase):
             return
         self._state = "discarded"
         self._buffer = bytearray()
+        self._registry.discarded(self.path, self)
         # Let in-flight requests finish first: an abort racing a part upload can leave
         # the part behind (S3 asks callers to repeat the abort in that case).
-        pending = [*self._parts.values(), *([self._recording] if self._recording else [])]
-        concurrent.futures.wait(pending)
+        concurrent.futures.wait([*self._parts.values(), self._start, self._checking])
         try:
-            self._store.abort_upload(self.bucket, self.destination_key, self.upload_id)
+            if self.upload_id is not None:
+                self._store.abort_upload(self.bucket, self.destination_key, self.upload_id)
         finally:
             if self._marker_written:
                 self._store.delete_objects(self.bucket, [self.marker_key])
@@ -317,10 +433,3 @@ class MagicS3Writer(io.BufferedIOBase):
 
     def _display(self) -> str:
         return f"s3://{self.path}"
-
-
-def _allow_small_parts() -> bool:
-    """Tests against a server configured with S3_UPLOAD_PART_MIN_SIZE may use small parts."""
-    import os
-
-    return bool(os.environ.get("MAGICFS_ALLOW_SMALL_PARTS"))

@@ -9,7 +9,7 @@ from .cleanup import CleanupOutcome, cleanup
 from .context import StageContext
 from .directories import create_directories
 from .load import LoadedManifests, load_manifests
-from .rename import RenameOutcome, delete_renamed, new_rename_log, rename_files
+from .rename import RenameOutcome, rename_files, unrename
 from .success import save_report, save_success
 from .validate import OutputValidationError, validate_output
 
@@ -21,11 +21,10 @@ __all__ = [
     "StageContext",
     "cleanup",
     "create_directories",
-    "delete_renamed",
     "load_manifests",
-    "new_rename_log",
     "rename_files",
     "save_report",
     "save_success",
+    "unrename",
     "validate_output",
 ]

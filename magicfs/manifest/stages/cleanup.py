@@ -3,7 +3,9 @@
 Deleting a directory is ``O(files)`` on object stores, so the attempt directories go
 in parallel first (Hadoop's PARALLEL_DELETE). Only this job's ``_temporary/<job id>``
 is deleted — not all of ``_temporary`` as in Hadoop — so jobs with other ids can share
-a destination; an empty ``_temporary`` left behind is removed.
+a destination; an empty ``_temporary`` left behind is removed. The commit journal is
+deleted last; a ``<dest>/__magic_job-<job>`` tree (files a task wrote around magicfs,
+which its task commit refused) goes too.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ...records.journal import JOURNAL_FILE
 from .context import StageContext
 
 
@@ -48,7 +51,17 @@ def cleanup(context: StageContext, enabled: bool = True) -> CleanupOutcome:
                     store.delete_tree, attempt_dirs, "deleting task attempts", len(attempt_dirs)
                 )
             )
+            # The commit journal goes last: a clean-up cut short leaves a job whose retried
+            # commit still knows what it committed.
+            rest = _children(context, layout.job_dir)
+            for path, info in sorted(rest, key=lambda item: item[0].endswith(JOURNAL_FILE)):
+                if info.get("type") == "directory":
+                    store.delete_tree(path)
+                else:
+                    store.delete_file(path)
             store.delete_tree(layout.job_dir)
+            # Files written to the task's magic paths *around* magicfs (not routed).
+            store.delete_tree(layout.magic_dir)
             if not any(True for _ in _children(context, layout.temp_root)):
                 store.delete_tree(layout.temp_root)
         except OSError as e:

@@ -68,6 +68,12 @@ def load_manifests(context: StageContext, paths: list[str]) -> LoadedManifests:
                 f"this is job {context.job_id}",
             )
         manifest.check_destination(dest_uri, source)
+        if "/" in manifest.task_attempt_id or not manifest.task_attempt_id.strip("."):
+            raise InvalidCommitData(
+                source, "taskAttemptID", f"{manifest.task_attempt_id!r} is not a task attempt id"
+            )
+        attempt_dir = context.layout.task_attempt_dir(manifest.task_attempt_id)
+        manifest.check_sources(context.store.uri(attempt_dir), source)
         lines = "".join(json.dumps(entry.to_dict()) + "\n" for entry in manifest.files)
         with lock:
             output.write(lines)

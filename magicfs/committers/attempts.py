@@ -1,0 +1,117 @@
+"""What travels between the driver, the tasks and the caller: attempts, messages, summaries.
+
+All of them pickle (committers ship them to executors) and the message is also JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Self
+
+from ..paths import BASE, is_magic_element, join
+
+
+@dataclass(frozen=True)
+class TaskAttempt:
+    """One attempt at one task. Picklable; build it with ``committer.task_attempt()``.
+
+    ``work_path`` is where the attempt writes, as a path of ``committer.fs``;
+    ``work_url`` the same place as a URL that URL-based writers (pandas ``to_csv``,
+    dask, anything taking a URL and ``storage_options``) can open with
+    ``committer.storage_options``.
+    """
+
+    job_id: str
+    task_index: int
+    attempt_number: int
+    task_id: str
+    attempt_id: str
+    work_path: str
+    work_url: str = ""
+
+    def path(self, relative: str) -> str:
+        """Where to write ``relative`` (e.g. ``"year=2024/part-0.parquet"``) in this attempt.
+
+        The file becomes ``<dest>/<relative>`` at job commit. Refuses paths that could
+        land outside the destination.
+        """
+        return join(self.work_path, check_relative(relative))
+
+    def url(self, relative: str) -> str:
+        """:meth:`path` as a fully qualified URL (``magic::s3://...`` where needed).
+
+        ``df.to_csv(task.url("x.csv"), storage_options=committer.storage_options)``.
+        """
+        return join(self.work_url or self.work_path, check_relative(relative))
+
+
+def check_relative(relative: str) -> str:
+    """A relative output path that stays inside the destination, or ``ValueError``."""
+    if not isinstance(relative, str) or not relative.strip("/"):
+        raise ValueError(f"relative output path must be a non-empty string, not {relative!r}")
+    if relative.startswith("/") or "://" in relative or relative.startswith("magic::"):
+        raise ValueError(f"output path {relative!r} must be relative to the destination")
+    for element in relative.split("/"):
+        if element in ("", ".", ".."):
+            raise ValueError(f"output path {relative!r} has an empty, '.' or '..' element")
+        if is_magic_element(element) or element == BASE:
+            raise ValueError(f"output path {relative!r} uses the reserved name {element!r}")
+    return relative
+
+
+@dataclass(frozen=True)
+class TaskCommitMessage:
+    """What a committed task attempt tells the job (picklable and JSON-serialisable).
+
+    ``record`` is the store path of the attempt's own commit record (a ``.pendingset``
+    or manifest), so the job commits exactly this attempt without listing anything.
+    ``rows`` is for writers that know how many rows they wrote (the Spark integration):
+    the job reports the total in ``_SUCCESS``.
+    """
+
+    committer: str
+    job_id: str
+    task_id: str
+    attempt_id: str
+    record: str
+    files: int
+    bytes: int
+    rows: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        data = json.loads(text)
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+
+
+def total_rows(messages: list[TaskCommitMessage] | None) -> int | None:
+    """Rows written by all tasks, when every message knows its count."""
+    if not messages or any(m is None or m.rows is None for m in messages):
+        return None
+    return sum(m.rows for m in messages)
+
+
+@dataclass
+class JobSummary:
+    """What ``commit_job`` did.
+
+    ``cleanup_incomplete`` is ``None`` when the job left nothing behind; otherwise it
+    says what clean-up could not delete and the command that finishes it (the output
+    itself is complete and visible either way).
+    """
+
+    job_id: str
+    destination: str
+    committer: str
+    files: int
+    bytes: int
+    tasks: int
+    seconds: float
+    success_file: str | None
+    filenames: list[str] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=dict)
+    cleanup_incomplete: str | None = None

@@ -1,0 +1,338 @@
+"""``MagicFileSystem``: any fsspec filesystem, with the paths of task attempts made safe.
+
+Two rules:
+
+* a path with no magic element goes straight to the wrapped filesystem, unchanged —
+  every method, with the wrapped filesystem's own behaviour and speed;
+* a path with one (a *task path*, ``task.path(...)``) goes to the **task view** chosen
+  once, by what the store can do (:mod:`magicfs.capabilities`):
+
+  - S3 (multipart uploads): :class:`~.s3_view.S3TaskView`, deferred writes that only
+    job commit completes;
+  - rename stores (local, memory, Azure, GCS): :class:`~.routed_view.RoutedTaskView`,
+    routed to the attempt's working directory, job commit renames.
+
+Compound operations on task paths (``copy``, ``get``, ``put``, ``glob``, ``walk``,
+``cat``, ``exists``...) run fsspec's own logic over this class's leaf methods, so their
+semantics (trailing slashes, globs, recursion) are fsspec's, on every store. Where a
+task file cannot be a source (S3: no bytes before job commit) the whole operation is
+refused before anything is written. The README's table "Operations on task paths"
+states the result of every operation on each store; ``tests/test_task_paths.py``
+checks each cell.
+
+Decision: instances are not cached (``cachable = False``). A wrapper holds no state of
+its own worth sharing and the wrapped filesystem has its own cache; this way no two
+jobs or threads ever share a wrapper by accident (fsspec#180). Instances pickle by
+their constructor arguments, so they travel to Spark executors.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import fsspec
+from fsspec.implementations.chained import ChainedFileSystem
+
+from ..capabilities import capabilities
+from ..paths import is_magic_path
+from .routed_view import RoutedTaskView
+from .s3_view import S3TaskView
+
+#: Operations fsspec composes from the leaf methods: on task paths they run fsspec's own
+#: implementation over this class's leaves, on plain paths the wrapped filesystem's.
+_COMPOSED = (
+    "cat",
+    "cat_ranges",
+    "head",
+    "tail",
+    "read_block",
+    "exists",
+    "lexists",
+    "isdir",
+    "isfile",
+    "size",
+    "sizes",
+    "glob",
+    "walk",
+    "du",
+    "expand_path",
+)
+#: Single-path operations the view passes to the store (on the routed path, or as is).
+_PASSED = ("created", "modified", "checksum", "ukey", "sign", "mkdir", "makedirs", "rmdir")
+
+
+class MagicFileSystem(ChainedFileSystem):
+    """Wrap ``fs`` (or build one from ``target_protocol`` / ``target_options``).
+
+    Options (S3 only):
+
+    * ``part_size`` (8 MiB): size of each uploaded part (>= 5 MiB); doubles after
+      every 1,000 parts so huge files stay within S3's 10,000 parts.
+    * ``parts_in_flight`` (4): parts uploading at once per file; memory per open
+      file is about ``(parts_in_flight + 1) * part_size``.
+    * ``in_memory`` (False): keep commit data in this process instead of writing a
+      ``.pending`` per file (HADOOP-19047; see :mod:`magicfs.s3.tracking`).
+    * ``check_job_active`` (True): writers in a ``__magic_job-<id>`` directory check
+      that the job is still active after creating their upload.
+    """
+
+    protocol = "magic"
+    cachable = False
+
+    def __init__(
+        self,
+        fs: fsspec.AbstractFileSystem | None = None,
+        target_protocol: str | None = None,
+        target_options: dict[str, Any] | None = None,
+        fo: str | None = None,
+        *,
+        part_size: int = 8 << 20,
+        parts_in_flight: int = 4,
+        in_memory: bool = False,
+        check_job_active: bool = True,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        if fs is None:
+            if target_protocol is None:
+                raise ValueError("MagicFileSystem needs fs= or target_protocol=")
+            fs = fsspec.filesystem(target_protocol, **(target_options or {}))
+        self.fs = fs
+        self.part_size = part_size
+        self.parts_in_flight = parts_in_flight
+        self.in_memory = in_memory
+        self.check_job_active = check_job_active
+        found = capabilities(fs)
+        self.view: S3TaskView | RoutedTaskView
+        if found.deferred_writes:
+            self.view = S3TaskView(
+                fs,
+                part_size=part_size,
+                parts_in_flight=parts_in_flight,
+                in_memory=in_memory,
+                check_job_active=check_job_active,
+            )
+        else:
+            self.view = RoutedTaskView(
+                fs, needs_directories=found.needs_directories, appends=found.appends
+            )
+
+    @property
+    def deferred_writes(self) -> bool:
+        """True on S3: task files are uploads that job commit completes."""
+        return isinstance(self.view, S3TaskView)
+
+    # -- paths ---------------------------------------------------------------------------
+
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = str(path)
+        for prefix in ("magic::", "magic://"):
+            if path.startswith(prefix):
+                path = path[len(prefix) :]
+        return path
+
+    def _inner(self, path: str) -> str:
+        """``path`` as the wrapped filesystem names it (``bkt/key`` for S3); keeps a trailing /."""
+        path = self._strip_protocol(path)
+        inner = self.fs._strip_protocol(path)
+        return inner + "/" if path.endswith("/") and not inner.endswith("/") else inner
+
+    def _task(self, path: Any) -> bool:
+        """Does ``path`` (or any of a list) name a task path?"""
+        if isinstance(path, (list, tuple)):
+            return any(self._task(p) for p in path)
+        return isinstance(path, str) and is_magic_path(self._inner(path))
+
+    def unstrip_protocol(self, name: str) -> str:
+        return self.fs.unstrip_protocol(name)
+
+    # -- leaves: the task view for task paths, the wrapped filesystem otherwise -------------------
+
+    def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
+        path = self._strip_protocol(path)
+        if not self._task(path):
+            return self.fs.open(path, mode, **kwargs)
+        return super().open(path, mode, **kwargs)  # text and compression layers over _open
+
+    def _open(
+        self,
+        path: str,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Only reached for task paths (see :meth:`open`)."""
+        if block_size is not None:
+            kwargs["block_size"] = block_size
+        if cache_options is not None:
+            kwargs["cache_options"] = cache_options
+        if not autocommit:
+            kwargs["autocommit"] = False
+        return self.view.open(self._inner(path), mode, **kwargs)
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw: Any):
+        if not self._task(path):
+            return self.fs.cat_file(path, start=start, end=end, **kw)
+        return self.view.cat_file(self._inner(path), start=start, end=end, **kw)
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        if not self._task(path):
+            return self.fs.pipe_file(path, value, mode=mode, **kwargs)
+        self.view.pipe_file(self._inner(path), value, mode=mode, **kwargs)
+
+    def put_file(self, lpath: str, rpath: str, callback: Any = None, **kwargs: Any) -> None:
+        if callback is not None:
+            kwargs["callback"] = callback
+        if not self._task(rpath):
+            return self.fs.put_file(lpath, rpath, **kwargs)
+        kwargs.pop("callback", None)
+        self.view.put_file(lpath, self._inner(rpath), **kwargs)
+
+    def get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> None:
+        if callback is not None:
+            kwargs["callback"] = callback
+        if not self._task(rpath):
+            return self.fs.get_file(rpath, lpath, **kwargs)
+        self.view.get_file(self._inner(rpath), lpath, **kwargs)
+
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+        if not (self._task(path1) or self._task(path2)):
+            return self.fs.cp_file(path1, path2, **kwargs)
+        self.view.cp_file(self._inner(path1), self._inner(path2), **kwargs)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        if not self._task(path):
+            return self.fs.touch(path, truncate=truncate, **kwargs)
+        self.view.touch(self._inner(path), truncate=truncate, **kwargs)
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        if not self._task(path):
+            return self.fs.info(path, **kwargs)
+        return self.view.info(self._inner(path), **kwargs)
+
+    def ls(self, path: str, detail: bool | None = None, **kwargs: Any) -> list[Any]:
+        """``ls``; ``detail`` defaults as the wrapped filesystem's does (stores differ)."""
+        if detail is None:
+            detail = inspect.signature(self.fs.ls).parameters["detail"].default is True
+        if not self._task(path):
+            return self.fs.ls(path, detail=detail, **kwargs)
+        return self.view.ls(self._inner(path), detail=detail, **kwargs)
+
+    def find(
+        self,
+        path: str,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        detail: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        if not self._task(path):
+            return self.fs.find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
+        return self.view.find(
+            self._inner(path), maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs
+        )
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        if not self._task(path):
+            return self.fs.rm(path, recursive=recursive, maxdepth=maxdepth)
+        paths = [self._inner(p) for p in (path if isinstance(path, list) else [path])]
+        self.view.rm(paths, recursive=recursive, maxdepth=maxdepth)
+
+    def rm_file(self, path: str) -> None:
+        self.rm(path)
+
+    delete = rm
+
+    def invalidate_cache(self, path: str | None = None) -> None:
+        self.fs.invalidate_cache(self.view.into(self._inner(path)) if path else None)
+
+    # -- compound operations ---------------------------------------------------------------------
+
+    def copy(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> Any:
+        if not (self._task(path1) or self._task(path2)):
+            return self.fs.copy(path1, path2, recursive=recursive, **kwargs)
+        self._check_sources(path1, recursive, kwargs.get("maxdepth"), "copy")
+        return super().copy(path1, path2, recursive=recursive, **kwargs)
+
+    cp = copy
+
+    def mv(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> Any:
+        if not (self._task(path1) or self._task(path2)):
+            return self.fs.mv(path1, path2, recursive=recursive, **kwargs)
+        if isinstance(self.view, RoutedTaskView):  # the store's own move: a rename on disk
+            inner1 = (
+                [self._inner(p) for p in path1] if isinstance(path1, list) else self._inner(path1)
+            )
+            inner2 = (
+                [self._inner(p) for p in path2] if isinstance(path2, list) else self._inner(path2)
+            )
+            return self.view.mv(inner1, inner2, recursive=recursive, **kwargs)
+        self._check_sources(path1, recursive, kwargs.get("maxdepth"), "move")
+        return super().mv(path1, path2, recursive=recursive, **kwargs)
+
+    rename = move = mv
+
+    def get(self, rpath: Any, lpath: Any, recursive: bool = False, **kwargs: Any) -> Any:
+        if not self._task(rpath):
+            return self.fs.get(rpath, lpath, recursive=recursive, **kwargs)
+        self._check_sources(rpath, recursive, kwargs.get("maxdepth"), "download")
+        return super().get(rpath, lpath, recursive=recursive, **kwargs)
+
+    download = get
+
+    def put(self, lpath: Any, rpath: Any, recursive: bool = False, **kwargs: Any) -> Any:
+        if not self._task(rpath):
+            return self.fs.put(lpath, rpath, recursive=recursive, **kwargs)
+        return super().put(lpath, rpath, recursive=recursive, **kwargs)
+
+    upload = put
+
+    def pipe(self, path: Any, value: Any = None, **kwargs: Any) -> Any:
+        targets = path if isinstance(path, dict) else {path: value}
+        if not self._task(list(targets)):
+            return self.fs.pipe(path, value, **kwargs)
+        for target, data in targets.items():
+            self.pipe_file(target, data, **kwargs)
+
+    def _check_sources(
+        self, path: Any, recursive: bool, maxdepth: int | None, operation: str
+    ) -> None:
+        """Refuse, before anything is done, a source the task view cannot read."""
+        if not self.deferred_writes or not self._task(path):
+            return
+        sources = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+        self.view.check_sources([self._inner(p) for p in sources], operation)
+
+
+def _composed(name: str) -> Any:
+    def method(self: MagicFileSystem, path: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self._task(path):
+            return getattr(self.fs, name)(path, *args, **kwargs)
+        return getattr(fsspec.AbstractFileSystem, name)(self, path, *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"``{name}``: fsspec's own logic on task paths, the wrapped one otherwise."
+    return method
+
+
+def _passed(name: str) -> Any:
+    def method(self: MagicFileSystem, path: Any, *args: Any, **kwargs: Any) -> Any:
+        if not self._task(path):
+            return getattr(self.fs, name)(path, *args, **kwargs)
+        return self.view.call(name, self._inner(path), *args, **kwargs)
+
+    method.__name__ = name
+    method.__doc__ = f"``{name}`` of the wrapped filesystem (task paths routed on rename stores)."
+    return method
+
+
+for _name in _COMPOSED:
+    setattr(MagicFileSystem, _name, _composed(_name))
+for _name in _PASSED:
+    setattr(MagicFileSystem, _name, _passed(_name))

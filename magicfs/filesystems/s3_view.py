@@ -1,0 +1,284 @@
+"""Task paths on S3: deferred writes (multipart uploads that only job commit completes).
+
+A file written under a task path exists, until job commit, only as an unfinished
+multipart upload aimed at its final key, recorded by a zero-byte marker at the task
+path and, once closed, a ``.pending`` record next to it (:mod:`magicfs.s3.writer`).
+What each filesystem operation does with such a file follows from that:
+
+* **writes** (``open`` ``wb``/``xb``, ``pipe_file``, ``put_file``, ``touch``, ``copy``
+  into the task) stream into a new upload; writing a path again replaces it (the earlier
+  upload is aborted at once when this process wrote it, else by the job's sweep);
+* **reads** (``open`` ``rb``, ``cat``, ``get``, ``copy``/``mv`` *from* the task file)
+  raise :class:`~magicfs.errors.DeferredFileError`: there are no bytes to read yet, and
+  returning the marker's empty bytes would silently lose data;
+* **deletes** (``rm``) abort the upload and delete the marker and the record: the file
+  is gone, and task commit will not see it;
+* **info and listings** show the task's files as files (the records are hidden), with
+  the bytes written as their size where known: always in ``info()`` (from this
+  process's registry or the ``.pending``), in listings for files this process wrote
+  (other files list with the marker's size, 0, as Hadoop's do).
+
+Paths under a magic element that are records (``*.pending``, ``*.pendingset``) are
+ordinary files, read and written normally.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from typing import Any
+
+from ..errors import DeferredFileError
+from ..layout import job_marker_for
+from ..paths import PENDING_SUFFIX, final_destination, is_deferred_write, parse_magic_path
+from ..records import SinglePendingCommit
+from ..s3.store import S3Store
+from ..s3.sweep import abort_uploads, load_pending, uploads_of
+from ..s3.writer import MagicS3Writer
+from ..task_files import TASK_FILES, TaskFiles
+
+_COPY_CHUNK = 8 << 20
+
+ADVICE = (
+    "Write the file under its final name in one go; where a writer must read back, "
+    "copy or rename its own output, use the staging committer (committer='directory': "
+    "tasks write local files, uploaded at task commit)"
+)
+
+
+class S3TaskView:
+    """Task paths on an s3fs filesystem ``fs``; paths are ``bucket/key`` (no protocol)."""
+
+    def __init__(
+        self,
+        fs: Any,
+        *,
+        part_size: int,
+        parts_in_flight: int,
+        in_memory: bool,
+        check_job_active: bool,
+        registry: TaskFiles = TASK_FILES,
+    ):
+        self.fs = fs
+        self.store = S3Store(fs)
+        self.part_size = part_size
+        self.parts_in_flight = parts_in_flight
+        self.in_memory = in_memory
+        self.check_job_active = check_job_active
+        self.registry = registry
+
+    # -- writes -------------------------------------------------------------------------------
+
+    def open(self, path: str, mode: str, block_size: int | None = None, **kwargs: Any) -> Any:
+        if not is_deferred_write(path):
+            return self.fs.open(path, mode, block_size=block_size, **kwargs)
+        if "r" in mode or "+" in mode:
+            raise self.no_bytes(path, "read")
+        if "a" in mode:
+            raise DeferredFileError(
+                f"s3://{path}: append ('ab') is not supported under a magic path: a "
+                "deferred upload can only be written from the start"
+            )
+        magic_path = parse_magic_path(path)
+        assert magic_path is not None
+        return MagicS3Writer(
+            self.store,
+            path,
+            magic_path,
+            mode="xb" if "x" in mode else "wb",
+            part_size=block_size or self.part_size,
+            parts_in_flight=self.parts_in_flight,
+            job_marker=job_marker_for(magic_path) if self.check_job_active else None,
+            in_memory=self.in_memory,
+            registry=self.registry,
+        )
+
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        if not is_deferred_write(path):
+            self.fs.pipe_file(path, value, mode=mode, **kwargs)
+            return
+        with self.open(path, "xb" if mode == "create" else "wb") as f:
+            f.write(value)
+
+    def put_file(self, lpath: str, path: str, mode: str = "overwrite", **kwargs: Any) -> None:
+        if not is_deferred_write(path):
+            self.fs.put_file(lpath, path, mode=mode, **kwargs)
+            return
+        if os.path.isdir(lpath):
+            return  # S3 has no directories: the files below it make it appear
+        with open(lpath, "rb") as source, self.open(path, "xb" if mode == "create" else "wb") as f:
+            shutil.copyfileobj(source, f, _COPY_CHUNK)
+
+    def cp_file(self, source: str, target: str, **kwargs: Any) -> None:
+        if is_deferred_write(source):
+            raise self.no_bytes(source, "copy")
+        if not is_deferred_write(target):
+            self.fs.cp_file(source, target, **kwargs)
+            return
+        with self.fs.open(source, "rb") as data, self.open(target, "wb") as f:
+            shutil.copyfileobj(data, f, _COPY_CHUNK)
+
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+        if not is_deferred_write(path):
+            self.fs.touch(path, truncate=truncate, **kwargs)
+            return
+        if not truncate and self.exists(path):
+            return  # nothing to update: a task file has no timestamp of its own yet
+        with self.open(path, "wb"):
+            pass
+
+    # -- reads: a deferred file has no bytes before job commit --------------------------------
+
+    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw: Any):
+        if is_deferred_write(path):
+            raise self.no_bytes(path, "read")
+        return self.fs.cat_file(path, start=start, end=end, **kw)
+
+    def get_file(self, path: str, lpath: str, **kwargs: Any) -> None:
+        if is_deferred_write(path) and self._is_file(path):
+            raise self.no_bytes(path, "download")
+        if self.fs.isdir(path):  # fsspec's generic get() hands directories over too
+            os.makedirs(lpath, exist_ok=True)
+            return
+        self.fs.get_file(path, lpath, **kwargs)
+
+    def check_sources(self, paths: Iterable[str], operation: str) -> None:
+        """Raise before anything is done if one of ``paths`` is a deferred task file."""
+        for path in paths:
+            if is_deferred_write(path) and self._is_file(path):
+                raise self.no_bytes(path, operation)
+
+    def no_bytes(self, path: str, operation: str) -> DeferredFileError:
+        try:
+            destination = f" aimed at s3://{final_destination(path)}"
+        except ValueError:
+            destination = ""
+        return DeferredFileError(
+            f"s3://{path}: cannot {operation} a task file before job commit: on S3 its bytes "
+            f"are an unfinished multipart upload{destination}, which nothing can read, copy "
+            f"or move until the job commits. {ADVICE}"
+        )
+
+    # -- deletes --------------------------------------------------------------------------------
+
+    def rm(self, paths: list[str], recursive: bool = False, maxdepth: int | None = None) -> None:
+        """``rm``: every file below ``paths`` (records included) goes, uploads aborted first."""
+        self.rm_files(self.fs.expand_path(paths, recursive=recursive, maxdepth=maxdepth))
+
+    def rm_files(self, paths: list[str]) -> None:
+        """Delete task files: abort their uploads, delete their markers and records."""
+        deferred = [p for p in paths if is_deferred_write(p)]
+        records = [p for p in paths if p.endswith(PENDING_SUFFIX)]
+        unknown = []
+        uploads = []
+        for path in deferred:
+            entry = self.registry.discarded(path)
+            if entry is not None and entry.writer is not None:
+                entry.writer.supersede("the file was deleted")
+            elif entry is not None and entry.commit is not None:
+                uploads.extend(uploads_of([entry.commit]))
+            else:
+                unknown.append(path + PENDING_SUFFIX)
+        # Files written by another process (or whose record is all that is left): the
+        # .pending names the upload. A marker without one is a writer still running or
+        # killed elsewhere: its upload is the job's sweep's (by key) once the job ends.
+        uploads.extend(uploads_of(load_pending(self.store, [*unknown, *records])))
+        abort_uploads(self.store, uploads)
+        doomed = sorted({*paths, *(p + PENDING_SUFFIX for p in deferred)})
+        by_bucket: dict[str, list[str]] = {}
+        for path in doomed:
+            bucket, key = self.store.split(path)
+            if key:
+                by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            self.store.delete_objects(bucket, keys)
+
+    # -- everything else ---------------------------------------------------------------------
+
+    @staticmethod
+    def into(path: str) -> str:
+        """Task paths are stored where they are named (the marker)."""
+        return path
+
+    def call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        """Any other single-path method: the store's own, on the marker or record."""
+        return getattr(self.fs, method)(path, *args, **kwargs)
+
+    # -- info and listings ----------------------------------------------------------------------
+
+    def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        if not is_deferred_write(path):
+            return self.fs.info(path, **kwargs)
+        entry = self.registry.get(path)
+        if entry is not None:
+            return {"name": path, "size": entry.length, "type": "file"}
+        bucket, key = self.store.split(path)
+        head = self.store.head_object(bucket, key)
+        if head is None:
+            return self.fs.info(path, **kwargs)  # a directory of task files, or nothing
+        return {
+            "name": path,
+            "size": self._recorded_length(path) or 0,
+            "type": "file",
+            "ETag": head.get("ETag"),
+            "LastModified": head.get("LastModified"),
+        }
+
+    def exists(self, path: str) -> bool:
+        try:
+            self.info(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    def _is_file(self, path: str) -> bool:
+        try:
+            return self.info(path).get("type") == "file"
+        except FileNotFoundError:
+            return False
+
+    def _recorded_length(self, path: str) -> int | None:
+        try:
+            return SinglePendingCommit.load(self.fs, path + PENDING_SUFFIX).length
+        except FileNotFoundError:
+            return None  # still being written (elsewhere), or abandoned
+
+    def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
+        entries = self.task_view(self.fs.ls(path, detail=True, **kwargs), under=path)
+        return entries if detail else [e["name"] for e in entries]
+
+    def find(
+        self,
+        path: str,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        detail: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        found = self.fs.find(path, maxdepth=maxdepth, withdirs=withdirs, detail=True, **kwargs)
+        entries = self.task_view(found.values())
+        if detail:
+            return {e["name"]: e for e in entries}
+        return sorted(e["name"] for e in entries)
+
+    def task_view(self, entries: Iterable[dict[str, Any]], under: str | None = None) -> list[Any]:
+        """Listing entries as the task sees them: records hidden, sizes of files written here."""
+        entries = list(entries)
+        names = {e["name"] for e in entries}
+        shown = []
+        for entry in entries:
+            name = entry["name"]
+            if name.endswith(PENDING_SUFFIX) and name.removesuffix(PENDING_SUFFIX) in names:
+                continue  # the record of a listed file
+            if entry.get("type") == "file" and is_deferred_write(name):
+                known = self.registry.get(name)
+                if known is not None:
+                    entry = {**entry, "size": known.length, "Size": known.length}
+            shown.append(entry)
+        if under is not None:  # files just opened here whose marker is still on its way
+            parent = under.rstrip("/") + "/"
+            for known in self.registry.under(parent):
+                if known.path not in names and "/" not in known.path[len(parent) :]:
+                    shown.append({"name": known.path, "size": known.length, "type": "file"})
+        return shown

@@ -1,0 +1,150 @@
+"""What this process knows about the files its task attempts are writing.
+
+Every store keeps its own records (markers and ``.pending`` files on S3, the attempt's
+working directory on rename stores), and those are what committers trust across
+processes. This registry adds what only the writing process can know, for free:
+
+* **which files are still open**: task commit refuses an attempt with an open file on
+  every store (on a local disk a file left open would keep changing after job commit);
+* **what a rewrite replaces**: opening a path again discards the earlier writer or, on
+  S3, aborts the earlier upload at once instead of leaving it parked until job end;
+* **the bytes written**, so ``info()`` and listings of a task file report its size
+  without reading its record;
+* **the pending commits of in-memory writers** (the magic committer's ``in_memory``
+  mode keeps them here until its task commits);
+* **which attempts have finished**: a write to an attempt that has already committed or
+  aborted in this process is refused at ``open()``, before anything is written.
+
+Keys are store paths without protocol (``bkt/out/__magic_job-7/.../a.csv`` on S3, the
+routed working-directory path on rename stores). Entries are dropped when their
+attempt commits or aborts. Thread-safe; one instance per process (:data:`TASK_FILES`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class OpenWriter(Protocol):
+    """What the registry's users need of an open writer: a way to throw it away."""
+
+    def supersede(self, reason: str) -> None:
+        """Discard the writer: the file was opened again or deleted (``reason``)."""
+
+
+@dataclass
+class TaskFile:
+    """One file a task attempt of this process wrote or is writing."""
+
+    path: str
+    job_id: str
+    attempt_id: str
+    writer: OpenWriter | None = None  # set while the file is open
+    length: int = 0  # bytes written (so far, while open)
+    commit: Any = None  # S3: the closed file's SinglePendingCommit
+
+    @property
+    def is_open(self) -> bool:
+        return self.writer is not None
+
+
+class TaskFiles:
+    """Process-wide registry of task files (see the module docstring)."""
+
+    #: Finished attempts remembered (oldest forgotten first): bounds a long-lived
+    #: executor's memory; an attempt is refused writes long after it finished anyway
+    #: by its job's end (the writers' job check).
+    MAX_FINISHED = 100_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._files: dict[str, TaskFile] = {}
+        self._finished: dict[tuple[str, str], str] = {}
+
+    # -- writers -------------------------------------------------------------------------
+
+    def opened(self, entry: TaskFile) -> TaskFile | None:
+        """Register a newly opened file; returns the entry it replaces (if any)."""
+        with self._lock:
+            previous = self._files.get(entry.path)
+            self._files[entry.path] = entry
+            return previous
+
+    def closed(self, path: str, writer: OpenWriter, length: int, commit: Any = None) -> None:
+        """``writer`` closed cleanly: the file now has ``length`` bytes."""
+        with self._lock:
+            entry = self._files.get(path)
+            if entry is not None and entry.writer is writer:
+                entry.writer, entry.length, entry.commit = None, length, commit
+
+    def wrote(self, path: str, writer: OpenWriter, length: int) -> None:
+        """Progress of an open writer (for ``info()`` while it writes)."""
+        with self._lock:
+            entry = self._files.get(path)
+            if entry is not None and entry.writer is writer:
+                entry.length = length
+
+    def discarded(self, path: str, writer: OpenWriter | None = None) -> TaskFile | None:
+        """Forget ``path`` (thrown away, or deleted); only ``writer``'s entry if given."""
+        with self._lock:
+            entry = self._files.get(path)
+            if entry is None or (writer is not None and entry.writer is not writer):
+                return None
+            return self._files.pop(path)
+
+    def get(self, path: str) -> TaskFile | None:
+        with self._lock:
+            return self._files.get(path)
+
+    def under(self, prefix: str) -> list[TaskFile]:
+        """Files whose path starts with ``prefix``."""
+        with self._lock:
+            return [f for f in self._files.values() if f.path.startswith(prefix)]
+
+    # -- attempts -------------------------------------------------------------------------
+
+    def of_attempt(self, job_id: str, attempt_id: str) -> list[TaskFile]:
+        with self._lock:
+            return [
+                f for f in self._files.values() if (f.job_id, f.attempt_id) == (job_id, attempt_id)
+            ]
+
+    def open_files(self, job_id: str, attempt_id: str) -> list[str]:
+        """Paths of the attempt's files that are still open in this process."""
+        return sorted(f.path for f in self.of_attempt(job_id, attempt_id) if f.is_open)
+
+    def finish_attempt(self, job_id: str, attempt_id: str, outcome: str) -> list[TaskFile]:
+        """The attempt committed or aborted (``outcome``): forget its files, refuse new ones.
+
+        Returns the entries it had (task commit of in-memory writers takes its commits
+        from them).
+        """
+        with self._lock:
+            self._finished.pop((job_id, attempt_id), None)
+            self._finished[(job_id, attempt_id)] = outcome
+            while len(self._finished) > self.MAX_FINISHED:
+                del self._finished[next(iter(self._finished))]
+            taken = [
+                f for f in self._files.values() if (f.job_id, f.attempt_id) == (job_id, attempt_id)
+            ]
+            for entry in taken:
+                del self._files[entry.path]
+            return taken
+
+    def reopen_attempt(self, job_id: str, attempt_id: str) -> None:
+        """Task setup of an attempt id (again): it may write from now on."""
+        with self._lock:
+            self._finished.pop((job_id, attempt_id), None)
+
+    def finished(self, job_id: str | None, attempt_id: str | None) -> str | None:
+        """``"committed"``/``"aborted"`` if the attempt has finished in this process."""
+        if not job_id or not attempt_id:
+            return None
+        with self._lock:
+            return self._finished.get((job_id, attempt_id))
+
+
+#: The registry of this process.
+TASK_FILES = TaskFiles()

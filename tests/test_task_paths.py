@@ -1,0 +1,418 @@
+"""Every filesystem operation on a task path, on every store: the README's table, row by row.
+
+Each test is one row of "Operations on task paths" in the README, run on S3 (moto, the
+magic committer), a local disk, memory, Azure Blob (Azurite) and GCS (the emulator) —
+the last four with the manifest committer. Each asserts what a user would observe: the
+bytes published at job commit, the pending multipart uploads left (none, ever), and for
+refused operations an error naming the path, the reason and what to do instead — raised
+before anything was changed.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import pandas as pd
+import pytest
+from helpers import pending_uploads, visible_keys
+
+import magicfs
+from magicfs.errors import (
+    CommitFailedError,
+    DeferredFileError,
+    TaskNotActiveError,
+    UnsupportedTaskOperation,
+)
+
+STORES = ["s3", "file", "memory", "abfs", "gcs"]
+
+
+@dataclass
+class TaskStore:
+    """One set-up job with one task attempt on one store, and ways to look at the result."""
+
+    kind: str
+    committer: Any
+    task: Any
+    raw: fsspec.AbstractFileSystem  # the store's own filesystem
+    root: str  # a plain directory of the store, outside the destination
+    s3_client: Any = None
+    bucket: str | None = None
+
+    @property
+    def fs(self) -> Any:
+        return self.committer.fs
+
+    @property
+    def deferred(self) -> bool:
+        return self.kind == "s3"
+
+    def path(self, relative: str) -> str:
+        return self.task.path(relative)
+
+    def plain(self, relative: str) -> str:
+        return f"{self.root}/{relative}"
+
+    def commit(self) -> dict[str, bytes]:
+        """Commit the task and the job; the destination's visible files and their bytes."""
+        message = self.committer.commit_task(self.task)
+        self.committer.commit_job([message])
+        return self.published()
+
+    def published(self) -> dict[str, bytes]:
+        if self.deferred:  # boto3: s3fs would read a key "q?versionId=1" as version 1 of "q"
+            return {
+                key.removeprefix("out/"): self.s3_client.get_object(Bucket=self.bucket, Key=key)[
+                    "Body"
+                ].read()
+                for key in visible_keys(self.s3_client, self.bucket, "out/")
+                if not key.removeprefix("out/").startswith(("_", "."))
+            }
+        dest = self.committer.dest
+        self.raw.invalidate_cache()
+        try:
+            found = self.raw.find(dest)
+        except FileNotFoundError:
+            return {}
+        visible = {}
+        for path in found:
+            relative = path[len(dest) + 1 :]
+            if not any(e.startswith(("_", ".")) for e in relative.split("/")):
+                visible[relative] = self.raw.cat_file(path)
+        return visible
+
+    def parked(self) -> list[dict]:
+        """Pending multipart uploads in the bucket (S3), none elsewhere."""
+        return pending_uploads(self.s3_client, self.bucket) if self.deferred else []
+
+
+@pytest.fixture(params=STORES)
+def ts(request, tmp_path) -> TaskStore:
+    kind = request.param
+    client = bucket = None
+    if kind == "s3":
+        bucket = request.getfixturevalue("bucket")
+        client = request.getfixturevalue("s3_client")
+        options = {**request.getfixturevalue("s3_options"), "skip_instance_cache": True}
+        committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=options)
+        root = f"{bucket}/plain"
+    elif kind == "file":
+        committer = magicfs.committer_for(f"file://{tmp_path}/out")
+        root = f"{tmp_path}/plain"
+        os.makedirs(root)
+    elif kind == "memory":
+        name = f"t-{uuid.uuid4().hex}"
+        committer = magicfs.committer_for(f"memory://{name}/out")
+        root = f"/{name}/plain"
+    elif kind == "abfs":
+        container = request.getfixturevalue("azure_container")
+        committer = magicfs.committer_for(
+            f"abfs://{container}/out", fs=request.getfixturevalue("abfs")
+        )
+        root = f"{container}/plain"
+    else:
+        gcs_bucket = request.getfixturevalue("gcs_bucket")
+        committer = magicfs.committer_for(
+            f"gs://{gcs_bucket}/out", fs=request.getfixturevalue("gcs")
+        )
+        root = f"{gcs_bucket}/plain"
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    store = TaskStore(kind, committer, task, committer.store_fs, root, client, bucket)
+    yield store
+    try:
+        committer.abort_job()
+    except Exception:  # the test may have left the job committed or refused
+        committer.cleanup_job()
+    assert store.parked() == [], "a test left a multipart upload behind"
+
+
+# --- writes -------------------------------------------------------------------------------
+
+
+def test_every_write_method_publishes_exact_bytes(ts, tmp_path):
+    local = tmp_path / "local.bin"
+    local.write_bytes(b"from disk")
+    with ts.fs.open(ts.path("opened.bin"), "wb") as f:
+        f.write(b"opened")
+    ts.fs.pipe_file(ts.path("piped.bin"), b"piped")
+    ts.fs.pipe({ts.path("p1.bin"): b"1", ts.path("p2.bin"): b"2"})
+    ts.fs.write_text(ts.path("text.txt"), "text é")
+    ts.fs.write_bytes(ts.path("d/bytes.bin"), b"bytes")
+    ts.fs.put_file(str(local), ts.path("put.bin"))
+    ts.fs.touch(ts.path("empty.bin"))
+    with ts.fs.open(ts.path("lines.txt"), "w") as f:
+        f.write("a\nb\n")
+    assert ts.published() == {}  # nothing visible before job commit
+    assert ts.commit() == {
+        "opened.bin": b"opened",
+        "piped.bin": b"piped",
+        "p1.bin": b"1",
+        "p2.bin": b"2",
+        "text.txt": "text é".encode(),
+        "d/bytes.bin": b"bytes",
+        "put.bin": b"from disk",
+        "empty.bin": b"",
+        "lines.txt": b"a\nb\n",
+    }
+
+
+def test_rewriting_a_path_replaces_it_and_parks_nothing(ts):
+    ts.fs.pipe_file(ts.path("x.csv"), b"first version, longer")
+    ts.fs.pipe_file(ts.path("x.csv"), b"second")
+    if ts.deferred:
+        assert len(ts.parked()) == 1  # the first upload was aborted at once
+    with ts.fs.open(ts.path("y.csv"), "wb") as first:
+        first.write(b"y1")
+    with ts.fs.open(ts.path("y.csv"), "wb") as second:
+        second.write(b"y2")
+    assert ts.commit() == {"x.csv": b"second", "y.csv": b"y2"}
+
+
+def test_a_second_open_discards_a_writer_still_open(ts):
+    earlier = ts.fs.open(ts.path("x.csv"), "wb")
+    earlier.write(b"earlier")
+    with ts.fs.open(ts.path("x.csv"), "wb") as later:
+        later.write(b"later")
+    with pytest.raises((OSError, ValueError), match="opened again"):
+        earlier.write(b"more")  # it says so, rather than losing the bytes silently
+    assert ts.commit() == {"x.csv": b"later"}
+
+
+def test_exclusive_create_refuses_an_existing_task_file(ts):
+    with ts.fs.open(ts.path("x.csv"), "xb") as f:
+        f.write(b"first")
+    with pytest.raises(FileExistsError):
+        ts.fs.open(ts.path("x.csv"), "xb")
+    with pytest.raises(FileExistsError):
+        ts.fs.pipe_file(ts.path("x.csv"), b"second", mode="create")
+    assert ts.commit() == {"x.csv": b"first"}
+
+
+def test_append(ts):
+    ts.fs.pipe_file(ts.path("log.txt"), b"a")
+    if ts.kind in ("file", "memory"):  # the store appends to a file it wrote
+        with ts.fs.open(ts.path("log.txt"), "ab") as f:
+            f.write(b"b")
+        assert ts.commit() == {"log.txt": b"ab"}
+        return
+    # S3 uploads and Azure/GCS objects cannot be appended to (gcsfs would silently replace
+    # the file, adlfs fail on it): refused before anything happens, the file unchanged.
+    with pytest.raises(
+        UnsupportedTaskOperation, match=r"log.txt: append \('ab'\) is not supported"
+    ):
+        ts.fs.open(ts.path("log.txt"), "ab")
+    assert ts.commit() == {"log.txt": b"a"}
+
+
+@pytest.mark.parametrize("wrapper", ["binary", "text"])
+def test_a_write_that_fails_leaves_no_file(ts, wrapper):
+    ts.fs.pipe_file(ts.path("good.csv"), b"good")
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        ts.fs.open(ts.path("bad.csv"), "wb" if wrapper == "binary" else "w") as f,
+    ):
+        f.write(b"half" if wrapper == "binary" else "half")
+        raise RuntimeError("boom")
+    assert not ts.fs.exists(ts.path("bad.csv"))
+    assert ts.commit() == {"good.csv": b"good"}
+
+
+# --- reads: none on S3 before job commit (never the marker's empty bytes) -------------------
+
+
+def test_reading_a_task_file(ts):
+    ts.fs.pipe_file(ts.path("x.csv"), b"1,2\n")
+    readers = {
+        "open": lambda: ts.fs.open(ts.path("x.csv"), "rb").read(),
+        "cat_file": lambda: ts.fs.cat_file(ts.path("x.csv")),
+        "cat": lambda: ts.fs.cat(ts.path("x.csv")),
+        "head": lambda: ts.fs.head(ts.path("x.csv"), 2),
+        "read_text": lambda: ts.fs.read_text(ts.path("x.csv")).encode(),
+    }
+    for name, read in readers.items():
+        if ts.deferred:
+            with pytest.raises(DeferredFileError, match=r"x.csv: cannot read a task file") as e:
+                read()
+            assert "committer='directory'" in str(e.value), name
+        else:
+            assert read() in (b"1,2\n", b"1,"), name
+    assert ts.commit() == {"x.csv": b"1,2\n"}
+
+
+def test_copying_from_a_task_file(ts):
+    ts.fs.pipe_file(ts.path("a.csv"), b"data of a")
+    if ts.deferred:
+        with pytest.raises(DeferredFileError, match=r"a.csv: cannot copy a task file"):
+            ts.fs.copy(ts.path("a.csv"), ts.path("b.csv"))
+        assert not ts.fs.exists(ts.path("b.csv"))  # refused before anything was written
+        assert len(ts.parked()) == 1
+        assert ts.commit() == {"a.csv": b"data of a"}
+        return
+    ts.fs.copy(ts.path("a.csv"), ts.path("b.csv"))
+    assert ts.commit() == {"a.csv": b"data of a", "b.csv": b"data of a"}
+
+
+def test_copying_and_moving_into_the_task_from_outside(ts):
+    ts.raw.makedirs(ts.plain("src"), exist_ok=True)
+    ts.raw.pipe_file(ts.plain("src/c.csv"), b"copied")
+    ts.raw.pipe_file(ts.plain("src/m.csv"), b"moved")
+    ts.fs.copy(ts.plain("src/c.csv"), ts.path("c.csv"))
+    ts.fs.mv(ts.plain("src/m.csv"), ts.path("m.csv"))
+    assert not ts.raw.exists(ts.plain("src/m.csv"))
+    assert ts.raw.cat_file(ts.plain("src/c.csv")) == b"copied"
+    assert ts.commit() == {"c.csv": b"copied", "m.csv": b"moved"}
+
+
+def test_write_then_rename_inside_the_task(ts):
+    ts.fs.pipe_file(ts.path("part.tmp"), b"payload")
+    if ts.deferred:
+        with pytest.raises(DeferredFileError, match=r"part.tmp: cannot move a task file") as e:
+            ts.fs.mv(ts.path("part.tmp"), ts.path("part.csv"))
+        assert "staging committer" in str(e.value)
+        # nothing lost: the file is still there, under the name it was written with
+        assert ts.commit() == {"part.tmp": b"payload"}
+        return
+    ts.fs.mv(ts.path("part.tmp"), ts.path("part.csv"))
+    assert ts.commit() == {"part.csv": b"payload"}
+
+
+def test_downloading_a_task_directory(ts, tmp_path):
+    ts.fs.pipe_file(ts.path("d/a.csv"), b"a")
+    ts.fs.pipe_file(ts.path("d/sub/b.csv"), b"b")
+    target = tmp_path / "download"
+    if ts.deferred:
+        with pytest.raises(DeferredFileError, match="cannot download a task file"):
+            ts.fs.get(ts.path("d") + "/", str(target) + "/", recursive=True)
+    else:  # fsspec's trailing-slash rule: the contents of d, not d itself
+        ts.fs.get(ts.path("d") + "/", str(target) + "/", recursive=True)
+        assert (target / "a.csv").read_bytes() == b"a"
+        assert (target / "sub" / "b.csv").read_bytes() == b"b"
+    assert ts.commit() == {"d/a.csv": b"a", "d/sub/b.csv": b"b"}
+
+
+def test_recursive_put_of_a_local_directory(ts, tmp_path):
+    source = tmp_path / "tree"
+    (source / "sub").mkdir(parents=True)
+    (source / "a.csv").write_bytes(b"a")
+    (source / "sub" / "b.csv").write_bytes(b"b")
+    ts.fs.put(str(source), ts.path("d"), recursive=True)
+    assert ts.commit() == {"d/a.csv": b"a", "d/sub/b.csv": b"b"}
+
+
+# --- deletes ------------------------------------------------------------------------------
+
+
+def test_deleting_task_files(ts):
+    ts.fs.pipe_file(ts.path("keep.csv"), b"keep")
+    ts.fs.pipe_file(ts.path("gone.csv"), b"gone")
+    ts.fs.pipe_file(ts.path("dir/x.csv"), b"x")
+    ts.fs.pipe_file(ts.path("dir/sub/y.csv"), b"y")
+    ts.fs.rm(ts.path("gone.csv"))
+    ts.fs.rm(ts.path("dir"), recursive=True)
+    if ts.deferred:
+        assert len(ts.parked()) == 1  # every deleted file's upload was aborted at once
+    assert not ts.fs.exists(ts.path("gone.csv"))
+    assert ts.commit() == {"keep.csv": b"keep"}
+
+
+def test_deleting_a_file_still_being_written(ts):
+    writer = ts.fs.open(ts.path("x.csv"), "wb")
+    writer.write(b"partial")
+    ts.fs.rm(ts.path("x.csv"))
+    with pytest.raises((OSError, ValueError), match="deleted"):
+        writer.close()
+    assert ts.commit() == {}
+
+
+# --- info and listings: the task's files, as the task wrote them -----------------------------
+
+
+def test_info_and_listings_show_the_task_files(ts):
+    ts.fs.pipe_file(ts.path("a.csv"), b"12345")
+    ts.fs.pipe_file(ts.path("d/b.csv"), b"123")
+    assert ts.fs.exists(ts.path("a.csv")) and ts.fs.isfile(ts.path("a.csv"))
+    assert not ts.fs.exists(ts.path("nope.csv"))
+    assert ts.fs.info(ts.path("a.csv"))["size"] == 5
+    assert ts.fs.size(ts.path("d/b.csv")) == 3
+    work = ts.task.work_path
+    assert sorted(ts.fs.find(work)) == [ts.path("a.csv"), ts.path("d/b.csv")]
+    assert sorted(ts.fs.glob(f"{work}/**/*.csv")) == [ts.path("a.csv"), ts.path("d/b.csv")]
+    listed = {e["name"].rstrip("/"): e for e in ts.fs.ls(work, detail=True)}
+    assert set(listed) == {ts.path("a.csv"), ts.path("d")}
+    assert listed[ts.path("a.csv")]["size"] == 5
+    walked = {root.rstrip("/"): sorted(files) for root, _, files in ts.fs.walk(work)}
+    assert walked[work] == ["a.csv"] and walked[ts.path("d")] == ["b.csv"]
+    assert ts.commit() == {"a.csv": b"12345", "d/b.csv": b"123"}
+
+
+def test_directories_can_be_made(ts):
+    ts.fs.makedirs(ts.path("made"), exist_ok=True)
+    ts.fs.mkdir(ts.path("made/deeper"))
+    ts.fs.pipe_file(ts.path("made/deeper/f.csv"), b"f")
+    assert ts.commit() == {"made/deeper/f.csv": b"f"}
+
+
+# --- the task's own lifecycle --------------------------------------------------------------
+
+
+def test_a_file_still_open_at_task_commit(ts):
+    ts.fs.pipe_file(ts.path("closed.csv"), b"closed")
+    still_open = ts.fs.open(ts.path("open.csv"), "wb")
+    still_open.write(b"not yet")
+    with pytest.raises(CommitFailedError, match=r"1 files are still open, e.g. .*open.csv"):
+        ts.committer.commit_task(ts.task)
+    with pytest.raises((OSError, ValueError), match="aborted"):
+        still_open.write(b"more")  # the writer learns its attempt is gone
+    assert ts.parked() == []
+    ts.committer.commit_job([])
+    assert ts.published() == {}
+
+
+def test_writing_after_task_commit_is_refused(ts):
+    ts.fs.pipe_file(ts.path("early.csv"), b"early")
+    message = ts.committer.commit_task(ts.task)
+    with pytest.raises(TaskNotActiveError, match="has already committed"):
+        ts.fs.pipe_file(ts.path("late.csv"), b"late")
+    ts.committer.commit_job([message])
+    assert ts.published() == {"early.csv": b"early"}
+
+
+def test_files_written_around_magicfs_are_refused_at_task_commit(ts):
+    ts.fs.pipe_file(ts.path("good.csv"), b"good")
+    ts.raw.makedirs(ts.raw._parent(ts.path("around.csv")), exist_ok=True)
+    ts.raw.pipe_file(ts.path("around.csv"), b"plain write at a task path")
+    with pytest.raises(CommitFailedError, match=r"around magicfs, e.g. .*around.csv"):
+        ts.committer.commit_task(ts.task)
+    ts.committer.commit_job([])
+    assert ts.published() == {}
+
+
+# --- URL writers and names --------------------------------------------------------------
+
+
+def test_url_writers_with_the_committers_storage_options(ts):
+    frame = pd.DataFrame({"a": [1, 2], "b": ["x", "é"]})
+    frame.to_csv(
+        ts.task.url("frame.csv"), index=False, storage_options=ts.committer.storage_options
+    )
+    with fsspec.open(ts.task.url("raw.bin"), "wb", **ts.committer.storage_options) as f:
+        f.write(b"raw")
+    published = ts.commit()
+    assert pd.read_csv(io.BytesIO(published["frame.csv"])).equals(frame)
+    assert published["raw.bin"] == b"raw"
+
+
+@pytest.mark.parametrize(
+    "name", ["q?versionId=1.bin", "hash#frag.bin", "pct%20.bin", "a b/é ü.bin"]
+)
+def test_names_round_trip_exactly(ts, name):
+    ts.fs.pipe_file(ts.path(name), name.encode())
+    assert ts.fs.info(ts.path(name))["size"] == len(name.encode())
+    assert ts.commit() == {name: name.encode()}
