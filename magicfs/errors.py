@@ -99,3 +99,17 @@ class JobCommitError(CommitFailedError):
         self.job_id = job_id
         self.stage = stage
         self.recoverable = recoverable
+
+
+class StoreCallError(MagicFSError, OSError):
+    """A store request that kept failing through every retry (``magicfs.s3.retry``).
+
+    The message names the operation, the object, how many times it was tried and the
+    last error (also ``__cause__``); ``operation`` and ``target`` carry the first two.
+    """
+
+    def __init__(self, message: str, *, operation: str, target: str, attempts: int):
+        super().__init__(message)
+        self.operation = operation
+        self.target = target
+        self.attempts = attempts

@@ -7,7 +7,7 @@ import time
 
 import pytest
 from helpers import object_keys, pending_uploads, visible_keys
-from helpers.faults import Faults, s3_error
+from helpers.faults import Faults, InjectedFault, s3_error
 
 from magicfs import MagicCommitter
 from magicfs.errors import (
@@ -86,7 +86,7 @@ def test_failure_writing_success_reverts_everything(make_committer, s3_client, b
     Faults(committer.store_fs).fail("PutObject", when=lambda p: p["Key"].endswith("_SUCCESS"))
     with pytest.raises(JobCommitError, match="failed in stage success") as caught:
         committer.commit_job(messages)
-    assert isinstance(caught.value.__cause__, ConnectionError)
+    assert isinstance(caught.value.__cause__, InjectedFault)
     assert_clean_failure(s3_client, bucket)
 
 
@@ -301,7 +301,7 @@ def test_failed_pendingset_save_aborts_the_task(make_committer, s3_client, bucke
     committer = make_committer()
     task = write_only(committer, ["a", "b"])
     Faults(committer.store_fs).fail("PutObject", when=lambda p: p["Key"].endswith(".pendingset"))
-    with pytest.raises(ConnectionError):
+    with pytest.raises(InjectedFault):
         committer.commit_task(task)
     assert pending_uploads(s3_client, bucket) == []
     committer.abort_job()

@@ -6,33 +6,33 @@ the multipart calls too. s3fs's helpers are not used where they fall short for a
 committer: its upload listing is neither paged nor prefix-scoped, and its bulk
 delete ignores per-key errors.
 
-Errors arrive as s3fs translates them (``FileNotFoundError`` for ``NoSuchUpload``,
-``OSError`` otherwise) with the botocore ``ClientError`` as ``__cause__``;
-:func:`error_code` reads the S3 error code back.
+Every call goes through one retry policy (:mod:`.retry`). Errors arrive as s3fs
+translates them (``FileNotFoundError`` for ``NoSuchUpload``, ``OSError`` otherwise) with
+the botocore ``ClientError`` as ``__cause__``, or, after exhausted retries, as
+:class:`~magicfs.errors.StoreCallError`; :func:`error_code` reads the S3 error code back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from fsspec.asyn import sync
+
+from ..errors import StoreCallError
+from .retry import DEFAULT_POLICY, RetryPolicy, describe, error_code, is_transient
+
+__all__ = ["DELETE_BATCH", "PendingUpload", "S3Store", "error_code"]
+
+log = logging.getLogger("magicfs.s3.store")
+
 #: Keys per DeleteObjects request (the S3 maximum).
 DELETE_BATCH = 1000
-
-
-def error_code(error: BaseException) -> str | None:
-    """The S3 error code (``NoSuchUpload``, ``PreconditionFailed`` ...) behind ``error``."""
-    for candidate in (error, error.__cause__, error.__context__):
-        response = getattr(candidate, "response", None)
-        if isinstance(response, dict):
-            code = response.get("Error", {}).get("Code")
-            if code:
-                return str(code)
-    return None
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,9 @@ class PendingUpload:
 class S3Store:
     """Typed S3 calls through ``fs`` (an ``s3fs.S3FileSystem``)."""
 
-    def __init__(self, fs: Any):
+    def __init__(self, fs: Any, policy: RetryPolicy = DEFAULT_POLICY):
         self.fs = fs
+        self.policy = policy
 
     def split(self, path: str) -> tuple[str, str]:
         """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``.
@@ -63,12 +64,32 @@ class S3Store:
     # -- plumbing -----------------------------------------------------------------------
 
     def call(self, operation: str, **params: Any) -> dict[str, Any]:
-        """Run one S3 operation and wait for it (with s3fs's retries)."""
-        return self.fs.call_s3(operation, **params)
+        """Run one S3 operation and wait for it (retried: :mod:`.retry`)."""
+        return sync(self.fs.loop, self.acall, operation, **params)
 
     async def acall(self, operation: str, **params: Any) -> dict[str, Any]:
         """:meth:`call` for coroutines running on s3fs's IO loop."""
-        return await self.fs._call_s3(operation, **params)
+        retry = 0
+        while True:
+            try:
+                return await self.fs._call_s3(operation, **params)
+            except Exception as error:
+                if not is_transient(error):
+                    raise
+                retry += 1
+                if retry >= self.policy.attempts:
+                    raise StoreCallError(
+                        f"{describe(operation, params)} failed {retry} times (each with the "
+                        f"S3 client's own retries); last error: {type(error).__name__}: {error}",
+                        operation=operation,
+                        target=describe(operation, params),
+                        attempts=retry,
+                    ) from error
+                delay = self.policy.delay(retry)
+                log.info(
+                    "%s: %s; retry %d in %.2fs", describe(operation, params), error, retry, delay
+                )
+                await asyncio.sleep(delay)
 
     def run_background(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
         """Run ``coroutine`` on s3fs's IO loop; returns at once with a future."""

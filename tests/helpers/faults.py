@@ -13,8 +13,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 
-class InjectedFault(ConnectionError):
-    """What an injected failure raises (a connection error: not retried by s3fs)."""
+class InjectedFault(OSError):
+    """What an injected failure raises: a call that has definitively failed.
+
+    Not a connection error or throttling (those are transient: magicfs's retry policy
+    would repeat the call). Transient faults are the fault front's business
+    (``helpers.fault_front``); these hooks model the call that failed for good.
+    """
 
 
 def s3_error(code: str, operation: str, message: str = "injected") -> ClientError:
