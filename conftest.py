@@ -96,12 +96,21 @@ def s3_client(s3_server):
 
 
 @pytest.fixture
-def bucket(s3_client) -> Iterator[str]:
-    """A new empty bucket; its uploads and objects are removed afterwards."""
+def bucket(request, s3_client) -> Iterator[str]:
+    """A new empty bucket; its uploads and objects are removed afterwards.
+
+    A test that leaves a multipart upload behind fails (magicfs promises none is ever
+    parked), unless it is marked ``@pytest.mark.parks_uploads("why")``: the tests of
+    ``magicfs uploads``, and of a writer killed with nothing to clean up after it.
+    """
     name = f"test-{os.getpid()}-{next(_bucket_numbers)}"
     s3_client.create_bucket(Bucket=name)
     yield name
+    parked = s3_client.list_multipart_uploads(Bucket=name).get("Uploads", [])
     _empty_bucket(s3_client, name)
+    if parked and request.node.get_closest_marker("parks_uploads") is None:
+        keys = sorted(upload["Key"] for upload in parked)
+        pytest.fail(f"the test left {len(parked)} multipart uploads parked: {keys[:5]}")
 
 
 def _empty_bucket(client, name: str) -> None:

@@ -87,6 +87,7 @@ def start_job(options, bucket: str, dest: str, job_id: str, files: dict[str, byt
 # --- uploads list -----------------------------------------------------------------------------
 
 
+@pytest.mark.parks_uploads("magicfs uploads lists parked uploads: the test parks some")
 def test_list_shows_each_upload_with_its_parked_bytes(cli, magic, s3_client, bucket):
     park(magic, bucket, "data/a.csv", b"x" * 100)
     park(magic, bucket, "data/year=2024/b.csv", b"y" * 2000)
@@ -113,6 +114,7 @@ def test_list_shows_each_upload_with_its_parked_bytes(cli, magic, s3_client, buc
     assert uploads_by_key(s3_client, bucket) == ids  # listing changes nothing
 
 
+@pytest.mark.parks_uploads("magicfs uploads lists parked uploads: the test parks some")
 def test_prefix_is_a_directory_so_data_never_matches_data10(cli, magic, s3_client, bucket):
     park(magic, bucket, "data/a.csv", b"a")
     park(magic, bucket, "data10/b.csv", b"b")
@@ -130,6 +132,7 @@ def test_prefix_is_a_directory_so_data_never_matches_data10(cli, magic, s3_clien
     assert list(uploads_by_key(s3_client, bucket)) == ["data10/b.csv"]
 
 
+@pytest.mark.parks_uploads("magicfs uploads lists parked uploads: the test parks some")
 def test_fail_if_any_guards_a_pipeline(cli, magic, bucket):
     park(magic, bucket, "out/a.csv", b"a")
     found = cli("uploads", "list", "--fail-if-any", f"s3://{bucket}/out", "--json")
@@ -232,6 +235,7 @@ def test_abort_job_a_leaves_job_b_alone(cli, options, s3_client, bucket):
     job_a.abort_job()
 
 
+@pytest.mark.parks_uploads("uploads of no job: --job must not select them")
 def test_job_without_a_magic_tree_records_nothing(cli, options, magic, bucket):
     park(magic, bucket, "data/a.csv", b"a")
     result = cli("uploads", "abort", "--force", "--job", "gone-job", f"s3://{bucket}/data")
@@ -252,6 +256,7 @@ def test_missing_bucket_is_one_line(cli):
 # --- paging -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parks_uploads("paging through parked uploads")
 def test_list_uploads_follows_every_page(s3, s3_client, magic, bucket):
     for index in range(5):
         park(magic, bucket, f"data/part-{index}.csv", b"z" * (index + 1))
@@ -561,6 +566,7 @@ def test_demo_subcommand_is_still_there():
     assert "--keep" in result.stdout
 
 
+@pytest.mark.parks_uploads("magicfs uploads lists parked uploads: the test parks some")
 def test_verbosity_levels(cli, magic, bucket):
     park(magic, bucket, "out/a.csv", b"a")
     path = f"s3://{bucket}/out"

@@ -287,6 +287,7 @@ def test_reset_after_loses_the_reply_but_not_the_object(faults_front, s3_client,
     assert s3_client.get_object(Bucket=bucket, Key="k")["Body"].read() == b"data"
 
 
+@pytest.mark.parks_uploads("shows the orphan a lost Create reply leaves, with plain boto3")
 def test_lost_reply_to_create_multipart_upload_leaves_a_second_upload(
     faults_front, s3_client, bucket
 ):
@@ -380,6 +381,7 @@ def one_attempt_s3fs(front: FaultFront):
     return fs
 
 
+@pytest.mark.parks_uploads("plain s3fs through the front, no committer to sweep")
 def test_s3fs_sees_faults_through_aiohttp(faults_front, s3_client, bucket):
     """What s3fs raises for each kind of fault, and the retry aiohttp adds on its own."""
     fs = one_attempt_s3fs(faults_front)

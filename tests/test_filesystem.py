@@ -65,6 +65,9 @@ def test_records_under_magic_paths_are_written_normally(magic, s3_client, bucket
     assert pending_uploads(s3_client, bucket) == []
 
 
+@pytest.mark.parks_uploads(
+    "the filesystem alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_every_write_method_defers_on_magic_paths(magic, s3_client, bucket, tmp_path):
     local = tmp_path / "local.csv"
     local.write_bytes(b"from disk")
@@ -93,6 +96,9 @@ def test_fsspec_resolves_the_magic_protocol():
     assert fsspec.get_filesystem_class("magic") is MagicFileSystem
 
 
+@pytest.mark.parks_uploads(
+    "the filesystem alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_filesystem_from_target_protocol(s3_options, s3_client, bucket):
     fs = fsspec.filesystem("magic", target_protocol="s3", target_options=s3_options)
     with fs.open(f"{bucket}/out/__magic/j/t/__base/x.csv", "wb") as f:
@@ -100,6 +106,9 @@ def test_filesystem_from_target_protocol(s3_options, s3_client, bucket):
     assert [u["Key"] for u in pending_uploads(s3_client, bucket)] == ["out/x.csv"]
 
 
+@pytest.mark.parks_uploads(
+    "the filesystem alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_chained_urls_with_nested_options(s3_options, s3_client, bucket):
     url = f"magic::s3://{bucket}/out/__magic/j/t/__base/chained.csv"
     with fsspec.open(url, "w", s3=s3_options) as f:
@@ -121,6 +130,9 @@ def test_instances_are_not_shared_through_the_cache(s3_options):
     assert (one.part_size, two.part_size) == (8 << 20, 16 << 20)
 
 
+@pytest.mark.parks_uploads(
+    "the filesystem alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_install_makes_plain_urls_magic_aware(s3_options, s3_client, bucket):
     original = fsspec.get_filesystem_class("s3")
     assert "s3" in magicfs.install(("s3",))
@@ -141,6 +153,9 @@ def test_install_makes_plain_urls_magic_aware(s3_options, s3_client, bucket):
     assert not isinstance(fsspec.filesystem("s3", **s3_options), MagicFileSystem)
 
 
+@pytest.mark.parks_uploads(
+    "the filesystem alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_pickled_filesystem_writes_from_another_process(magic, s3_client, bucket):
     script = (
         "import pickle, sys\n"

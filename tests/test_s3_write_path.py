@@ -41,6 +41,9 @@ def payload(size: int, seed: int = 0) -> bytes:
 # --- invisible until committed -----------------------------------------------------------
 
 
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_magic_write_is_invisible_and_leaves_one_pending_upload(magic, s3_client, bucket):
     path = magic_file(bucket, "year=2024/part-0000.csv")
     with magic.open(path, "wb") as f:
@@ -61,6 +64,9 @@ def test_magic_write_is_invisible_and_leaves_one_pending_upload(magic, s3_client
     assert pending["partCount"] == len(pending["etags"]) == 1
 
 
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_marker_is_empty_but_info_reports_bytes_written(magic, s3, bucket):
     path = magic_file(bucket)
     with magic.open(path, "wb") as f:
@@ -148,6 +154,9 @@ def test_one_huge_write_is_split_into_parts(magic, s3_client, bucket):
 # --- request budget and bounded memory ------------------------------------------------
 
 
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_small_file_costs_four_requests_marker_first(magic, s3, bucket, request_log):
     request_log.attach(s3)
     with magic.open(magic_file(bucket, "small.csv"), "wb") as f:
@@ -161,6 +170,9 @@ def test_small_file_costs_four_requests_marker_first(magic, s3, bucket, request_
     assert request_log.operations[:2] == ["PutObject", "CreateMultipartUpload"]
 
 
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_job_path_adds_one_head_to_check_the_job_is_active(magic, s3, bucket, request_log):
     s3.pipe_file(f"{bucket}/out/__magic_job-9/_magicfs_job.json", b"{}")
     request_log.attach(s3)
@@ -174,6 +186,9 @@ def test_job_path_adds_one_head_to_check_the_job_is_active(magic, s3, bucket, re
     }
 
 
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_parts_in_flight_are_bounded(s3, bucket):
     magic = MagicFileSystem(fs=s3, part_size=5 * MiB, parts_in_flight=2)
     lock = threading.Lock()
@@ -283,6 +298,9 @@ def test_append_is_refused(magic, s3_client, bucket):
     assert pending_uploads(s3_client, bucket) == []
 
 
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_exclusive_create_refuses_a_second_writer_of_the_same_path(magic, s3_client, bucket):
     path = magic_file(bucket)
     with magic.open(path, "xb") as f:
@@ -320,6 +338,9 @@ def test_zombie_that_never_writes_again_is_still_aborted(magic, s3_client, bucke
     f.discard()
 
 
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
 def test_killed_writer_leaves_a_marker_naming_its_key(s3_server, s3_client, bucket):
     script = f"""
 import s3fs, sys

@@ -3,6 +3,8 @@
 * ``magicfs demo``: the main job against an embedded S3 server on 127.0.0.1;
 * ``magicfs uploads list|abort PATH``: pending multipart uploads under an S3 path
   (:mod:`.uploads`, Hadoop's ``hadoop s3guard uploads``);
+* ``magicfs jobs list|recover|rollback|cleanup PATH``: jobs left under a destination
+  after a crash, and how each is finished or rolled back (:mod:`.jobs`);
 * ``magicfs inspect FILE``: validate and print a commit record (:mod:`.inspect_record`);
 * ``magicfs success PATH``: a committed job's summary from its ``_SUCCESS``
   (:mod:`.success`, Hadoop's ``mapred successfile``).
@@ -17,7 +19,7 @@ import logging
 import os
 import sys
 
-from . import inspect_record, success, uploads
+from . import inspect_record, jobs, success, uploads
 from .common import EXIT_FAILED, CliError, configure_logging, scrub
 
 log = logging.getLogger("magicfs.cli")
@@ -39,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the main job against an embedded S3 server")
     demo.add_argument("--keep", action="store_true", help="leave the server running")
     uploads.add_parser(sub)
+    jobs.add_parser(sub)
     inspect_record.add_parser(sub)
     success.add_parser(sub)
     return parser

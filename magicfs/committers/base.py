@@ -635,6 +635,25 @@ class OutputCommitter(ABC):
             journal.phase,
         )
 
+    def _old_data_deleted(self, journal: CommitJournal) -> bool:
+        """Has a replace commit deleted any old file yet? (Then rolling back would lose it.)
+
+        Past the ``deleting`` phase, yes. During it, the delete pages are compared with one
+        listing of the destination: a commit stopped before its first delete can still be
+        rolled back exactly.
+        """
+        if not journal.deletes:
+            return False
+        if journal.phase != "deleting":
+            return True
+        keeper = self._journal()
+        assert keeper is not None
+        try:
+            present = set(self.store_fs.find(self.dest))
+        except FileNotFoundError:
+            return True
+        return any(path not in present for paths in keeper.pages(journal) for path in paths)
+
     def _delete_old(self, keeper: JournalKeeper, journal: CommitJournal) -> None:
         deleted = 0
         for paths in keeper.pages(journal):
@@ -657,7 +676,7 @@ class OutputCommitter(ABC):
             f"job {self.job_id}: commit to {self.url} failed in stage {stage}: "
             f"{type(failure).__name__}: {failure}"
         )
-        if journal is not None and journal.deletes:
+        if journal is not None and self._old_data_deleted(journal):
             log.error("%s; old data was deleted, the job is left to be finished", what)
             return JobCommitError(
                 f"{what}. The destination's old data had already been deleted (replace mode), "
@@ -716,7 +735,7 @@ class OutputCommitter(ABC):
                 stage="abort",
             )
         if journal is not None:
-            if journal.deletes and not force:
+            if not force and self._old_data_deleted(journal):
                 raise JobCommitError(
                     f"job {self.job_id}: its commit had already deleted the destination's old "
                     f"data ({journal.deletes} files, replace mode) when it stopped; rolling back "

@@ -49,6 +49,7 @@ from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, is_deferred_write
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
 from ..records.journal import JOURNAL_FILE
 from ..s3.commit_ops import CommitOperations
+from ..s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..s3.store import S3Store
 from ..s3.sweep import (
     abort_uploads,
@@ -80,20 +81,29 @@ class MagicCommitter(OutputCommitter):
 
     Options beyond :class:`OutputCommitter`'s: ``in_memory`` (writers keep commit data
     in the task's process: fewer requests, but task commit must run in the process
-    that wrote the files; see :mod:`magicfs.s3.tracking`).
+    that wrote the files; see :mod:`magicfs.s3.tracking`); ``retry_policy`` (how every
+    S3 call is retried: :mod:`magicfs.s3.retry`).
     """
 
     name = "magic"
 
-    def __init__(self, dest: str, *, in_memory: bool = False, **options: Any):
+    def __init__(
+        self,
+        dest: str,
+        *,
+        in_memory: bool = False,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+        **options: Any,
+    ):
         super().__init__(dest, **options)
         if not is_s3(self.store_fs):
             raise ValueError(f"{dest}: the magic committer needs an S3 destination (s3://)")
         self.in_memory = in_memory
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
-        self.store = S3Store(self.store_fs)
+        self.retry_policy = retry_policy
+        self.store = S3Store(self.store_fs, retry_policy)
         self.bucket, self.dest_key = self.store.split(self.dest)
-        self._fs = MagicFileSystem(fs=self.store_fs, in_memory=in_memory)
+        self._fs = MagicFileSystem(fs=self.store_fs, in_memory=in_memory, retry_policy=retry_policy)
 
     def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
         # Job commit runs `threads` requests at once: give the client enough connections.
@@ -130,7 +140,7 @@ class MagicCommitter(OutputCommitter):
     def _end_job(self) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
         was_active = self.job_active()
-        self.store.delete_objects(self.bucket, [self._key(self.layout.job_marker)])
+        self.store.delete_object(self.bucket, self._key(self.layout.job_marker))
         return was_active
 
     def _journal(self) -> JournalKeeper:

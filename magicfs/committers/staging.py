@@ -55,6 +55,7 @@ from ..records import (
     SinglePendingCommit,
 )
 from ..s3.commit_ops import CommitOperations
+from ..s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..s3.store import S3Store
 from ..s3.sweep import sweep_job
 from ..s3.tracking import upload_metadata
@@ -109,6 +110,7 @@ class StagingCommitter(OutputCommitter):
         staging_dir: str | None = None,
         unique_filenames: bool = False,
         part_size: int = 8 << 20,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
         **options: Any,
     ):
         super().__init__(dest, **options)
@@ -118,7 +120,7 @@ class StagingCommitter(OutputCommitter):
         self.name = "partitioned" if partitioned else "directory"
         self.unique_filenames = unique_filenames
         self.part_size = part_size
-        self.store = S3Store(self.store_fs)
+        self.store = S3Store(self.store_fs, retry_policy)
         self.bucket, self.dest_key = self.store.split(self.dest)
         user = _user()
         self.buffer_dir = buffer_dir or os.path.join(

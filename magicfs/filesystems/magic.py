@@ -36,6 +36,7 @@ from fsspec.implementations.chained import ChainedFileSystem
 
 from ..capabilities import capabilities
 from ..paths import is_magic_path
+from ..s3.retry import DEFAULT_POLICY, RetryPolicy
 from .routed_view import RoutedTaskView
 from .s3_view import S3TaskView
 
@@ -75,6 +76,7 @@ class MagicFileSystem(ChainedFileSystem):
       ``.pending`` per file (HADOOP-19047; see :mod:`magicfs.s3.tracking`).
     * ``check_job_active`` (True): writers in a ``__magic_job-<id>`` directory check
       that the job is still active after creating their upload.
+    * ``retry_policy``: how S3 calls are retried (:class:`magicfs.s3.retry.RetryPolicy`).
     """
 
     protocol = "magic"
@@ -91,6 +93,7 @@ class MagicFileSystem(ChainedFileSystem):
         parts_in_flight: int = 4,
         in_memory: bool = False,
         check_job_active: bool = True,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -103,6 +106,7 @@ class MagicFileSystem(ChainedFileSystem):
         self.parts_in_flight = parts_in_flight
         self.in_memory = in_memory
         self.check_job_active = check_job_active
+        self.retry_policy = retry_policy
         found = capabilities(fs)
         self.view: S3TaskView | RoutedTaskView
         if found.deferred_writes:
@@ -112,6 +116,7 @@ class MagicFileSystem(ChainedFileSystem):
                 parts_in_flight=parts_in_flight,
                 in_memory=in_memory,
                 check_job_active=check_job_active,
+                retry_policy=retry_policy,
             )
         else:
             self.view = RoutedTaskView(

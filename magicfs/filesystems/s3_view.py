@@ -33,6 +33,7 @@ from ..errors import DeferredFileError
 from ..layout import job_marker_for
 from ..paths import PENDING_SUFFIX, final_destination, is_deferred_write, parse_magic_path
 from ..records import SinglePendingCommit
+from ..s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..s3.store import S3Store
 from ..s3.sweep import abort_uploads, load_pending, uploads_of
 from ..s3.writer import MagicS3Writer
@@ -58,10 +59,11 @@ class S3TaskView:
         parts_in_flight: int,
         in_memory: bool,
         check_job_active: bool,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
         registry: TaskFiles = TASK_FILES,
     ):
         self.fs = fs
-        self.store = S3Store(fs)
+        self.store = S3Store(fs, retry_policy)
         self.part_size = part_size
         self.parts_in_flight = parts_in_flight
         self.in_memory = in_memory

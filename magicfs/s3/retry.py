@@ -117,7 +117,12 @@ def is_transient(error: BaseException) -> bool:
 
 
 def describe(operation: str, params: dict[str, Any]) -> str:
-    """``PutObject s3://bkt/key`` (upload ids and part numbers where they apply)."""
+    """``PutObject s3://bkt/key`` (upload ids and part numbers where they apply).
+
+    ``operation`` may be s3fs's method name (``put_object``): S3's own name is shown.
+    """
+    if "_" in operation or operation.islower():
+        operation = "".join(word.capitalize() for word in operation.split("_"))
     where = f"s3://{params.get('Bucket', '?')}/{params.get('Key', '')}".rstrip("/")
     extra = ""
     if "UploadId" in params:

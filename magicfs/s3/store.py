@@ -161,6 +161,11 @@ class S3Store:
         except FileNotFoundError:
             return None
 
+    def delete_object(self, bucket: str, key: str) -> None:
+        """Delete one object (none there is fine)."""
+        self.call("delete_object", Bucket=bucket, Key=key)
+        self.fs.invalidate_cache(f"{bucket}/{key}")
+
     def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
         """Delete ``keys`` in batches of 1,000; any per-key failure raises ``OSError``."""
         deleted = 0

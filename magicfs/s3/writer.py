@@ -282,8 +282,11 @@ class MagicS3Writer(io.BufferedIOBase):
                 if self._buffer or not self._parts:
                     self._upload_part(bytes(self._buffer))
                     self._buffer = bytearray()
-                etags = [self._parts[n].result()["ETag"] for n in sorted(self._parts)]
+                concurrent.futures.wait([*self._parts.values(), self._checking])
+                # The job check first: when it found the job gone it aborted the upload,
+                # and the parts' failures are only the consequence.
                 self._checking.result()
+                etags = [self._parts[n].result()["ETag"] for n in sorted(self._parts)]
                 commit = self._save_pending(etags)
             except BaseException:
                 self._abort()

@@ -1,0 +1,174 @@
+"""Finding the jobs whose state lives under a destination, and what each needs next.
+
+For operators (``magicfs jobs``) and for scripts that recover after a crash: every job
+of the magic and manifest committers keeps its state in the destination itself, in names
+readers skip (``__magic_job-<id>/`` on S3, ``_temporary/<id>/`` elsewhere), so listing
+them needs nothing but the destination:
+
+* ``active``: set up, not ended (its job marker exists): tasks may still be running;
+* ``committing``: a commit started and did not finish (its journal exists): finish it
+  with ``commit_job()`` or roll it back with ``abort_job()``;
+* ``committed``: the commit finished but its clean-up did not: ``cleanup_job()``;
+* ``ended``: neither marker nor journal, but a tree is left (an abort or clean-up cut
+  short, or tasks of a driver that died before committing): ``abort_job()``.
+
+(The staging committers keep their records in the staging directory, on the executors'
+and driver's shared filesystem; recover them with ``committer_for(..., committer=
+"directory", job_id=..., staging_dir=...)``.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..capabilities import is_s3
+from ..errors import InvalidCommitData
+from ..layout import JOB_MARKER, MagicJobLayout
+from ..manifest.layout import MANIFEST_SUFFIX, TEMPORARY, ManifestJobLayout
+from ..paths import MAGIC_JOB_PREFIX, PENDINGSET_SUFFIX, join
+from . import committer_for
+from .base import OutputCommitter
+
+STATES = ("active", "committing", "committed", "ended")
+
+
+@dataclass
+class JobState:
+    """One job found under a destination."""
+
+    job_id: str
+    committer: str
+    destination: str
+    state: str
+    phase: str | None  # the journal's phase, when a commit started
+    task_records: int  # committed task records (pendingsets, manifests) found
+    deletes: int  # old files a replace commit planned to delete (journal)
+    started: str | None  # when the job was set up (its marker), ISO 8601 UTC
+    host: str | None  # where it was set up
+
+    @property
+    def next_step(self) -> str:
+        return {
+            "active": "running, or its driver died: commit_job() or abort_job()",
+            "committing": "commit interrupted: commit_job() to finish, or abort_job() to roll back",
+            "committed": "committed, clean-up unfinished: cleanup_job()",
+            "ended": "ended, tree left: abort_job() (or cleanup_job())",
+        }[self.state]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON keys in the records' style (camelCase)."""
+        return {
+            "jobId": self.job_id,
+            "committer": self.committer,
+            "destination": self.destination,
+            "state": self.state,
+            "phase": self.phase,
+            "taskRecords": self.task_records,
+            "deletes": self.deletes,
+            "started": self.started,
+            "host": self.host,
+            "nextStep": self.next_step,
+        }
+
+
+def find_jobs(
+    dest: str, *, storage_options: dict[str, Any] | None = None, fs: Any = None
+) -> list[JobState]:
+    """Every magic or manifest committer job with state under ``dest`` (a URL)."""
+    probe = committer_for(dest, storage_options=storage_options, fs=fs)
+    store_fs, root = probe.store_fs, probe.dest
+    if is_s3(store_fs):
+        ids = [
+            name[len(MAGIC_JOB_PREFIX) :]
+            for name in _names(store_fs, root)
+            if name.startswith(MAGIC_JOB_PREFIX)
+        ]
+        kind = "magic"
+    else:
+        ids = [name for name in _names(store_fs, join(root, TEMPORARY)) if not name.isdigit()]
+        kind = "manifest"
+    found = []
+    for job_id in sorted(ids):
+        try:
+            committer = committer_for(dest, committer=kind, job_id=job_id, fs=store_fs)
+        except ValueError:  # not a valid job id: not one of ours
+            continue
+        found.append(describe_job(committer))
+    return found
+
+
+def describe_job(committer: OutputCommitter) -> JobState:
+    """The state of ``committer``'s job (see the module docstring)."""
+    keeper = committer._journal()
+    journal = None
+    if keeper is not None:
+        with contextlib.suppress(InvalidCommitData):
+            journal = keeper.read()
+    marker = _marker(committer)
+    if journal is not None:
+        state = "committed" if journal.phase == "committed" else "committing"
+    elif marker is not None:
+        state = "active"
+    else:
+        state = "ended"
+    return JobState(
+        job_id=committer.job_id,
+        committer=committer.name,
+        destination=committer.url,
+        state=state,
+        phase=journal.phase if journal else None,
+        task_records=_task_records(committer),
+        deletes=journal.deletes if journal else 0,
+        started=_iso(marker.get("created")) if marker else None,
+        host=marker.get("hostname") if marker else None,
+    )
+
+
+def _marker(committer: OutputCommitter) -> dict[str, Any] | None:
+    layout = getattr(committer, "layout", None)
+    if layout is None:
+        return None
+    try:
+        data = committer.store_fs.cat_file(layout.job_marker)
+    except FileNotFoundError:
+        return None
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def _task_records(committer: OutputCommitter) -> int:
+    layout = getattr(committer, "layout", None)
+    if isinstance(layout, MagicJobLayout):
+        directory, suffix = layout.job_attempt_dir, PENDINGSET_SUFFIX
+    elif isinstance(layout, ManifestJobLayout):
+        directory, suffix = layout.manifests_dir, MANIFEST_SUFFIX
+    else:
+        return 0
+    return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
+
+
+def _names(fs: Any, directory: str) -> list[str]:
+    fs.invalidate_cache(directory)
+    try:
+        entries = fs.ls(directory, detail=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != directory]
+
+
+def _iso(millis: Any) -> str | None:
+    import datetime
+
+    if not isinstance(millis, int):
+        return None
+    moment = datetime.datetime.fromtimestamp(millis / 1000, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+__all__ = ["JOB_MARKER", "STATES", "JobState", "describe_job", "find_jobs"]

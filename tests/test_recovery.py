@@ -1,0 +1,310 @@
+"""A driver killed (SIGKILL) at an exact point of job commit; the job finished or rolled back.
+
+Each test runs a job in a child process (``helpers.crash_job``) that kills itself at a
+chosen request of its commit, then recovers in this process with a fresh committer for
+the same job id — ``commit_job()`` (finish) or ``abort_job()`` (roll back), or the
+``magicfs jobs`` command — and asserts the exact destination, zero pending uploads and
+no job state left. Randomised kills at any moment of a job are in
+``tests/test_kill_recovery.py``; here each point is chosen, so each outcome is exact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from types import SimpleNamespace
+
+import pytest
+from helpers import object_keys, pending_uploads, visible_keys
+
+import magicfs
+from magicfs.errors import JobAlreadyActiveError, JobCommitError, NothingToCommitError
+
+TESTS = os.path.dirname(__file__)
+TASKS = [{f"t{t}/f{n}.csv": f"task {t} file {n}\n" for n in range(3)} for t in range(4)]
+ALL = {name: text.encode() for files in TASKS for name, text in files.items()}
+
+
+def run_crashing_job(tmp_path, dest, die, **spec) -> list[magicfs.TaskCommitMessage]:
+    """Run the job until it kills itself at ``die``; returns the messages it had saved."""
+    messages = tmp_path / f"messages-{uuid.uuid4().hex}.jsonl"
+    document = {"dest": dest, "tasks": TASKS, "messages": str(messages), "die": die, **spec}
+    result = subprocess.run(
+        [sys.executable, "-m", "helpers.crash_job", json.dumps(document)],
+        cwd=TESTS,
+        env={**os.environ, "PYTHONPATH": TESTS},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == -9, f"the job did not die where asked:\n{result.stderr[-3000:]}"
+    lines = messages.read_text().splitlines() if messages.exists() else []
+    return [magicfs.TaskCommitMessage.from_json(line) for line in lines]
+
+
+# --- S3, magic committer -------------------------------------------------------------------
+
+
+@pytest.fixture
+def s3_job(bucket, s3_options, s3_client, tmp_path):
+    """The job: ``dest``, ``run(die)``, ``committer(**options)``, ``contents()``, ``left()``."""
+    dest = f"s3://{bucket}/out"
+    job_id = f"crash-{uuid.uuid4().hex[:8]}"
+
+    def run(die, **spec):
+        return run_crashing_job(
+            tmp_path, dest, die, job_id=job_id, storage_options=s3_options, **spec
+        )
+
+    def committer(**options):
+        return magicfs.committer_for(
+            dest,
+            job_id=job_id,
+            storage_options={**s3_options, "skip_instance_cache": True},
+            **options,
+        )
+
+    def contents():
+        return {
+            key.removeprefix("out/"): s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
+            for key in visible_keys(s3_client, bucket, "out/")
+            if not key.removeprefix("out/").startswith("_")
+        }
+
+    def left():
+        """Pending uploads and job state: must be empty after any recovery."""
+        state = [k for k in object_keys(s3_client, bucket) if "__magic_job-" in k]
+        return pending_uploads(s3_client, bucket), state
+
+    return SimpleNamespace(dest=dest, run=run, committer=committer, contents=contents, left=left)
+
+
+@pytest.mark.parametrize("conflict_mode", ["append", "fail", "replace"])
+@pytest.mark.parametrize("with_messages", [True, False])
+def test_killed_mid_publish_then_commit_job_finishes_exactly(
+    s3_job, s3_client, bucket, conflict_mode, with_messages
+):
+    job = s3_job
+    if conflict_mode != "fail":
+        s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old data")
+    messages = job.run({"op": "CompleteMultipartUpload", "nth": 5}, conflict_mode=conflict_mode)
+    assert len(messages) == 4
+    assert len(job.contents()) == 5 + (conflict_mode == "append")  # half published: 5 files
+    summary = job.committer(conflict_mode=conflict_mode).commit_job(
+        messages if with_messages else None
+    )
+    expected = dict(ALL)
+    if conflict_mode == "append":
+        expected["old.csv"] = b"old data"
+    assert job.contents() == expected
+    assert summary.files == 12
+    success = json.loads(s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    assert success["jobId"] == summary.job_id
+    assert job.left() == ([], [])
+    with pytest.raises(NothingToCommitError, match="already been committed"):
+        job.committer().commit_job()
+
+
+@pytest.mark.parametrize("conflict_mode", ["append", "fail"])
+def test_killed_mid_publish_then_abort_job_rolls_back_exactly(
+    s3_job, s3_client, bucket, conflict_mode
+):
+    job = s3_job
+    before = {}
+    if conflict_mode == "append":
+        s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old data")
+        before = {"old.csv": b"old data"}
+    job.run({"op": "CompleteMultipartUpload", "nth": 7}, conflict_mode=conflict_mode)
+    assert len(job.contents()) == len(before) + 7
+    job.committer(conflict_mode=conflict_mode).abort_job()
+    assert job.contents() == before
+    assert job.left() == ([], [])
+    job.committer().abort_job()  # again: harmless
+    assert job.contents() == before
+
+
+def test_replace_killed_after_deleting_old_data_is_finished_not_rolled_back(
+    s3_job, s3_client, bucket
+):
+    job = s3_job
+    for n in range(3):
+        s3_client.put_object(Bucket=bucket, Key=f"out/old-{n}.csv", Body=b"old")
+    s3_client.put_object(Bucket=bucket, Key="out/t0/f0.csv", Body=b"an old file the job replaces")
+    job.run({"op": "CompleteMultipartUpload", "nth": 2}, conflict_mode="replace")
+    assert len(job.contents()) == 2  # old data deleted, 2 new files visible
+    with pytest.raises(JobCommitError, match=r"already deleted .*commit_job\(\)") as refused:
+        job.committer(conflict_mode="replace").abort_job()
+    assert refused.value.recoverable
+    assert len(job.contents()) == 2  # the refusal changed nothing
+    with pytest.raises(JobCommitError, match="did not finish"):
+        job.committer().cleanup_job()
+    job.committer(conflict_mode="replace").commit_job()
+    assert job.contents() == ALL  # the new file t0/f0.csv was not deleted again
+    assert job.left() == ([], [])
+
+
+def test_replace_killed_before_deleting_rolls_back_to_the_old_data(s3_job, s3_client, bucket):
+    job = s3_job
+    s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old")
+    # The first DeleteObjects would delete the old data.
+    job.run({"op": "DeleteObjects", "nth": 1, "when": "before"}, conflict_mode="replace")
+    job.committer(conflict_mode="replace").abort_job()
+    assert job.contents() == {"old.csv": b"old"}
+    assert job.left() == ([], [])
+
+
+def test_killed_during_clean_up_is_finished_without_publishing_again(
+    s3_job, s3_client, bucket, request_log
+):
+    job = s3_job
+    # The first DeleteObjects is the clean-up's batched delete of the job's tree, after
+    # _SUCCESS (ending the job deletes its marker with one DeleteObject): die just before it.
+    job.run({"op": "DeleteObjects", "nth": 1, "when": "before"})
+    assert job.contents() == ALL
+    retry = job.committer()
+    request_log.attach(retry.store_fs)
+    summary = retry.commit_job()
+    assert "CompleteMultipartUpload" not in request_log.counts()  # nothing published again
+    assert (summary.files, summary.tasks) == (12, 4)
+    assert job.contents() == ALL and job.left() == ([], [])
+    with pytest.raises(JobAlreadyActiveError, match="already committed"):
+        job.committer().setup_job()  # the committed job's id is not used again
+
+
+def test_in_memory_killed_mid_publish_then_rolled_back(s3_job, s3_client, bucket):
+    job = s3_job
+    job.run({"op": "CompleteMultipartUpload", "nth": 4}, options={"in_memory": True})
+    job.committer(in_memory=True).abort_job()
+    assert job.contents() == {}
+    assert job.left() == ([], [])
+
+
+def test_jobs_command_lists_and_recovers(s3_job, s3_options, s3_client, bucket, capsys):
+    from magicfs.cli import main
+
+    job = s3_job
+    job.run({"op": "CompleteMultipartUpload", "nth": 3})
+    endpoint = s3_options["client_kwargs"]["endpoint_url"]
+    store = ["--endpoint-url", endpoint, "-o", "key=testing", "-o", "secret=testing"]
+    assert main(["jobs", "list", "--json", *store, job.dest]) == 0
+    listed = json.loads(capsys.readouterr().out)["jobs"]
+    job_id = job.committer().job_id
+    assert [(j["jobId"], j["state"], j["phase"], j["taskRecords"]) for j in listed] == [
+        (job_id, "committing", "publishing", 4)
+    ]
+    assert main(["jobs", "cleanup", "--job", job_id, *store, job.dest]) == 1  # refused
+    assert "did not finish" in capsys.readouterr().err
+    assert main(["jobs", "recover", "--json", "--job", job_id, *store, job.dest]) == 0
+    outcome = json.loads(capsys.readouterr().out)
+    assert (outcome["stateBefore"], outcome["files"]) == ("committing", 12)
+    assert job.contents() == ALL and job.left() == ([], [])
+    assert main(["jobs", "list", "--fail-if-any", *store, job.dest]) == 0
+
+
+def test_jobs_command_rolls_back(s3_job, s3_options, s3_client, bucket, capsys):
+    from magicfs.cli import main
+
+    job = s3_job
+    job.run({"op": "CompleteMultipartUpload", "nth": 3})
+    endpoint = s3_options["client_kwargs"]["endpoint_url"]
+    store = ["--endpoint-url", endpoint, "-o", "key=testing", "-o", "secret=testing"]
+    assert main(["jobs", "list", "--fail-if-any", *store, job.dest]) == 1
+    assert "magicfs jobs recover --job" in capsys.readouterr().out
+    assert main(["jobs", "rollback", "--job", job.committer().job_id, *store, job.dest]) == 0
+    assert job.contents() == {} and job.left() == ([], [])
+
+
+# --- a local disk, manifest committer ----------------------------------------------------------
+
+
+@pytest.fixture
+def local_job(tmp_path):
+    dest = f"file://{tmp_path}/out"
+    job_id = f"crash-{uuid.uuid4().hex[:8]}"
+    root = tmp_path / "out"
+
+    def run(die, **spec):
+        return run_crashing_job(tmp_path, dest, die, job_id=job_id, **spec)
+
+    def committer(**options):
+        return magicfs.committer_for(dest, job_id=job_id, **options)
+
+    def contents():
+        found = {}
+        for path in root.rglob("*"):
+            relative = path.relative_to(root).as_posix()
+            if path.is_file() and not any(e.startswith(("_", ".")) for e in relative.split("/")):
+                found[relative] = path.read_bytes()
+        return found
+
+    def left():
+        return (
+            sorted(p.name for p in (root / "_temporary").glob("*"))
+            if (root / "_temporary").exists()
+            else []
+        )
+
+    return SimpleNamespace(
+        dest=dest, run=run, committer=committer, contents=contents, left=left, root=root
+    )
+
+
+@pytest.mark.parametrize("conflict_mode", ["append", "fail", "replace"])
+def test_manifest_killed_mid_rename_then_finished(local_job, conflict_mode):
+    job = local_job
+    if conflict_mode != "fail":
+        job.root.mkdir()
+        (job.root / "old.csv").write_bytes(b"old")
+    job.run({"op": "mv", "nth": 6}, conflict_mode=conflict_mode)
+    assert len(job.contents()) == 5 + (conflict_mode == "append")
+    job.committer(conflict_mode=conflict_mode).commit_job()
+    expected = {**ALL, **({"old.csv": b"old"} if conflict_mode == "append" else {})}
+    assert job.contents() == expected
+    assert job.left() == []
+
+
+def test_manifest_killed_mid_rename_then_rolled_back(local_job):
+    job = local_job
+    job.root.mkdir()
+    (job.root / "old.csv").write_bytes(b"old")
+    job.run({"op": "mv", "nth": 9})
+    assert len(job.contents()) == 9
+    job.committer().abort_job()
+    assert job.contents() == {"old.csv": b"old"}
+    assert job.left() == []
+
+
+def test_manifest_jobs_command(local_job, capsys):
+    from magicfs.cli import main
+
+    job = local_job
+    job.run({"op": "mv", "nth": 2})
+    assert main(["jobs", "list", job.dest]) == 0
+    out = capsys.readouterr().out
+    assert "manifest  committing, phase publishing" in out
+    assert main(["jobs", "recover", "--job", job.committer().job_id, job.dest]) == 0
+    assert job.contents() == ALL and job.left() == []
+
+
+# --- reusing a job id ------------------------------------------------------------------------
+
+
+def test_setting_up_an_active_job_again_is_refused(s3_options, bucket):
+    options = {**s3_options, "skip_instance_cache": True}
+    first = magicfs.committer_for(f"s3://{bucket}/out", job_id="same", storage_options=options)
+    first.setup_job()
+    second = magicfs.committer_for(f"s3://{bucket}/out", job_id="same", storage_options=options)
+    with pytest.raises(JobAlreadyActiveError, match=r"already active .* setup_job\(resume=True\)"):
+        second.setup_job()
+    second.setup_job(resume=True)  # explicitly continuing it is fine
+    task = second.task_attempt(0)
+    second.setup_task(task)
+    second.fs.pipe_file(task.path("x.csv"), b"x")
+    first.commit_job([second.commit_task(task)])
+    with pytest.raises(JobAlreadyActiveError, match="already committed"):
+        magicfs.committer_for(
+            f"s3://{bucket}/out", job_id="same", storage_options=options
+        ).setup_job()

@@ -1,0 +1,182 @@
+"""Jobs through a misbehaving S3: throttling, errors, lost replies, transient and persistent.
+
+The faults are injected on the wire by the fault front (``helpers.fault_front``) between
+s3fs and moto. Transient faults must leave the exact output of a clean run and nothing
+parked (magicfs's retry policy, :mod:`magicfs.s3.retry`, on top of botocore's); a fault
+that never goes away must end in an error that names what failed and what is left, and
+the command that finishes the job once the store is healthy again.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import object_keys, pending_uploads, visible_keys
+
+import magicfs
+from magicfs.errors import JobCommitError
+from magicfs.s3.retry import RetryPolicy
+
+FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+TASKS = {t: {f"t{t}/f{n}.csv": f"{t},{n}\n".encode() for n in range(5)} for t in range(4)}
+ALL = {f"out/{name}": data for files in TASKS.values() for name, data in files.items()}
+
+
+def committer_via(front, bucket, *, client_attempts=None, **options):
+    storage = {**front.storage_options, "skip_instance_cache": True}
+    if client_attempts is not None:  # fewer botocore attempts: persistent faults fail fast
+        storage["config_kwargs"] = {
+            "retries": {"total_max_attempts": client_attempts, "mode": "standard"}
+        }
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=storage, **options)
+    committer.store_fs.retries = 1  # s3fs's own SlowDown retries: botocore's are enough here
+    return committer
+
+
+def run_job(committer):
+    committer.setup_job()
+    messages = []
+    for index, files in TASKS.items():
+        task = committer.task_attempt(index)
+        committer.setup_task(task)
+        for name, data in files.items():
+            committer.fs.pipe_file(task.path(name), data)
+        messages.append(committer.commit_task(task))
+    return messages
+
+
+def published(s3_client, bucket):
+    return {
+        key: s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        for key in visible_keys(s3_client, bucket)
+        if not key.endswith("_SUCCESS")
+    }
+
+
+def assert_nothing_left(s3_client, bucket):
+    assert pending_uploads(s3_client, bucket) == []
+    assert [k for k in object_keys(s3_client, bucket) if "__magic_job-" in k] == []
+
+
+# --- transient faults: the exact output, nothing parked -------------------------------------
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3])
+def test_lost_create_replies_leave_nothing_parked(faults_front, s3_client, bucket, rate):
+    faults_front.add_rule("CreateMultipartUpload", "reset-after", rate=rate)
+    committer = committer_via(faults_front, bucket, retry_policy=FAST)
+    committer.commit_job(run_job(committer))
+    assert faults_front.stats()["CreateMultipartUpload"]["faults"]["reset-after"] >= 2
+    assert published(s3_client, bucket) == ALL
+    assert_nothing_left(s3_client, bucket)  # every orphaned duplicate was swept by key
+
+
+@pytest.mark.parametrize(
+    ("action", "rate"),
+    [("503", 0.3), ("500", 0.1), ("500-after", 0.1), ("reset-before", 0.1), ("reset-after", 0.1)],
+)
+def test_transient_faults_on_every_write_operation(faults_front, s3_client, bucket, action, rate):
+    operations = ["UploadPart", "PutObject", "CompleteMultipartUpload", "ListObjectsV2"]
+    faults_front.add_rule(operations, action, rate=rate)
+    committer = committer_via(faults_front, bucket, retry_policy=FAST)
+    summary = committer.commit_job(run_job(committer))
+    assert sum(s["faults"].get(action, 0) for s in faults_front.stats().values()) >= 3
+    assert summary.files == 20 and summary.cleanup_incomplete is None
+    assert published(s3_client, bucket) == ALL
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_completions_answered_with_an_error_in_a_200_reply(faults_front, s3_client, bucket):
+    # S3 documents this for CompleteMultipartUpload: the status line went out before
+    # the work failed. One file must not undo the others: it is retried.
+    faults_front.add_rule("CompleteMultipartUpload", "error-200", rate=0.3)
+    committer = committer_via(faults_front, bucket, retry_policy=FAST)
+    committer.commit_job(run_job(committer))
+    assert faults_front.stats()["CompleteMultipartUpload"]["faults"]["error-200"] >= 3
+    assert published(s3_client, bucket) == ALL
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_exclusive_create_whose_marker_reply_was_lost(faults_front, s3_client, bucket):
+    # The conditional PUT of the marker happened, its reply was lost, botocore repeated
+    # it: the repeat sees a marker and must recognise it as its own.
+    committer = committer_via(faults_front, bucket, retry_policy=FAST)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    faults_front.add_rule("PutObject", "reset-after", key=r"__base/x\.csv$", count=1)
+    with committer.fs.open(task.path("x.csv"), "xb") as f:
+        f.write(b"exclusive")
+    assert faults_front.stats()["PutObject"]["faults"]["reset-after"] == 1
+    committer.commit_job([committer.commit_task(task)])
+    assert published(s3_client, bucket) == {"out/x.csv": b"exclusive"}
+    assert_nothing_left(s3_client, bucket)
+
+
+# --- persistent faults: a precise error, nothing lost, one command to finish ----------------
+
+
+def test_every_completion_and_abort_failing(faults_front, s3_client, bucket, s3_options, capsys):
+    committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
+    messages = run_job(committer)
+    faults_front.add_rule(["CompleteMultipartUpload", "AbortMultipartUpload"], "503")
+    with pytest.raises(JobCommitError) as failure:
+        committer.commit_job(messages)
+    message = str(failure.value)
+    job = committer.job_id
+    assert f"job {job}: commit to s3://{bucket}/out failed in stage publish" in message
+    assert "could not complete s3://" in message and "failed 3 times" in message
+    assert "Rolling the job back failed too" in message
+    assert "could not abort 20 of 20 uploads" in message  # exactly what is parked
+    assert f"magicfs jobs rollback --job {job} s3://{bucket}/out" in message
+    assert failure.value.recoverable
+    assert published(s3_client, bucket) == {}  # nothing visible
+    assert len(pending_uploads(s3_client, bucket)) == 20  # parked, and recorded
+
+    faults_front.clear()  # the store recovers; the operator runs the command
+    from magicfs.cli import main
+
+    endpoint = faults_front.storage_options["client_kwargs"]["endpoint_url"]
+    store = ["--endpoint-url", endpoint, "-o", "key=testing", "-o", "secret=testing"]
+    assert main(["jobs", "rollback", "--job", job, *store, f"s3://{bucket}/out"]) == 0
+    assert published(s3_client, bucket) == {}
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_one_file_whose_completion_keeps_failing(faults_front, s3_client, bucket):
+    committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
+    messages = run_job(committer)
+    faults_front.add_rule("CompleteMultipartUpload", "500", key=r"out/t2/f3\.csv$")
+    with pytest.raises(JobCommitError, match=r"could not complete s3://.*/out/t2/f3\.csv") as e:
+        committer.commit_job(messages)
+    assert "failed in stage publish" in str(e.value) and not e.value.recoverable
+    assert published(s3_client, bucket) == {}  # rolled back: nothing half-visible
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_success_file_that_cannot_be_written(faults_front, s3_client, bucket):
+    committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
+    messages = run_job(committer)
+    faults_front.add_rule("PutObject", "503", key=r"out/_SUCCESS$")
+    with pytest.raises(JobCommitError, match=r"stage success: .*PutObject s3://.*/out/_SUCCESS"):
+        committer.commit_job(messages)
+    assert published(s3_client, bucket) == {}
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_clean_up_that_cannot_delete_the_job_tree(faults_front, s3_client, bucket):
+    committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
+    messages = run_job(committer)
+    faults_front.add_rule("DeleteObjects", "503")  # the clean-up's batched deletes
+    summary = committer.commit_job(messages)
+    # The output is complete and says so; the summary says what is left and what to run.
+    assert published(s3_client, bucket) == ALL
+    success = json.loads(s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    assert success["success"] is True
+    assert summary.cleanup_incomplete is not None
+    assert f"magicfs jobs cleanup --job {committer.job_id}" in summary.cleanup_incomplete
+    faults_front.clear()
+    again = committer_via(faults_front, bucket, job_id=committer.job_id)
+    assert again.commit_job().files == 20  # finishes the clean-up, publishes nothing again
+    assert_nothing_left(s3_client, bucket)
