@@ -32,6 +32,12 @@ import magicfs.dask
 from magicfs.committers import TaskCommitMessage
 
 NPARTITIONS = 4
+# Dask holds strings as pyarrow-backed; pandas 2 reads a "string" column back with
+# python storage unless told otherwise (pandas 3 picks pyarrow itself).
+
+
+def strings_as_dask_holds_them() -> Any:
+    return pd.option_context("mode.string_storage", "pyarrow")
 
 
 # -- data and destinations --------------------------------------------------------------------
@@ -90,7 +96,8 @@ class Dest:
         return pending_uploads(self.client, self.bucket) if self.client else []
 
     def read_parquet(self, **kwargs: Any) -> pd.DataFrame:
-        return pd.read_parquet(self.url, storage_options=self.storage_options, **kwargs)
+        with strings_as_dask_holds_them():
+            return pd.read_parquet(self.url, storage_options=self.storage_options, **kwargs)
 
     def success(self) -> dict:
         return json.loads(self.fs.cat_file(f"{self.root}/_SUCCESS"))
@@ -330,17 +337,18 @@ def test_to_csv_round_trips(dest):
     names = dest.data_files()
     assert names == [f"part-{p:05d}-{summary.job_id}.csv.gz" for p in range(NPARTITIONS)]
     expected = ddf.compute()
-    back = pd.concat(
-        [
-            pd.read_csv(
-                dest.fs.open(f"{dest.root}/{name}", "rb"),
-                compression="gzip",
-                dtype={"id": "int64", "region": "string", "amount": "float64", "year": "int64"},
-            )
-            for name in names
-        ],
-        ignore_index=True,
-    )
+    with strings_as_dask_holds_them():
+        back = pd.concat(
+            [
+                pd.read_csv(
+                    dest.fs.open(f"{dest.root}/{name}", "rb"),
+                    compression="gzip",
+                    dtype={"id": "int64", "region": "string", "amount": "float64", "year": "int64"},
+                )
+                for name in names
+            ],
+            ignore_index=True,
+        )
     pd.testing.assert_frame_equal(back, expected.reset_index(drop=True))
     assert_clean(dest)
 

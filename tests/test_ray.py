@@ -22,6 +22,7 @@ import os
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+import inspect
 import json
 import pathlib
 import signal
@@ -447,6 +448,8 @@ def test_plain_ray_overwrite_loses_the_old_data_when_the_job_fails(s3_dest):
     """``mode="overwrite"`` deletes the old data before writing, so a failing job
     leaves no old data (and part of the new). ``conflict_mode="replace"`` deletes it
     only at job commit: a failing job leaves it untouched."""
+    if "mode" not in inspect.signature(ray.data.Dataset.write_parquet).parameters:
+        pytest.skip(f"Ray {ray.__version__}'s write_parquet has no mode= to compare with")
     old = dataset(40, 2)
     old.write_parquet(s3_dest.url, filesystem=arrow_fs(s3_dest))
     old_files = s3_dest.data_files()
