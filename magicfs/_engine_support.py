@@ -66,10 +66,14 @@ def abort_task_quietly(
         )
 
 
-def abort_job_quietly(committer: OutputCommitter, failure: BaseException) -> None:
-    """Abort the job after ``failure``; if the abort fails too, say so on the failure."""
+def abort_job_quietly(committer: OutputCommitter, failure: BaseException) -> bool:
+    """Abort the job after ``failure``; if the abort fails too, say so on the failure.
+
+    Returns whether the abort succeeded.
+    """
     try:
         committer.abort_job()
+        return True
     except Exception as abort_error:
         log.error("job %s: abort after failure failed: %s", committer.job_id, abort_error)
         failure.add_note(
@@ -79,6 +83,7 @@ def abort_job_quietly(committer: OutputCommitter, failure: BaseException) -> Non
             f"{committer.job_id} --force {committer.url}` (S3) or delete "
             f"{committer.url}/_temporary/{committer.job_id}"
         )
+        return False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -367,12 +367,12 @@ def _run_job(
         messages = _compute_all(writes, dict(compute_kwargs or {}))
         return committer.commit_job(messages)
     except BaseException as failure:
-        abort_job_quietly(committer, failure)
-        failure.add_note(
-            f"magicfs.dask: job {committer.job_id} writing {len(writes)} partitions to "
-            f"{committer.url} was aborted: nothing of it is visible and no upload is left; "
-            "fix the error above and run the job again"
-        )
+        if abort_job_quietly(committer, failure):
+            failure.add_note(
+                f"magicfs.dask: job {committer.job_id} writing {len(writes)} partitions to "
+                f"{committer.url} was aborted: nothing of it is visible and no upload is "
+                "left; fix the error above and run the job again"
+            )
         raise
 
 
@@ -382,8 +382,9 @@ def _compute_all(writes: list[Any], compute_kwargs: dict[str, Any]) -> list[Task
     Dask raises the first task error at once while other tasks of the graph keep
     running; aborting the job under them would leave their uploads to be found by
     their own writers' checks. So each scheduler's tasks are drained first: the
-    distributed client waits for all futures, the local schedulers run on a pool of
-    ours that is shut down (waiting for running tasks, dropping queued ones).
+    distributed client waits for all futures, the threaded and process schedulers run
+    on a pool of ours that is shut down (waiting for running tasks, dropping queued
+    ones). Other schedulers (synchronous, a user's executor) compute as they are.
     """
     scheduler = dask.base.get_scheduler(
         scheduler=compute_kwargs.pop("scheduler", None), collections=writes

@@ -308,9 +308,22 @@ def test_to_parquet_round_trips_exactly(dest):
     ]
     assert dest.files() == ["_SUCCESS", *dest.data_files()]
     pd.testing.assert_frame_equal(dest.read_parquet(), ddf.compute())
+    back = dd.read_parquet(dest.url, storage_options=dest.storage_options)
+    pd.testing.assert_frame_equal(back.compute(), ddf.compute())
     success = dest.success()
     assert success["jobId"] == summary.job_id and success["metrics"]["rows"] == 400
     assert_clean(dest)
+
+
+def test_to_parquet_with_the_process_scheduler(tmp_path):
+    ddf = sales_ddf()
+    dest = f"file://{tmp_path}/sales"
+    summary = magicfs.dask.to_parquet(
+        ddf, dest, compute_kwargs={"scheduler": "processes", "num_workers": 2}
+    )
+    assert summary.files == NPARTITIONS
+    with strings_as_dask_holds_them():
+        pd.testing.assert_frame_equal(pd.read_parquet(dest), ddf.compute())
 
 
 def test_to_parquet_partition_on(dest):
