@@ -43,11 +43,16 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import dask
-import dask.base
-import dask.multiprocessing
-import dask.system
-import dask.threaded
+try:
+    import dask
+    import dask.base
+    import dask.multiprocessing
+    import dask.system
+    import dask.threaded
+except ImportError as missing:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"magicfs.dask needs Dask ({missing}): pip install 'magicfs[dask]'"
+    ) from missing
 
 from ._engine_support import (
     COMPRESSION_SUFFIXES,

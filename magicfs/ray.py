@@ -43,8 +43,13 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from ray.data import Datasink
-from ray.data.block import BlockAccessor
+try:
+    from ray.data import Datasink
+    from ray.data.block import BlockAccessor
+except ImportError as missing:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"magicfs.ray needs Ray Data ({missing}): pip install 'magicfs[ray]'"
+    ) from missing
 
 from ._engine_support import (
     PartNames,
