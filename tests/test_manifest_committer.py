@@ -368,6 +368,27 @@ def test_tampered_manifest_fails_the_job(store):
     assert store.files() == []
 
 
+def test_manifest_source_outside_its_attempt_is_refused(store):
+    # A manifest edited to name another file as a source must not move it into the
+    # destination: sources must lie in the attempt's own working directory.
+    outside = f"{store.root}-elsewhere/precious.csv"
+    store.fs.makedirs(store.fs._parent(outside), exist_ok=True)
+    store.fs.pipe_file(outside, b"not the job's")
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["a"], 1: ["b"]})
+    record = messages[0].record
+    document = json.loads(store.fs.cat_file(record))
+    document["files"][0]["s"] = ManifestCommitter(store.dest, fs=store.fs).store.uri(outside)
+    store.fs.pipe_file(record, json.dumps(document).encode())
+    with pytest.raises(
+        CommitFailedError, match=r"files\[0\].s: .*precious.csv is not in the working directory"
+    ) as caught:
+        committer.commit_job(messages)
+    assert isinstance(caught.value.__cause__, InvalidCommitData)
+    assert store.fs.cat_file(outside) == b"not the job's"  # still where it was
+    assert store.visible() == []
+
+
 def test_manifest_of_another_job_is_refused(store):
     committer = store.committer()
     messages = run_tasks(committer, {0: ["a"]})

@@ -308,3 +308,44 @@ def test_setting_up_an_active_job_again_is_refused(s3_options, bucket):
         magicfs.committer_for(
             f"s3://{bucket}/out", job_id="same", storage_options=options
         ).setup_job()
+
+
+# --- S3, staging committer -------------------------------------------------------------------
+
+
+@pytest.fixture
+def staging_job(s3_job, tmp_path):
+    """The S3 job of ``s3_job``, with the staging committer and a shared buffer directory."""
+    options = {"buffer_dir": str(tmp_path / "staging")}
+    run, committer = s3_job.run, s3_job.committer
+    s3_job.run = lambda die, **spec: run(die, committer="directory", options=options, **spec)
+    s3_job.committer = lambda **more: committer(committer="directory", **options, **more)
+    return s3_job
+
+
+def test_staging_killed_mid_publish_then_finished(staging_job):
+    job = staging_job
+    job.run({"op": "CompleteMultipartUpload", "nth": 6})
+    assert len(job.contents()) == 6  # killed right after the 6th completion
+    job.committer().commit_job()
+    assert job.contents() == ALL
+    assert job.left() == ([], [])
+
+
+def test_staging_killed_mid_publish_then_rolled_back(staging_job):
+    job = staging_job
+    job.run({"op": "CompleteMultipartUpload", "nth": 6})
+    job.committer().abort_job()
+    assert job.contents() == {}
+    assert job.left() == ([], [])
+
+
+def test_staging_task_killed_mid_upload_leaves_nothing_parked(staging_job, s3_client, bucket):
+    # Task 2's commit dies after its 2nd part upload: its uploads exist, no record names
+    # them — only the intent its commit saved before uploading.
+    job = staging_job
+    messages = job.run({"op": "UploadPart", "nth": 2, "during": "task_commit", "task": 2})
+    assert len(messages) == 2 and len(pending_uploads(s3_client, bucket)) >= 2
+    job.committer().abort_job()
+    assert job.contents() == {}
+    assert job.left() == ([], [])

@@ -28,6 +28,7 @@ from magicfs.errors import (
     TaskNotActiveError,
     UnsupportedTaskOperation,
 )
+from magicfs.task_files import TASK_FILES
 
 STORES = ["s3", "file", "memory", "abfs", "gcs"]
 
@@ -89,6 +90,12 @@ class TaskStore:
     def parked(self) -> list[dict]:
         """Pending multipart uploads in the bucket (S3), none elsewhere."""
         return pending_uploads(self.s3_client, self.bucket) if self.deferred else []
+
+
+def forget_this_process(ts: TaskStore, relative: str) -> None:
+    """Drop what this process knows of a task file: as if another process had written it."""
+    path = ts.committer.fs._inner(ts.path(relative))
+    TASK_FILES.discarded(path if ts.deferred else ts.committer.fs.view.into(path))
 
 
 @pytest.fixture(params=STORES)
@@ -168,11 +175,16 @@ def test_rewriting_a_path_replaces_it_and_parks_nothing(ts):
     ts.fs.pipe_file(ts.path("x.csv"), b"second")
     if ts.deferred:
         assert len(ts.parked()) == 1  # the first upload was aborted at once
+    # Rewritten by a process that knows nothing of the first write: the job's sweep
+    # aborts the upload no record names (the fixture's teardown checks none is left).
+    ts.fs.pipe_file(ts.path("z.csv"), b"z1")
+    forget_this_process(ts, "z.csv")
+    ts.fs.pipe_file(ts.path("z.csv"), b"z2")
     with ts.fs.open(ts.path("y.csv"), "wb") as first:
         first.write(b"y1")
     with ts.fs.open(ts.path("y.csv"), "wb") as second:
         second.write(b"y2")
-    assert ts.commit() == {"x.csv": b"second", "y.csv": b"y2"}
+    assert ts.commit() == {"x.csv": b"second", "y.csv": b"y2", "z.csv": b"z2"}
 
 
 def test_a_second_open_discards_a_writer_still_open(ts):
@@ -382,6 +394,16 @@ def test_writing_after_task_commit_is_refused(ts):
         ts.fs.pipe_file(ts.path("late.csv"), b"late")
     ts.committer.commit_job([message])
     assert ts.published() == {"early.csv": b"early"}
+
+
+def test_a_file_written_after_task_commit_by_another_process(ts):
+    ts.fs.pipe_file(ts.path("early.csv"), b"early")
+    message = ts.committer.commit_task(ts.task)
+    # Another process (a zombie of the attempt) does not know the attempt committed.
+    TASK_FILES.reopen_attempt(ts.committer.job_id, ts.task.attempt_id)
+    ts.fs.pipe_file(ts.path("late.csv"), b"late")
+    ts.committer.commit_job([message])
+    assert ts.published() == {"early.csv": b"early"}  # never published; nothing parked
 
 
 def test_files_written_around_magicfs_are_refused_at_task_commit(ts):

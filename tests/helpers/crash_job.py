@@ -8,7 +8,9 @@ point to die at:
   the S3 client kills the process right after the 3rd completion succeeded (``before``:
   just before the request is sent);
 * ``{"op": "mv", "nth": 5}``: a wrapper around the local filesystem kills it just
-  before its 5th rename (the manifest committer's publish).
+  before its 5th rename (the manifest committer's publish);
+* ``"during": "task_commit", "task": 2``: count the calls of task 2's commit instead
+  of the job commit's (e.g. the staging committer's uploads).
 
 Messages of committed tasks are written to ``<messages>`` as JSON lines as soon as each
 task commits, as a driver that saves them would. Nothing in magicfs is patched: the
@@ -93,7 +95,11 @@ def main(spec: dict[str, Any]) -> None:
         task = committer.task_attempt(index)
         committer.setup_task(task)
         for name, text in files.items():
+            if committer.name in ("directory", "partitioned"):  # local files, plain paths
+                os.makedirs(os.path.dirname(task.path(name)), exist_ok=True)
             committer.fs.pipe_file(task.path(name), text.encode())
+        if die_at and die_at.get("during") == "task_commit" and index == die_at.get("task", 0):
+            _ARMED.append(True)  # count this task commit's calls
         message = committer.commit_task(task)
         messages.append(message)
         with open(spec["messages"], "a") as out:
