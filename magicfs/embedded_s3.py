@@ -5,18 +5,27 @@ and server in one process would measure the GIL, not the protocol. The child bin
 free loopback port, reports it on stdout, and exits when its parent goes away (it
 watches its stdin), so a crashed test run never leaves a server behind.
 
-``latency_ms`` delays every request before moto sees it, so that benchmarks see a
-store whose requests take tens of milliseconds, as S3's do, while the delays of
-concurrent requests overlap as they would on a real network.
+Two settings make it cost what S3 costs, for the demo and the benchmarks:
 
-Run ``python -m magicfs.embedded_s3 --port 0`` to start one by hand.
+* ``latency_ms`` delays every request before moto sees it: S3's requests take tens of
+  milliseconds, and the delays of concurrent requests overlap as on a real network;
+* ``copy_mb_per_s`` makes every server-side copy (``CopyObject``, ``UploadPartCopy`` —
+  what a rename costs on S3) take ``size / bandwidth``: S3 copies at about 6-10 MB/s per
+  copy (the seed documents' figure), while moto copies at memory speed. Concurrent
+  copies each get the full bandwidth, as on S3.
+
+Run ``python -m magicfs.embedded_s3 --port 0`` to start one by hand: it prints its
+endpoint and the credentials to use, and serves until interrupted (Ctrl-C, SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -34,9 +43,16 @@ _READY = "MAGICFS-S3-READY"
 class EmbeddedS3Server:
     """A moto S3 server in a child process, bound to 127.0.0.1. Use as a context manager."""
 
-    def __init__(self, port: int = 0, latency_ms: float = 0.0, startup_timeout: float = 30.0):
+    def __init__(
+        self,
+        port: int = 0,
+        latency_ms: float = 0.0,
+        copy_mb_per_s: float = 0.0,
+        startup_timeout: float = 30.0,
+    ):
         self.requested_port = port
         self.latency_ms = latency_ms
+        self.copy_mb_per_s = copy_mb_per_s
         self.startup_timeout = startup_timeout
         self.port: int | None = None
         self._process: subprocess.Popen[str] | None = None
@@ -71,6 +87,9 @@ class EmbeddedS3Server:
             str(self.requested_port),
             "--latency-ms",
             str(self.latency_ms),
+            "--copy-mb-per-s",
+            str(self.copy_mb_per_s),
+            "--exit-with-parent",
         ]
         self._process = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
@@ -121,12 +140,18 @@ class EmbeddedS3Server:
 
     def set_latency(self, latency_ms: float) -> None:
         """Change the delay added to every request from now on."""
-        request = urllib.request.Request(
-            f"{self.endpoint_url}{_LATENCY_PATH}?ms={latency_ms}", method="POST"
-        )
+        self._control(f"{_LATENCY_PATH}?ms={latency_ms}")
+        self.latency_ms = latency_ms
+
+    def set_copy_bandwidth(self, mb_per_s: float) -> None:
+        """Change the speed of server-side copies from now on (0: moto's own speed)."""
+        self._control(f"{_COPY_PATH}?mb_per_s={mb_per_s}")
+        self.copy_mb_per_s = mb_per_s
+
+    def _control(self, path: str) -> None:
+        request = urllib.request.Request(f"{self.endpoint_url}{path}", method="POST")
         with urllib.request.urlopen(request, timeout=30):
             pass
-        self.latency_ms = latency_ms
 
     def boto3_client(self, **config: Any) -> Any:
         import boto3
@@ -149,27 +174,73 @@ class EmbeddedS3Server:
 
 
 _LATENCY_PATH = "/_magicfs/latency"
+_COPY_PATH = "/_magicfs/copy-bandwidth"
 
 
-def _latency_middleware(app: Any, latency_ms: float) -> Any:
-    """Delay each request; ``POST /_magicfs/latency?ms=N`` changes the delay at run time."""
-    delay = [latency_ms / 1000.0]
+def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
+    """Delay each request, and each server-side copy by its size (see the module docstring).
 
-    def delayed(environ: dict[str, Any], start_response: Any) -> Any:
+    ``POST /_magicfs/latency?ms=N`` and ``POST /_magicfs/copy-bandwidth?mb_per_s=N``
+    change the settings at run time.
+    """
+    settings = {"delay": latency_ms / 1000.0, "copy": copy_mb_per_s * 1e6}
+
+    def control(environ: dict[str, Any], start_response: Any) -> Any:
+        query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
         if environ.get("PATH_INFO") == _LATENCY_PATH:
-            query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
-            delay[0] = float(query.get("ms", ["0"])[0]) / 1000.0
-            start_response("204 No Content", [])
-            return [b""]
-        if delay[0]:
-            time.sleep(delay[0])
-        return app(environ, start_response)
+            settings["delay"] = float(query.get("ms", ["0"])[0]) / 1000.0
+        else:
+            settings["copy"] = float(query.get("mb_per_s", ["0"])[0]) * 1e6
+        start_response("204 No Content", [])
+        return [b""]
 
-    return delayed
+    def costly(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") in (_LATENCY_PATH, _COPY_PATH):
+            return control(environ, start_response)
+        if settings["delay"]:
+            time.sleep(settings["delay"])
+        if not settings["copy"] or "HTTP_X_AMZ_COPY_SOURCE" not in environ:
+            return app(environ, start_response)
+        body = list(app(environ, start_response))  # the copy happens here
+        time.sleep(_copied_bytes(app, environ) / settings["copy"])
+        return body
+
+    return costly
 
 
-def serve(port: int, latency_ms: float) -> None:
-    """Run the server in this process until stdin closes (the parent has gone)."""
+def _copied_bytes(app: Any, environ: dict[str, Any]) -> int:
+    """How many bytes a copy request moved: its range, or the size of its source object."""
+    copy_range = environ.get("HTTP_X_AMZ_COPY_SOURCE_RANGE", "")
+    if copy_range.startswith("bytes="):
+        first, _, last = copy_range[len("bytes=") :].partition("-")
+        return int(last) - int(first) + 1
+    source = urllib.parse.unquote(environ["HTTP_X_AMZ_COPY_SOURCE"].split("?", 1)[0])
+    head = {
+        **environ,
+        "REQUEST_METHOD": "HEAD",
+        "PATH_INFO": "/" + source.lstrip("/"),
+        "QUERY_STRING": "",
+        "CONTENT_LENGTH": "0",
+    }
+    for name in list(head):
+        if name.startswith("HTTP_X_AMZ_COPY") or name == "HTTP_CONTENT_MD5":
+            del head[name]
+    found: dict[str, str] = {}
+
+    def start_response(status: str, headers: list[tuple[str, str]], *args: Any) -> None:
+        found.update((key.lower(), value) for key, value in headers)
+
+    for _ in app(head, start_response):
+        pass
+    return int(found.get("content-length", "0") or 0)
+
+
+def serve(port: int, latency_ms: float, copy_mb_per_s: float, exit_with_parent: bool) -> None:
+    """Run the server in this process.
+
+    Started by :class:`EmbeddedS3Server` (``exit_with_parent``) it stops when its parent
+    closes its stdin; started by hand it serves until SIGINT or SIGTERM.
+    """
     os.environ.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "true")
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -179,24 +250,66 @@ def serve(port: int, latency_ms: float) -> None:
     from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-    app: Any = _latency_middleware(DomainDispatcherApplication(create_backend_app), latency_ms)
+    app: Any = _cost_middleware(
+        DomainDispatcherApplication(create_backend_app), latency_ms, copy_mb_per_s
+    )
     server = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
-    print(f"{_READY} {server.server_address[1]}", flush=True)
+    bound = server.server_address[1]
+    print(f"{_READY} {bound}", flush=True)
+    if exit_with_parent:
 
-    def stop_when_parent_leaves() -> None:
-        sys.stdin.read()
-        server.shutdown()
+        def stop_when_parent_leaves() -> None:
+            sys.stdin.read()
+            server.shutdown()
 
-    threading.Thread(target=stop_when_parent_leaves, daemon=True).start()
-    server.serve_forever()
+        threading.Thread(target=stop_when_parent_leaves, daemon=True).start()
+    else:
+        print(_banner(bound, latency_ms, copy_mb_per_s), flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    with contextlib.suppress(KeyboardInterrupt):
+        server.serve_forever()
+
+
+def _banner(port: int, latency_ms: float, copy_mb_per_s: float) -> str:
+    endpoint = f"http://127.0.0.1:{port}"
+    options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoint}}
+    costs = []
+    if latency_ms:
+        costs.append(f"{latency_ms:g} ms added to every request")
+    if copy_mb_per_s:
+        costs.append(f"server-side copies at {copy_mb_per_s:g} MB/s")
+    return "\n".join(
+        [
+            f"magicfs embedded S3 server (moto, data in memory) on {endpoint}"
+            + (f": {', '.join(costs)}" if costs else ""),
+            f"  credentials: AWS_ACCESS_KEY_ID={ACCESS_KEY} AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
+            f"  s3fs / storage_options: {json.dumps(options)}",
+            f"  command line: magicfs uploads list --endpoint-url {endpoint} "
+            f"-o key={ACCESS_KEY} -o secret={SECRET_KEY} s3://BUCKET",
+            "  stop with Ctrl-C",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="moto S3 server on 127.0.0.1")
+    parser = argparse.ArgumentParser(
+        description="An S3 server (moto) on 127.0.0.1, optionally as slow as S3 itself."
+    )
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--latency-ms", type=float, default=0.0, help="delay per request")
+    parser.add_argument(
+        "--copy-mb-per-s",
+        type=float,
+        default=0.0,
+        help="speed of server-side copies (S3: about 10); 0 = as fast as moto copies",
+    )
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when stdin closes (how magicfs's tests and demo run it)",
+    )
     args = parser.parse_args(argv)
-    serve(args.port, args.latency_ms)
+    serve(args.port, args.latency_ms, args.copy_mb_per_s, args.exit_with_parent)
 
 
 if __name__ == "__main__":

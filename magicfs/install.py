@@ -19,7 +19,14 @@ import fsspec
 from .filesystems import MagicFileSystem
 
 DEFAULT_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "file", "local", "memory")
-_MAGIC_OPTIONS = ("part_size", "parts_in_flight", "in_memory", "check_job_active", "retry_policy")
+_MAGIC_OPTIONS = (
+    "part_size",
+    "parts_in_flight",
+    "in_memory",
+    "check_job_active",
+    "background_close",
+    "retry_policy",
+)
 _originals: dict[str, type] = {}
 
 

@@ -6,6 +6,9 @@ processes. This registry adds what only the writing process can know, for free:
 
 * **which files are still open**: task commit refuses an attempt with an open file on
   every store (on a local disk a file left open would keep changing after job commit);
+* **which files are still closing**: on S3 ``close()`` of a task file returns at once and
+  finishes in the background (its last part and its record); task commit waits for them
+  (:meth:`TaskFiles.settle`) and fails if one failed, and so does the interpreter's exit;
 * **what a rewrite replaces**: opening a path again discards the earlier writer or, on
   S3, aborts the earlier upload at once instead of leaving it parked until job end;
 * **the bytes written**, so ``info()`` and listings of a task file report its size
@@ -22,6 +25,10 @@ attempt commits or aborts. Thread-safe; one instance per process (:data:`TASK_FI
 
 from __future__ import annotations
 
+import atexit
+import concurrent.futures
+import concurrent.futures.thread  # registers its exit hook now, before ours (see below)
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -41,13 +48,16 @@ class TaskFile:
     path: str
     job_id: str
     attempt_id: str
-    writer: OpenWriter | None = None  # set while the file is open
+    writer: OpenWriter | None = None  # set while the file is open or closing
     length: int = 0  # bytes written (so far, while open)
     commit: Any = None  # S3: the closed file's SinglePendingCommit
+    closing: concurrent.futures.Future | None = None  # its close, finishing in the background
+    error: BaseException | None = None  # why its close failed
 
     @property
     def is_open(self) -> bool:
-        return self.writer is not None
+        """Still being written (a file whose close is finishing is not open)."""
+        return self.writer is not None and self.closing is None
 
 
 class TaskFiles:
@@ -78,6 +88,21 @@ class TaskFiles:
             entry = self._files.get(path)
             if entry is not None and entry.writer is writer:
                 entry.writer, entry.length, entry.commit = None, length, commit
+                entry.closing = None
+
+    def closing(self, path: str, writer: OpenWriter, future: concurrent.futures.Future) -> None:
+        """``writer`` was closed; ``future`` finishes its close in the background."""
+        with self._lock:
+            entry = self._files.get(path)
+            if entry is not None and entry.writer is writer:
+                entry.closing = future
+
+    def failed(self, path: str, writer: OpenWriter, error: BaseException) -> None:
+        """``writer``'s background close failed: its task must not commit."""
+        with self._lock:
+            entry = self._files.get(path)
+            if entry is not None and entry.writer is writer:
+                entry.writer, entry.closing, entry.error = None, None, error
 
     def wrote(self, path: str, writer: OpenWriter, length: int) -> None:
         """Progress of an open writer (for ``info()`` while it writes)."""
@@ -115,6 +140,24 @@ class TaskFiles:
         """Paths of the attempt's files that are still open in this process."""
         return sorted(f.path for f in self.of_attempt(job_id, attempt_id) if f.is_open)
 
+    def settle(
+        self, job_id: str | None = None, attempt_id: str | None = None
+    ) -> list[tuple[str, BaseException]]:
+        """Wait until every background close (of the attempt, the job, or all) has finished.
+
+        Returns the files whose close failed, with why.
+        """
+        with self._lock:
+            entries = [
+                f
+                for f in self._files.values()
+                if job_id is None or (f.job_id == job_id and attempt_id in (None, f.attempt_id))
+            ]
+        concurrent.futures.wait([f.closing for f in entries if f.closing is not None])
+        with self._lock:
+            failures = [(f.path, f.error) for f in entries if f.error is not None]
+            return sorted(failures, key=lambda failure: failure[0])
+
     def finish_attempt(self, job_id: str, attempt_id: str, outcome: str) -> list[TaskFile]:
         """The attempt committed or aborted (``outcome``): forget its files, refuse new ones.
 
@@ -148,3 +191,18 @@ class TaskFiles:
 
 #: The registry of this process.
 TASK_FILES = TaskFiles()
+
+log = logging.getLogger("magicfs.task_files")
+
+
+def _settle_at_exit() -> None:
+    """A script that writes task files and exits loses nothing still being closed."""
+    for path, error in TASK_FILES.settle():
+        log.error("%s: could not be saved before exit: %s", path, error)
+
+
+# It must run before the interpreter shuts down thread pools (the S3 client resolves
+# names in one): threading's exit hooks run first, last registered first — after the
+# one concurrent.futures registered when it was imported above.
+_register = getattr(threading, "_register_atexit", atexit.register)
+_register(_settle_at_exit)

@@ -55,3 +55,69 @@ def test_server_process_stops():
     process = server._process
     server.stop()
     assert process.poll() is not None
+
+
+def test_server_side_copies_take_their_size_over_the_bandwidth(s3_server, s3_client, bucket):
+    import time
+
+    s3_client.put_object(Bucket=bucket, Key="src", Body=b"x" * 2_000_000)
+    s3_server.set_copy_bandwidth(10)  # MB/s: 2 MB take 0.2 s
+    try:
+        start = time.monotonic()
+        s3_client.copy_object(Bucket=bucket, Key="dst", CopySource={"Bucket": bucket, "Key": "src"})
+        copied = time.monotonic() - start
+        upload = s3_client.create_multipart_upload(Bucket=bucket, Key="mpu")["UploadId"]
+        start = time.monotonic()
+        s3_client.upload_part_copy(
+            Bucket=bucket,
+            Key="mpu",
+            UploadId=upload,
+            PartNumber=1,
+            CopySource={"Bucket": bucket, "Key": "src"},
+            CopySourceRange="bytes=0-999999",
+        )
+        ranged = time.monotonic() - start
+        s3_client.abort_multipart_upload(Bucket=bucket, Key="mpu", UploadId=upload)
+    finally:
+        s3_server.set_copy_bandwidth(0)
+    assert 0.2 <= copied < 2.0
+    assert 0.1 <= ranged < 1.0
+    assert s3_client.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"x" * 2_000_000
+    start = time.monotonic()
+    s3_client.copy_object(Bucket=bucket, Key="dst2", CopySource={"Bucket": bucket, "Key": "src"})
+    assert time.monotonic() - start < 0.2  # back to moto's own speed
+
+
+def test_started_by_hand_it_serves_until_interrupted_and_says_how_to_connect():
+    """Run in the background (stdin not a terminal): it must keep serving (issue: it exited)."""
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-m", "magicfs.embedded_s3", "--port", "0"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        ready = process.stdout.readline()
+        port = int(ready.split()[1])
+        banner = [process.stdout.readline() for _ in range(3)]
+        assert f"http://127.0.0.1:{port}" in banner[0]
+        assert "AWS_ACCESS_KEY_ID=testing" in banner[1]
+        import boto3
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=f"http://127.0.0.1:{port}",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+        assert client.list_buckets()["Buckets"] == []  # still serving, stdin at EOF
+        assert process.poll() is None
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)
+    assert process.returncode is not None

@@ -178,6 +178,7 @@ def test_job_path_adds_one_head_to_check_the_job_is_active(magic, s3, bucket, re
     request_log.attach(s3)
     with magic.open(f"{bucket}/out/__magic_job-9/job-9/00/tasks/a_0/__base/f.csv", "wb") as f:
         f.write(b"1")
+    TASK_FILES.settle()  # a task attempt's close finishes in the background
     assert request_log.counts() == {
         "CreateMultipartUpload": 1,
         "PutObject": 2,
@@ -314,7 +315,10 @@ def test_exclusive_create_refuses_a_second_writer_of_the_same_path(magic, s3_cli
     assert len(pending_uploads(s3_client, bucket)) == 1  # the loser's upload was aborted
 
 
-def test_write_for_a_job_that_is_not_active_is_refused_and_aborted(magic, s3_client, bucket):
+def test_write_for_a_job_that_is_not_active_is_refused_and_aborted(s3, s3_client, bucket):
+    # close() waits here, so the refusal surfaces at the latest when the file closes
+    # (with background closes it surfaces at task commit: test_magic_committer_failures).
+    magic = MagicFileSystem(fs=s3, part_size=5 * MiB, background_close=False)
     path = f"{bucket}/out/__magic_job-gone/job-gone/00/tasks/a_0/__base/f.csv"
     with (
         pytest.raises(JobNotActiveError, match="job gone is not active"),
@@ -421,6 +425,7 @@ def test_in_memory_mode_writes_the_marker_but_no_pending(s3, s3_client, bucket, 
     request_log.attach(s3)
     with magic.open(path, "wb") as f:
         f.write(b"12345")
+    TASK_FILES.settle()  # a task attempt's close finishes in the background
     assert request_log.counts() == {"PutObject": 1, "CreateMultipartUpload": 1, "UploadPart": 1}
     marker = path.split("/", 1)[1]
     assert object_keys(s3_client, bucket) == [marker]  # the intent marker: no .pending

@@ -173,6 +173,7 @@ def test_every_write_method_publishes_exact_bytes(ts, tmp_path):
 def test_rewriting_a_path_replaces_it_and_parks_nothing(ts):
     ts.fs.pipe_file(ts.path("x.csv"), b"first version, longer")
     ts.fs.pipe_file(ts.path("x.csv"), b"second")
+    TASK_FILES.settle()
     if ts.deferred:
         assert len(ts.parked()) == 1  # the first upload was aborted at once
     # Rewritten by a process that knows nothing of the first write: the job's sweep

@@ -430,6 +430,15 @@ class OutputCommitter(ABC):
     def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
         """Commit the attempt; refused (and the attempt aborted) while a file is still open."""
         self._check_task(task)
+        failed = TASK_FILES.settle(self.job_id, task.attempt_id)  # closes in the background
+        if failed:
+            self.abort_task(task)
+            path, error = failed[0]
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(failed)} files could not be saved, e.g. "
+                f"{self.store_fs.unstrip_protocol(path)}: {type(error).__name__}: {error} "
+                "(the attempt has been aborted)"
+            ) from error
         still_open = TASK_FILES.open_files(self.job_id, task.attempt_id)
         if still_open:
             self.abort_task(task)
@@ -446,6 +455,7 @@ class OutputCommitter(ABC):
     def abort_task(self, task: TaskAttempt) -> None:
         """Abort the attempt: its open files are discarded, its output and records deleted."""
         self._check_task(task)
+        TASK_FILES.settle(self.job_id, task.attempt_id)  # what is closing has closed (or failed)
         files = TASK_FILES.finish_attempt(self.job_id, task.attempt_id, "aborted")
         for entry in files:
             if entry.writer is not None:
@@ -508,6 +518,7 @@ class OutputCommitter(ABC):
         start = time.monotonic()
         stages = _Stages(self.stats)
         keeper = self._journal()
+        TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
         with stages("end_job"):
             was_active = self._end_job()
             journal = keeper.read() if keeper is not None else None
@@ -723,6 +734,7 @@ class OutputCommitter(ABC):
         mode after old data was deleted (see the module docstring; ``force=True``).
         """
         start = time.monotonic()
+        TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
         self._end_job()
         keeper = self._journal()
         journal = keeper.read() if keeper is not None else None

@@ -210,18 +210,28 @@ class MagicCommitter(OutputCommitter):
         listing = self._find(self.layout.task_attempt_dir(task.attempt_id))
         markers = [p for p in listing if is_deferred_write(p)]
         pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
+        # Files this process wrote: their commits are known here, nothing to read back.
+        known = {f.path: f.commit for f in files if f.commit is not None}
         if self.in_memory:
-            known = {f.path: f.commit for f in files if f.commit is not None}
             self._refuse_unaccounted(task, [m for m in markers if m not in known], "in_memory")
-            commits = [known[m] for m in markers]
-            sources = {id(c): f"memory:{task.attempt_id}" for c in commits}
         else:
             orphans = sorted(pendings - set(markers))
             if orphans:  # records of files deleted or replaced: their uploads must go
                 self._discard_records([p + PENDING_SUFFIX for p in orphans])
-            self._refuse_unaccounted(task, [m for m in markers if m not in pendings], "file")
-            commits = self._load_pendings([m + PENDING_SUFFIX for m in markers])
-            sources = {id(c): c.filename or "" for c in commits}
+            unaccounted = [m for m in markers if m not in pendings and m not in known]
+            self._refuse_unaccounted(task, unaccounted, "file")
+        elsewhere = [m for m in markers if m not in known]
+        loaded = dict(
+            zip(
+                elsewhere, self._load_pendings([m + PENDING_SUFFIX for m in elsewhere]), strict=True
+            )
+        )
+        commits = [known.get(m) or loaded[m] for m in markers]
+        sources = {
+            id(c): c.filename or f"s3://{m}.pending" for m, c in zip(markers, commits, strict=True)
+        }
+        for marker in known.keys() - set(markers):  # written here, but its marker is gone
+            self._operations().abort([known[marker]])
         stats = IOStatisticsSnapshot()
         seen: dict[str, str] = {}
         for commit in commits:
@@ -296,25 +306,46 @@ class MagicCommitter(OutputCommitter):
         return commits
 
     def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
-        """Abort every upload of the attempt and delete its records. Idempotent."""
+        """Abort every upload of the attempt that a record names, and delete its records.
+
+        A marker whose upload no record names (its writer was killed, or its ``.pending``
+        was tampered with) is kept: it is how the job's sweep finds that upload, by key,
+        when the job ends. (Aborting by key now could hit a speculative twin of this
+        attempt writing the same keys.) Idempotent.
+        """
         start = time.monotonic()
         listing = self._find(self.layout.task_attempt_dir(task.attempt_id))
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         task_record = self.layout.pendingset(task.task_id)
-        records = [*listing, attempt_record, self.layout.started_marker(task.attempt_id)]
+        commits = [f.commit for f in files if f.commit is not None]
+        commits += load_pending(self.store, [p for p in listing if p.endswith(PENDING_SUFFIX)])
+        aborted = abort_uploads(self.store, uploads_of(commits))
+        named = {_marker_of(c.filename) for c in commits if self._trustworthy(c)} | {
+            f.path for f in files if f.commit is not None
+        }
+        kept = [p for p in listing if is_deferred_write(p) and p not in named]
+        records = [p for p in listing if p not in kept]
+        records += [attempt_record, self.layout.started_marker(task.attempt_id)]
         if self._recorded_attempt(task_record) == task.attempt_id:
             records.append(task_record)
-        # Uploads whose record says so: this process's closed files, the .pending files.
-        # (A marker without either is a writer still running or killed: its upload is
-        # the job's sweep's, by key, once the job ends; a speculative twin of this
-        # attempt may be writing the same keys right now.)
-        uploads = uploads_of(f.commit for f in files if f.commit is not None)
-        uploads += uploads_of(
-            load_pending(self.store, [p for p in listing if p.endswith(PENDING_SUFFIX)])
-        )
-        aborted = abort_uploads(self.store, uploads)
         self.store.delete_objects(self.bucket, [self._key(p) for p in records])
-        log.info("task %s: aborted %d uploads in %.2fs", task.attempt_id, aborted, elapsed(start))
+        log.info(
+            "task %s: aborted %d uploads in %.2fs%s",
+            task.attempt_id,
+            aborted,
+            elapsed(start),
+            f"; {len(kept)} markers kept for the job's sweep" if kept else "",
+        )
+
+    def _trustworthy(self, commit: SinglePendingCommit) -> bool:
+        """Does a loaded record really name the upload of the file it lies next to?"""
+        if not commit.filename:
+            return False
+        try:
+            check_commit(commit, self.bucket, self.dest_key, commit.filename)
+        except InvalidCommitData:
+            return False
+        return True
 
     def _recorded_attempt(self, pendingset_path: str) -> str | None:
         """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
@@ -461,6 +492,11 @@ class MagicCommitter(OutputCommitter):
             return sorted(self.store_fs.find(path))
         except FileNotFoundError:
             return []
+
+
+def _marker_of(record: str) -> str:
+    """The marker path of a ``.pending`` record's location (``s3://bkt/...x.pending``)."""
+    return record.removeprefix("s3://").removesuffix(PENDING_SUFFIX)
 
 
 def _deletion_order(path: str) -> tuple[int, str]:

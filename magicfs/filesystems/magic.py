@@ -76,6 +76,9 @@ class MagicFileSystem(ChainedFileSystem):
       ``.pending`` per file (HADOOP-19047; see :mod:`magicfs.s3.tracking`).
     * ``check_job_active`` (True): writers in a ``__magic_job-<id>`` directory check
       that the job is still active after creating their upload.
+    * ``background_close`` (True): ``close()`` of a task attempt's file returns at once
+      and finishes in the background; the task's commit waits for it (and fails if it
+      failed). False: ``close()`` waits, and raises what failed.
     * ``retry_policy``: how S3 calls are retried (:class:`magicfs.s3.retry.RetryPolicy`).
     """
 
@@ -93,6 +96,7 @@ class MagicFileSystem(ChainedFileSystem):
         parts_in_flight: int = 4,
         in_memory: bool = False,
         check_job_active: bool = True,
+        background_close: bool = True,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         **kwargs: Any,
     ):
@@ -106,6 +110,7 @@ class MagicFileSystem(ChainedFileSystem):
         self.parts_in_flight = parts_in_flight
         self.in_memory = in_memory
         self.check_job_active = check_job_active
+        self.background_close = background_close
         self.retry_policy = retry_policy
         found = capabilities(fs)
         self.view: S3TaskView | RoutedTaskView
@@ -116,6 +121,7 @@ class MagicFileSystem(ChainedFileSystem):
                 parts_in_flight=parts_in_flight,
                 in_memory=in_memory,
                 check_job_active=check_job_active,
+                background_close=background_close,
                 retry_policy=retry_policy,
             )
         else:

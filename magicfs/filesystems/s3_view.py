@@ -59,6 +59,7 @@ class S3TaskView:
         parts_in_flight: int,
         in_memory: bool,
         check_job_active: bool,
+        background_close: bool = True,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         registry: TaskFiles = TASK_FILES,
     ):
@@ -68,6 +69,7 @@ class S3TaskView:
         self.parts_in_flight = parts_in_flight
         self.in_memory = in_memory
         self.check_job_active = check_job_active
+        self.background_close = background_close
         self.registry = registry
 
     # -- writes -------------------------------------------------------------------------------
@@ -93,6 +95,7 @@ class S3TaskView:
             parts_in_flight=self.parts_in_flight,
             job_marker=job_marker_for(magic_path) if self.check_job_active else None,
             in_memory=self.in_memory,
+            background_close=self.background_close,
             registry=self.registry,
         )
 

@@ -19,11 +19,20 @@ Life of one file (``s3://bkt/out/__magic_job-7/.../__base/a.csv`` -> ``out/a.csv
    has at least one part), wait for all parts and the job check, then PUT
    ``<path>.pending`` with the upload id and ordered ETags (in ``in_memory`` mode the
    commit stays in this process instead). Five requests for a small file: marker,
-   create, job check, part, ``.pending``.
+   create, job check, part, ``.pending``. For a task attempt's file ``close()`` returns
+   as soon as the last part is handed over (``background_close``): the rest finishes in
+   the background, and the task's commit waits for it (:meth:`TaskFiles.settle
+   <magicfs.task_files.TaskFiles.settle>`) and fails if it failed — so a task writing
+   files one after another keeps S3's round trips overlapped instead of waiting for each.
 4. failure: an exception leaving a ``with`` block, a failed request, ``discard()``, a
    ``close()`` while an exception is propagating, or garbage collection of a file never
    closed: the upload is aborted, the marker deleted, no ``.pending`` written. A
    truncated file never becomes committable.
+
+**Memory.** Every part handed to an upload takes bytes from a process-wide budget
+(:data:`BUFFER_BUDGET`, ``MAGICFS_MAX_BUFFERED_BYTES``, 256 MiB by default) until S3 has
+it; a writer that would exceed it waits. With background closes many files can be in
+flight at once, so this is what keeps memory flat however many files a task writes.
 
 Why the marker comes first: an upload must never exist without a record naming its
 key, or a writer killed between the create and its first record (or a create whose
@@ -41,6 +50,7 @@ import concurrent.futures
 import contextlib
 import io
 import logging
+import os
 import sys
 import threading
 import uuid
@@ -61,6 +71,31 @@ MAX_PART_SIZE = 5 << 30
 MAX_PARTS = 10_000
 
 
+class ByteBudget:
+    """Bytes held by parts not yet uploaded, across every writer of the process."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._changed = threading.Condition()
+
+    def take(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit (a bigger part waits for an empty budget)."""
+        with self._changed:
+            while self.used and self.used + size > self.limit:
+                self._changed.wait()
+            self.used += size
+
+    def give(self, size: int) -> None:
+        with self._changed:
+            self.used -= size
+            self._changed.notify_all()
+
+
+#: The process's budget for parts in flight (see the module docstring).
+BUFFER_BUDGET = ByteBudget(int(os.environ.get("MAGICFS_MAX_BUFFERED_BYTES", 256 << 20)))
+
+
 class MagicS3Writer(io.BufferedIOBase):
     """Write-only binary stream for one magic path on S3. Made by the magic filesystem."""
 
@@ -75,6 +110,7 @@ class MagicS3Writer(io.BufferedIOBase):
         parts_in_flight: int = 4,
         job_marker: str | None = None,
         in_memory: bool = False,
+        background_close: bool = True,
         registry: TaskFiles = TASK_FILES,
     ):
         super().__init__()
@@ -89,6 +125,9 @@ class MagicS3Writer(io.BufferedIOBase):
         self._job_id = magic_path.job_id
         self._attempt_id = magic_path.task_attempt_id
         self._in_memory = in_memory and bool(self._job_id and self._attempt_id)
+        # Only a task attempt's file has a commit to wait for it.
+        self._background_close = background_close and bool(self._job_id and self._attempt_id)
+        self._closing: concurrent.futures.Future | None = None
         self.bucket, self.marker_key = store.split(path)
         destination_bucket, self.destination_key = store.split(magic_path.destination)
         assert destination_bucket == self.bucket
@@ -282,6 +321,16 @@ class MagicS3Writer(io.BufferedIOBase):
                 if self._buffer or not self._parts:
                     self._upload_part(bytes(self._buffer))
                     self._buffer = bytearray()
+            except BaseException:
+                self._abort()
+                raise
+            if self._background_close:
+                self._state = "closing"
+                self._closing = self._store.run_background(self._close_in_background())
+                self._registry.closing(self.path, self, self._closing)
+                super().close()
+                return
+            try:
                 concurrent.futures.wait([*self._parts.values(), self._checking])
                 # The job check first: when it found the job gone it aborted the upload,
                 # and the parts' failures are only the consequence.
@@ -295,6 +344,47 @@ class MagicS3Writer(io.BufferedIOBase):
             self._registry.closed(self.path, self, self._written, commit)
             super().close()
 
+    async def _close_in_background(self) -> None:
+        """The end of :meth:`close` for a task attempt's file, on the IO loop."""
+        parts = [asyncio.wrap_future(self._parts[n]) for n in sorted(self._parts)]
+        checked = await asyncio.gather(asyncio.wrap_future(self._checking), return_exceptions=True)
+        results = await asyncio.gather(*parts, return_exceptions=True)
+        failure = next((r for r in [*checked, *results] if isinstance(r, BaseException)), None)
+        try:
+            if failure is not None:
+                raise failure
+            commit = self._commit_record([result["ETag"] for result in results])
+            if not self._in_memory:
+                await self._store.acall(
+                    "put_object",
+                    Bucket=self.bucket,
+                    Key=pending_path(self.marker_key),
+                    Body=commit.to_bytes(),
+                )
+                self.fs.invalidate_cache(f"{self.bucket}/{pending_path(self.marker_key)}")
+        except BaseException as error:
+            log.error("%s: could not be saved: %s; aborting its upload", self._display(), error)
+            await self._abort_async()
+            self._state = "discarded"
+            self._registry.failed(self.path, self, error)
+            raise
+        self._state = "closed"
+        self._registry.closed(self.path, self, self._written, commit)
+
+    async def _abort_async(self) -> None:
+        """:meth:`_abort` on the IO loop (the parts have all finished)."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.upload_id is not None:
+                await self._store.acall(
+                    "abort_multipart_upload",
+                    Bucket=self.bucket,
+                    Key=self.destination_key,
+                    UploadId=self.upload_id,
+                )
+        if self._marker_written:
+            await self._store.acall("delete_object", Bucket=self.bucket, Key=self.marker_key)
+            self._marker_written = False
+
     def discard(self) -> None:
         """Abort the upload and forget the file; nothing of it will ever be visible."""
         with self._lock:
@@ -306,12 +396,26 @@ class MagicS3Writer(io.BufferedIOBase):
         """Discard this writer because the file was opened again or deleted (``reason``).
 
         Its later ``write()``/``close()`` raise, naming the reason: the caller must not
-        believe the data was saved.
+        believe the data was saved. A file still closing in the background is waited
+        for, then thrown away (its upload aborted, its records deleted).
         """
         with self._lock:
             if self._state == "open":
                 self._superseded = reason
                 self._abort()
+                return
+            closing = self._closing
+        if closing is None:
+            return
+        concurrent.futures.wait([closing])
+        if self._state == "closed":
+            assert self.upload_id is not None
+            self._store.abort_upload(self.bucket, self.destination_key, self.upload_id)
+            doomed = [self.marker_key] + (
+                [] if self._in_memory else [pending_path(self.marker_key)]
+            )
+            self._store.delete_objects(self.bucket, doomed)
+            self._state = "discarded"
 
     def commit(self) -> None:
         """For fsspec's transaction protocol: the commit of a magic file is its ``close()``."""
@@ -368,8 +472,10 @@ class MagicS3Writer(io.BufferedIOBase):
         except BaseException:
             self._slots.release()
             raise
+        BUFFER_BUDGET.take(len(body))  # and at most BUFFER_BUDGET across the process
         future = self._store.run_background(self._part(number, body))
-        future.add_done_callback(self._part_done)
+        size = len(body)
+        future.add_done_callback(lambda done: self._part_done(done, size))
         self._parts[number] = future
 
     async def _part(self, number: int, body: bytes) -> dict[str, Any]:
@@ -383,7 +489,8 @@ class MagicS3Writer(io.BufferedIOBase):
             Body=body,
         )
 
-    def _part_done(self, future: concurrent.futures.Future) -> None:
+    def _part_done(self, future: concurrent.futures.Future, size: int) -> None:
+        BUFFER_BUDGET.give(size)
         self._slots.release()
         error = future.exception()
         if error is not None and self._failure is None:
@@ -407,6 +514,8 @@ class MagicS3Writer(io.BufferedIOBase):
             length=self._written,
             extra_data={"magicfs.if-none-match": "*"} if "x" in self.mode else {},
             iostatistics=stats,
+            # Where the record is saved, as Hadoop's loader fills it in (none in memory).
+            filename=None if self._in_memory else "s3://" + pending_path(self.path),
         )
 
     def _save_pending(self, etags: list[str]) -> SinglePendingCommit:

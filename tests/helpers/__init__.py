@@ -34,3 +34,15 @@ def complete_from_pending(client, pending_json: bytes | str) -> None:
             "Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(pending["etags"], 1)]
         },
     )
+
+
+def as_another_process(committer, task) -> None:
+    """Forget what this process knows of ``task``'s files, as a task commit elsewhere would.
+
+    Waits for the files' background closes first: their records are then on the store.
+    """
+    from magicfs.task_files import TASK_FILES
+
+    TASK_FILES.settle(committer.job_id, task.attempt_id)
+    for entry in TASK_FILES.of_attempt(committer.job_id, task.attempt_id):
+        TASK_FILES.discarded(entry.path)
