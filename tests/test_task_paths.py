@@ -283,6 +283,17 @@ def test_copying_and_moving_into_the_task_from_outside(ts):
     assert ts.commit() == {"c.csv": b"copied", "m.csv": b"moved"}
 
 
+def test_copying_a_directory_into_the_task_from_outside(ts):
+    # fsspec's copy() hands the tree's directories to cp_file too: none may become a
+    # file (on S3 each became an empty task file, published at job commit).
+    ts.raw.makedirs(ts.plain("tree/sub"), exist_ok=True)
+    ts.raw.pipe_file(ts.plain("tree/a.csv"), b"a")
+    ts.raw.pipe_file(ts.plain("tree/sub/b.csv"), b"b")
+    ts.fs.copy(ts.plain("tree"), ts.path("d"), recursive=True)
+    assert sorted(ts.fs.find(ts.path("d"))) == [ts.path("d/a.csv"), ts.path("d/sub/b.csv")]
+    assert ts.commit() == {"d/a.csv": b"a", "d/sub/b.csv": b"b"}
+
+
 def test_write_then_rename_inside_the_task(ts):
     ts.fs.pipe_file(ts.path("part.tmp"), b"payload")
     if ts.deferred:
@@ -333,6 +344,17 @@ def test_deleting_task_files(ts):
         assert len(ts.parked()) == 1  # every deleted file's upload was aborted at once
     assert not ts.fs.exists(ts.path("gone.csv"))
     assert ts.commit() == {"keep.csv": b"keep"}
+
+
+@pytest.mark.parametrize("ts", ["s3"], indirect=True)
+def test_deleting_a_task_directory_aborts_each_upload_once(ts, request_log):
+    for name in ("a.csv", "d/b.csv", "d/e/c.csv"):
+        ts.fs.pipe_file(ts.path(name), b"x")
+    request_log.attach(ts.raw)
+    ts.fs.rm(ts.task.work_path, recursive=True)  # lists each marker and its .pending
+    assert request_log.counts()["AbortMultipartUpload"] == 3  # not once more per .pending
+    assert ts.parked() == []
+    assert ts.commit() == {}
 
 
 def test_deleting_a_file_still_being_written(ts):

@@ -121,6 +121,10 @@ class S3TaskView:
         if not is_deferred_write(target):
             self.fs.cp_file(source, target, **kwargs)
             return
+        # fsspec's generic copy() hands directories over too; s3fs would "read" one as
+        # empty bytes, and a zero-byte file named like the directory would be published.
+        if self.fs.isdir(source):
+            return  # S3 has no directories: the files copied below it make it appear
         with self.fs.open(source, "rb") as data, self.open(target, "wb") as f:
             shutil.copyfileobj(data, f, _COPY_CHUNK)
 
@@ -174,7 +178,15 @@ class S3TaskView:
     def rm_files(self, paths: list[str]) -> None:
         """Delete task files: abort their uploads, delete their markers and records."""
         deferred = [p for p in paths if is_deferred_write(p)]
-        records = [p for p in paths if p.endswith(PENDING_SUFFIX)]
+        # Records of files deleted along with them are not read again below: the file's
+        # own entry (registry or its .pending) names the upload once; a recursive rm
+        # lists both, and reading both aborted every upload twice.
+        doomed_files = set(deferred)
+        records = [
+            p
+            for p in paths
+            if p.endswith(PENDING_SUFFIX) and p.removesuffix(PENDING_SUFFIX) not in doomed_files
+        ]
         unknown = []
         uploads = []
         for path in deferred:
