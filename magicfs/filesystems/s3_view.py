@@ -172,8 +172,23 @@ class S3TaskView:
     # -- deletes --------------------------------------------------------------------------------
 
     def rm(self, paths: list[str], recursive: bool = False, maxdepth: int | None = None) -> None:
-        """``rm``: every file below ``paths`` (records included) goes, uploads aborted first."""
-        self.rm_files(self.fs.expand_path(paths, recursive=recursive, maxdepth=maxdepth))
+        """``rm``: every file below ``paths`` (records included) goes, uploads aborted first.
+
+        Files this process has just written count even if their marker is still on its
+        way (:meth:`task_view`): a recursive ``rm`` must not miss one and let it commit.
+        """
+        try:
+            expanded = set(self.fs.expand_path(paths, recursive=recursive, maxdepth=maxdepth))
+        except FileNotFoundError:
+            expanded = set()
+        for path in paths:
+            if self.registry.get(path.rstrip("/")) is not None:
+                expanded.add(path.rstrip("/"))
+            if recursive:
+                expanded |= {f.path for f in self.registry.under(path.rstrip("/") + "/")}
+        if not expanded:
+            raise FileNotFoundError(paths[0] if len(paths) == 1 else paths)
+        self.rm_files(sorted(expanded))
 
     def rm_files(self, paths: list[str]) -> None:
         """Delete task files: abort their uploads, delete their markers and records."""
@@ -233,6 +248,8 @@ class S3TaskView:
         bucket, key = self.store.split(path)
         head = self.store.head_object(bucket, key)
         if head is None:
+            if self.registry.under(path.rstrip("/") + "/"):  # files just written here
+                return {"name": path.rstrip("/"), "size": 0, "type": "directory"}
             return self.fs.info(path, **kwargs)  # a directory of task files, or nothing
         return {
             "name": path,
@@ -274,10 +291,25 @@ class S3TaskView:
         **kwargs: Any,
     ) -> Any:
         found = self.fs.find(path, maxdepth=maxdepth, withdirs=withdirs, detail=True, **kwargs)
-        entries = self.task_view(found.values())
+        # (s3fs's find can answer the directory itself when a file appears in it between
+        # its listing and its fallback info(): directories only where asked for.)
+        entries = {
+            e["name"]: e
+            for e in self.task_view(found.values())
+            if withdirs or e.get("type") != "directory"
+        }
+        base = path.rstrip("/")
+        for known in self.registry.under(base + "/"):  # markers still on their way
+            below = known.path[len(base) + 1 :].split("/")
+            if known.path in entries or (maxdepth is not None and len(below) > maxdepth):
+                continue
+            entries[known.path] = {"name": known.path, "size": known.length, "type": "file"}
+            for depth in range(1, len(below)) if withdirs else ():
+                directory = "/".join([base, *below[:depth]])
+                entries.setdefault(directory, {"name": directory, "size": 0, "type": "directory"})
         if detail:
-            return {e["name"]: e for e in entries}
-        return sorted(e["name"] for e in entries)
+            return dict(sorted(entries.items()))
+        return sorted(entries)
 
     def task_view(self, entries: Iterable[dict[str, Any]], under: str | None = None) -> list[Any]:
         """Listing entries as the task sees them: records hidden, sizes of files written here."""
