@@ -44,28 +44,6 @@ def new_attempt_number() -> int:
     return secrets.randbits(ATTEMPT_BITS) or 1
 
 
-def abort_task_quietly(
-    committer: OutputCommitter, task: TaskAttempt, failure: BaseException
-) -> None:
-    """Abort ``task`` after ``failure``; an abort that fails too is logged, not raised.
-
-    The original failure is what the user must see. Whatever the abort could not
-    delete is swept when the job is aborted.
-    """
-    try:
-        committer.abort_task(task)
-    except Exception as abort_error:
-        log.warning(
-            "task attempt %s failed (%s: %s) and aborting it failed too (%s: %s); the job's "
-            "abort will sweep what it left",
-            task.attempt_id,
-            type(failure).__name__,
-            failure,
-            type(abort_error).__name__,
-            abort_error,
-        )
-
-
 def abort_job_quietly(committer: OutputCommitter, failure: BaseException) -> bool:
     """Abort the job after ``failure``; if the abort fails too, say so on the failure.
 

@@ -58,7 +58,6 @@ from ._engine_support import (
     COMPRESSION_SUFFIXES,
     PartNames,
     abort_job_quietly,
-    abort_task_quietly,
     check_columns,
     new_attempt_number,
     padding_for,
@@ -118,21 +117,13 @@ def write_partition(
     the task never collides with an earlier execution. An exception aborts the
     attempt and propagates with a note naming the partition.
     """
-    attempt = committer.task_attempt(partition_id, new_attempt_number())
-    committer.setup_task(attempt)
-    try:
-        rows = write_fn(PartitionTask(attempt, committer.fs, partition_id), frame)
-        message = committer.commit_task(attempt)
-    except BaseException as failure:
-        abort_task_quietly(committer, attempt, failure)
-        failure.add_note(
-            f"magicfs.dask: partition {partition_id} (task attempt {attempt.attempt_id}) "
-            f"writing to {committer.url} failed; the attempt was aborted and nothing of it "
-            "is visible"
-        )
-        raise
-    counted = rows if isinstance(rows, int) and not isinstance(rows, bool) else None
-    return dataclasses.replace(message, rows=counted)
+    with committer.attempt(
+        partition_id, new_attempt_number(), context=f"magicfs.dask: partition {partition_id}"
+    ) as run:
+        rows = write_fn(PartitionTask(run.task, committer.fs, partition_id), frame)
+        run.rows = rows if isinstance(rows, int) and not isinstance(rows, bool) else None
+    assert run.message is not None
+    return run.message
 
 
 # -- writers -----------------------------------------------------------------------------------

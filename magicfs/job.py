@@ -42,17 +42,18 @@ class JobWriter:
     def job_id(self) -> str:
         return self.committer.job_id
 
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options that go with ``task.url(...)`` URLs (see ``committer.storage_options``)."""
+        return self.committer.storage_options
+
     @contextmanager
     def task(self, task_id: int, attempt: int = 0) -> Iterator[TaskAttempt]:
         """Set up a task attempt; commit it on success, abort it on an exception."""
-        task = self.committer.task_attempt(task_id, attempt)
-        self.committer.setup_task(task)
-        try:
-            yield task
-        except BaseException:
-            self.committer.abort_task(task)
-            raise
-        message = self.committer.commit_task(task)
+        with self.committer.attempt(task_id, attempt, context="magicfs.write_job") as run:
+            yield run.task
+        message = run.message
+        assert message is not None
         with self._lock:
             self.messages = [m for m in self.messages if m.task_id != message.task_id]
             self.messages.append(message)

@@ -38,7 +38,6 @@ commit there. Needs the ``ray`` extra (``pip install 'magicfs[ray]'``).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -54,7 +53,6 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
 from ._engine_support import (
     PartNames,
     abort_job_quietly,
-    abort_task_quietly,
     check_columns,
     new_attempt_number,
     write_tables,
@@ -189,27 +187,20 @@ class CommittedDatasink(Datasink):
         """One write task: a task attempt of its own, committed; returns its message."""
         committer = self._committer
         index = int(ctx.task_idx)
-        attempt = committer.task_attempt(index, new_attempt_number())
-        committer.setup_task(attempt)
-        try:
-            rows, _ = write_tables(
+        with committer.attempt(
+            index, new_attempt_number(), context=f"magicfs.ray: write task {index}"
+        ) as run:
+            run.rows, _ = write_tables(
                 committer.fs,
-                attempt,
+                run.task,
                 _arrow_tables(blocks, self._partition_cols),
                 self._format,
                 self._partition_cols,
                 self._names,
                 index,
             )
-            message = committer.commit_task(attempt)
-        except BaseException as failure:
-            abort_task_quietly(committer, attempt, failure)
-            failure.add_note(
-                f"magicfs.ray: write task {index} (task attempt {attempt.attempt_id}) to "
-                f"{committer.url} failed; the attempt was aborted and nothing of it is visible"
-            )
-            raise
-        return dataclasses.replace(message, rows=rows)
+        assert run.message is not None
+        return run.message
 
 
 def _arrow_tables(blocks: Iterable[Any], partition_cols: Sequence[str]) -> Iterator[Any]:

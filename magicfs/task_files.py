@@ -140,6 +140,11 @@ class TaskFiles:
         """Paths of the attempt's files that are still open in this process."""
         return sorted(f.path for f in self.of_attempt(job_id, attempt_id) if f.is_open)
 
+    def closing_paths(self) -> set[str]:
+        """Files whose close is still finishing in the background."""
+        with self._lock:
+            return {f.path for f in self._files.values() if f.closing is not None}
+
     def settle(
         self, job_id: str | None = None, attempt_id: str | None = None
     ) -> list[tuple[str, BaseException]]:
@@ -197,8 +202,10 @@ log = logging.getLogger("magicfs.task_files")
 
 def _settle_at_exit() -> None:
     """A script that writes task files and exits loses nothing still being closed."""
+    closing = TASK_FILES.closing_paths()
     for path, error in TASK_FILES.settle():
-        log.error("%s: could not be saved before exit: %s", path, error)
+        if path in closing:  # (earlier failures were reported when they happened)
+            log.error("%s: could not be saved before exit: %s", path, error)
 
 
 # It must run before the interpreter shuts down thread pools (the S3 client resolves

@@ -578,7 +578,8 @@ def test_distributed_failure_aborts_after_every_task_has_stopped(cluster, dest):
             sales_ddf(800, 8), FailingWriter(0), dest.url, storage_options=dest.storage_options
         )
     notes = "\n".join(raised.value.__notes__)
-    assert "partition 0 (task attempt attempt_" in notes and "attempt was aborted" in notes
+    assert "magicfs.dask: partition 0: task attempt attempt_" in notes
+    assert "attempt was aborted" in notes
     assert_nothing_left(dest)
 
 

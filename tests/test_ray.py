@@ -378,7 +378,7 @@ def test_a_failing_task_aborts_the_job(dest):
     sink = FailingSink(dest.url, storage_options=dest.storage_options)
     with pytest.raises(Exception, match="cannot encode a row of write task 2") as raised:
         dataset().write_datasink(sink)
-    assert "write task 2 (task attempt attempt_" in str(raised.value)
+    assert "magicfs.ray: write task 2: task attempt attempt_" in str(raised.value)
     assert sink.summary is None
     assert_nothing_left(dest)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Self
+from typing import Any, Self
 
 from ..paths import BASE, is_magic_element, join
 
@@ -58,6 +58,27 @@ def check_relative(relative: str) -> str:
         if is_magic_element(element) or element == BASE:
             raise ValueError(f"output path {relative!r} uses the reserved name {element!r}")
     return relative
+
+
+@dataclass
+class AttemptRun:
+    """One task attempt being run by :meth:`OutputCommitter.attempt`.
+
+    ``task`` is the attempt (``task.path(...)``, ``task.url(...)``), ``fs`` the filesystem
+    to write with. Set ``rows`` to the rows written (reported in ``_SUCCESS``);
+    ``message`` holds the task commit message once the ``with`` block has committed.
+    """
+
+    task: TaskAttempt
+    fs: Any
+    rows: int | None = None
+    message: TaskCommitMessage | None = None
+
+    def path(self, relative: str) -> str:
+        return self.task.path(relative)
+
+    def url(self, relative: str) -> str:
+        return self.task.url(relative)
 
 
 @dataclass(frozen=True)

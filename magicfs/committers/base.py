@@ -51,7 +51,9 @@ Decisions shared by all committers:
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import socket
@@ -80,7 +82,7 @@ from ..records import PendingSet, SinglePendingCommit, SuccessData
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsSnapshot, IOStatisticsStore
 from ..task_files import TASK_FILES, TaskFile
-from .attempts import JobSummary, TaskAttempt, TaskCommitMessage, total_rows
+from .attempts import AttemptRun, JobSummary, TaskAttempt, TaskCommitMessage, total_rows
 from .journal import JournalKeeper
 
 log = logging.getLogger("magicfs.committer")
@@ -271,9 +273,13 @@ class OutputCommitter(ABC):
         """Whether the job has been set up and has not ended (its marker, where it keeps one)."""
         return False
 
-    def _end_job(self) -> bool:
-        """End the job (no writer or task may join it any more); returns whether it was active."""
-        return self.job_active()
+    def _end_job(self, check: bool = True) -> bool:
+        """End the job (no writer or task may join it any more).
+
+        Returns whether it was active (looked up only if ``check``: one request less when
+        the caller's messages say what to commit).
+        """
+        return self.job_active() if check else False
 
     @abstractmethod
     def _journal(self) -> JournalKeeper | None:
@@ -462,6 +468,46 @@ class OutputCommitter(ABC):
                 entry.writer.supersede("its task attempt was aborted")
         self._abort_task(task, files)
 
+    @contextlib.contextmanager
+    def attempt(
+        self, task_id: int, attempt: int = 0, *, context: str = "magicfs"
+    ) -> Iterator[AttemptRun]:
+        """Run one task attempt: set it up, yield it, commit it when the block ends.
+
+        An exception inside the block (or from the commit) aborts the attempt — an abort
+        that fails too is logged, never raised over the original error — and propagates
+        with a note naming the attempt (``context`` says who ran it, e.g.
+        ``"magicfs.dask: partition 3"``). Every integration runs its tasks through this.
+        """
+        task = self.task_attempt(task_id, attempt)
+        self.setup_task(task)
+        run = AttemptRun(task, self.fs)
+        try:
+            yield run
+            message = self.commit_task(task)
+        except BaseException as failure:
+            self._abort_task_quietly(task, failure)
+            failure.add_note(
+                f"{context}: task attempt {task.attempt_id} writing to {self.url} failed; "
+                "the attempt was aborted and nothing of it is visible"
+            )
+            raise
+        run.message = message if run.rows is None else dataclasses.replace(message, rows=run.rows)
+
+    def _abort_task_quietly(self, task: TaskAttempt, failure: BaseException) -> None:
+        try:
+            self.abort_task(task)
+        except Exception as abort_error:
+            log.warning(
+                "task attempt %s failed (%s: %s) and aborting it failed too (%s: %s); the "
+                "job's end sweeps what it left",
+                task.attempt_id,
+                type(failure).__name__,
+                failure,
+                type(abort_error).__name__,
+                abort_error,
+            )
+
     def require_active_job(self, task: TaskAttempt) -> None:
         """Refuse to start an attempt of a job that was never set up or has ended."""
         if not self.job_active():
@@ -519,9 +565,10 @@ class OutputCommitter(ABC):
         stages = _Stages(self.stats)
         keeper = self._journal()
         TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
-        with stages("end_job"):
-            was_active = self._end_job()
+        with stages("end_job"), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            ending = pool.submit(self._end_job, messages is None)
             journal = keeper.read() if keeper is not None else None
+            was_active = ending.result()
         if journal is not None:
             self._check_resumable(journal, messages)
             if journal.phase == "committed":

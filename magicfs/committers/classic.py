@@ -91,8 +91,8 @@ class FileOutputCommitter(OutputCommitter):
         """Set up and not yet ended: its job attempt directory exists."""
         return self.store.info(self.job_attempt_dir) is not None
 
-    def _end_job(self) -> bool:
-        return self.job_active()
+    def _end_job(self, check: bool = True) -> bool:
+        return self.job_active() if check else False
 
     def _journal(self) -> None:
         """The classic committers keep no journal: a commit that dies is not resumable."""

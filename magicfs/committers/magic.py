@@ -137,9 +137,9 @@ class MagicCommitter(OutputCommitter):
     def job_active(self) -> bool:
         return self.store.head_object(self.bucket, self._key(self.layout.job_marker)) is not None
 
-    def _end_job(self) -> bool:
+    def _end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
-        was_active = self.job_active()
+        was_active = self.job_active() if check else False
         self.store.delete_object(self.bucket, self._key(self.layout.job_marker))
         return was_active
 
@@ -449,10 +449,14 @@ class MagicCommitter(OutputCommitter):
         """Sweep the job's uploads (keeping the committed ones), then delete its tree."""
         with self.stats.track("committer_cleanup"):
             keep = {c.upload_id for c in (published.payload or [])} if published else set()
-            listing = self._find(self.layout.magic_dir)
+            prefix = f"{self.dest_key}/" if self.dest_key else ""
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the two listings at once
+                uploads = pool.submit(lambda: list(self.store.list_uploads(self.bucket, prefix)))
+                listing = self._find(self.layout.magic_dir)
+                listed = uploads.result()
             keys = tree_keys(self.store, listing)
 
-            def sweep(progress: bool | None) -> int:
+            def sweep(progress: bool | None, uploads: list | None = None) -> int:
                 return sweep_job(
                     self.store,
                     self.bucket,
@@ -462,9 +466,10 @@ class MagicCommitter(OutputCommitter):
                     keep,
                     lambda shared: recorded_ids(self.store, listing, shared),
                     progress,
+                    uploads,
                 ).aborted
 
-            aborted = sweep(self.progress)
+            aborted = sweep(self.progress, listed)
             if aborted:
                 # An abort racing a part upload can leave the upload alive: look once more.
                 sweep(False)

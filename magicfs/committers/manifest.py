@@ -126,8 +126,8 @@ class ManifestCommitter(OutputCommitter):
     def job_active(self) -> bool:
         return self.store.info(self.layout.job_marker) is not None
 
-    def _end_job(self) -> bool:
-        was_active = self.job_active()
+    def _end_job(self, check: bool = True) -> bool:
+        was_active = self.job_active() if check else False
         self.store.delete_file(self.layout.job_marker)
         return was_active
 

@@ -152,17 +152,18 @@ def sweep_job(
     keep: set[str],
     own_ids: Callable[[set[str]], set[str]],
     progress: bool | None = None,
+    uploads: Iterable[PendingUpload] | None = None,
 ) -> SweepOutcome:
     """Abort every upload on one of the job's ``keys``, except the ids in ``keep``.
 
     ``keep``: the upload ids this job completed (or must keep). ``own_ids(keys)``: the
     upload ids the job's own records name on those keys (asked only for keys another
-    active job also writes). See the module docstring.
+    active job also writes). ``uploads``: the destination's pending uploads, if the
+    caller listed them already. See the module docstring.
     """
     prefix = f"{dest_key}/" if dest_key else ""
-    candidates = [
-        u for u in uploads_on_keys(store, bucket, prefix, keys) if u.upload_id not in keep
-    ]
+    listed = store.list_uploads(bucket, prefix) if uploads is None else uploads
+    candidates = [u for u in listed if u.key in keys and u.upload_id not in keep]
     outcome = SweepOutcome()
     if not candidates:
         return outcome

@@ -61,6 +61,7 @@ from ..paths import MagicPath, pending_path
 from ..records import SinglePendingCommit, path_to_uri
 from ..statistics import IOStatisticsSnapshot
 from ..task_files import TASK_FILES, TaskFile, TaskFiles
+from .job_check import job_still_active
 from .store import S3Store, error_code
 from .tracking import META_WRITER, marker_metadata, upload_metadata
 
@@ -232,13 +233,18 @@ class MagicS3Writer(io.BufferedIOBase):
     async def _check_job(self) -> None:
         """After the upload exists, make sure the job is still active (the zombie check)."""
         upload_id = await asyncio.wrap_future(self._start)
-        if self._job_marker_key is None:
+        job_marker = self._job_marker_key
+        if job_marker is None:
             return
-        try:
-            await self._store.acall("head_object", Bucket=self.bucket, Key=self._job_marker_key)
-        except FileNotFoundError:
-            pass
-        else:
+
+        async def head() -> bool:
+            try:
+                await self._store.acall("head_object", Bucket=self.bucket, Key=job_marker)
+            except FileNotFoundError:
+                return False
+            return True
+
+        if await job_still_active(self.bucket, job_marker, head):  # shared by writers
             return
         # The job has ended: its sweep may have missed this upload, so abort it now,
         # whatever this writer does next (it may be a zombie that never writes again).
@@ -348,6 +354,9 @@ class MagicS3Writer(io.BufferedIOBase):
         """The end of :meth:`close` for a task attempt's file, on the IO loop."""
         parts = [asyncio.wrap_future(self._parts[n]) for n in sorted(self._parts)]
         checked = await asyncio.gather(asyncio.wrap_future(self._checking), return_exceptions=True)
+        if isinstance(checked[0], BaseException):  # the job is gone: stop retrying parts
+            for future in self._parts.values():
+                future.cancel()
         results = await asyncio.gather(*parts, return_exceptions=True)
         failure = next((r for r in [*checked, *results] if isinstance(r, BaseException)), None)
         try:

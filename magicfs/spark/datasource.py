@@ -88,23 +88,22 @@ class MagicfsWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MagicfsCommitMessage:
         context = TaskContext.get()
         committer = self.committer
-        task = committer.task_attempt(context.partitionId(), context.taskAttemptId())
-        committer.setup_task(task)
-        try:
-            rows = write_batches(
+        with committer.attempt(
+            context.partitionId(),
+            context.taskAttemptId(),
+            context=f"magicfs Spark data source: partition {context.partitionId()}",
+        ) as run:
+            run.rows = write_batches(
                 committer.fs,
-                task,
+                run.task,
                 iterator,
                 self.schema,
                 self.format,
                 self.partition_by,
-                basename=f"part-{task.task_index:05d}-{committer.job_id}",
+                basename=f"part-{run.task.task_index:05d}-{committer.job_id}",
             )
-            message = committer.commit_task(task)
-        except BaseException:
-            committer.abort_task(task)
-            raise
-        return MagicfsCommitMessage(dataclasses.replace(message, rows=rows))
+        assert run.message is not None
+        return MagicfsCommitMessage(run.message)
 
     def commit(self, messages: list[Any]) -> None:
         self.committer.commit_job([None if m is None else m.task for m in messages])

@@ -52,14 +52,12 @@ def partition_task(committer: OutputCommitter) -> Iterator[PartitionTask]:
     context = TaskContext.get()
     if context is None:
         raise RuntimeError("partition_task() must run inside a Spark task")
-    attempt = committer.task_attempt(context.partitionId(), context.taskAttemptId())
-    committer.setup_task(attempt)
-    try:
-        yield PartitionTask(attempt, committer.fs, context.partitionId())
-    except BaseException:
-        committer.abort_task(attempt)
-        raise
-    committer.commit_task(attempt)
+    with committer.attempt(
+        context.partitionId(),
+        context.taskAttemptId(),
+        context=f"magicfs.spark: partition {context.partitionId()}",
+    ) as run:
+        yield PartitionTask(run.task, committer.fs, context.partitionId())
 
 
 def write_partitions(
@@ -80,15 +78,14 @@ def write_partitions(
 
     def run(rows: Iterator[Any]) -> Iterator[Any]:
         context = TaskContext.get()
-        attempt = committer.task_attempt(context.partitionId(), context.taskAttemptId())
-        committer.setup_task(attempt)
-        try:
-            count = write_fn(PartitionTask(attempt, committer.fs, context.partitionId()), rows)
-            message = committer.commit_task(attempt)
-        except BaseException:
-            committer.abort_task(attempt)
-            raise
-        yield dataclasses.replace(message, rows=count if isinstance(count, int) else None)
+        with committer.attempt(
+            context.partitionId(),
+            context.taskAttemptId(),
+            context=f"magicfs.spark: partition {context.partitionId()}",
+        ) as run:
+            count = write_fn(PartitionTask(run.task, committer.fs, context.partitionId()), rows)
+            run.rows = count if isinstance(count, int) and not isinstance(count, bool) else None
+        yield run.message
 
     try:
         messages = rdd.mapPartitions(run).collect()

@@ -1,0 +1,298 @@
+"""The cost of safety: a whole committed job against writing the same files directly.
+
+    python benchmarks/job_cost.py            # every workload below, 3 runs each (~15 min)
+    python benchmarks/job_cost.py --quick    # one run each, smaller workloads
+    python benchmarks/job_cost.py --only small,large --variants direct,magic --repeat 5
+
+What a user compares is not job commit alone but the whole job: today they write the
+files straight to their final keys with s3fs (fast, and unsafe: a failed or speculative
+task leaves partial or duplicate files). Each workload runs as a real job would: tasks
+on ``--executors`` parallel threads, each task writing its files one after another
+(``open``/``write``/``close``), then its task commit; then job commit from the tasks'
+messages. Variants, each on an empty bucket of the same server, in the same run:
+
+* ``direct``: s3fs writes to the final keys (no commit protocol: the unsafe floor);
+* ``magic``, ``magic-in-memory``: the magic committer (records in the store / in memory);
+* ``directory``: the staging committer (local files, uploaded at task commit);
+* ``file-v1``: Hadoop's classic FileOutputCommitter v1 (rename = copy + delete on S3).
+
+The server is moto on 127.0.0.1, in its own process, made as costly as S3 where it
+matters (``magicfs.embedded_s3``): ``--latency-ms`` (20) added to every request, and
+server-side copies at ``--copy-mb-per-s`` (10: the seed documents' S3 copy speed) — moto
+itself copies at memory speed, which would hide what a rename costs. Reported: wall
+seconds of the whole job (median of ``--repeat`` runs), the ratio to ``direct`` in the
+same run, S3 requests per file, bytes copied on the server. ``--rss`` also measures the
+writing process's peak RSS as the number of files per task grows tenfold (each in a
+process of its own). Every run checks its output: the expected files, no upload left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import s3fs  # noqa: E402
+
+from magicfs import committer_for  # noqa: E402
+from magicfs.embedded_s3 import EmbeddedS3Server  # noqa: E402
+
+KiB, MiB = 1 << 10, 1 << 20
+VARIANTS = ("direct", "magic", "magic-in-memory", "directory", "file-v1")
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    files: int
+    size: int
+    tasks: int
+    executors: int
+
+    def describe(self) -> str:
+        size = f"{self.size // MiB} MiB" if self.size >= MiB else f"{self.size // KiB} KiB"
+        return (
+            f"{self.files:,} files x {size} ({self.tasks} tasks, {self.executors} "
+            f"executor{'s' if self.executors > 1 else ''})"
+        )
+
+
+def workloads(quick: bool, executors: int) -> dict[str, Workload]:
+    scale = 4 if quick else 1
+    return {
+        "small": Workload("small", 128 // scale, 256 * KiB, 16 // scale, executors),
+        "large": Workload("large", 32 // scale, 8 * MiB, 8 // scale, executors),
+        "one-executor": Workload("one-executor", 128 // scale, 256 * KiB, 16 // scale, 1),
+        "many": Workload("many", 1000 // scale, 16 * KiB, 100 // scale, executors),
+    }
+
+
+@dataclass
+class Run:
+    seconds: float
+    requests: Counter = field(default_factory=Counter)
+
+    @property
+    def copies(self) -> int:
+        return self.requests["CopyObject"] + self.requests["UploadPartCopy"]
+
+
+class Counted:
+    """Counts the S3 operations of the clients it is attached to (botocore hooks)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def attach(self, fs) -> None:
+        fs.s3.meta.events.register("before-call.s3", self._record)
+
+    def _record(self, model, **kwargs) -> None:
+        self.counts[model.name] += 1
+
+
+def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket: str) -> Run:
+    """One job of ``workload`` with ``variant``; checks its output."""
+    payload = os.urandom(workload.size)
+    storage = {**server.storage_options, "skip_instance_cache": True}
+    per_task = workload.files // workload.tasks
+    names = [
+        [f"part-{task:04d}-{n:04d}.bin" for n in range(per_task)] for task in range(workload.tasks)
+    ]
+    counted = Counted()
+    start = time.perf_counter()
+    if variant == "direct":
+        fs = s3fs.S3FileSystem(**storage)
+        counted.attach(fs)
+
+        def direct_task(task: int) -> None:
+            for name in names[task]:
+                with fs.open(f"{bucket}/out/{name}", "wb") as f:
+                    f.write(payload)
+
+        with concurrent.futures.ThreadPoolExecutor(workload.executors) as pool:
+            list(pool.map(direct_task, range(workload.tasks)))
+    else:
+        options: dict = {"threads": 8, "progress": False}
+        name = variant
+        if variant == "magic-in-memory":
+            name, options["in_memory"] = "magic", True
+        if variant == "directory":
+            options["buffer_dir"] = tempfile.mkdtemp(prefix="magicfs-bench-")
+        committer = committer_for(
+            f"s3://{bucket}/out", committer=name, storage_options=storage, **options
+        )
+        counted.attach(committer.store_fs)
+        committer.setup_job()
+
+        def committed_task(task: int):
+            attempt = committer.task_attempt(task)
+            committer.setup_task(attempt)
+            for file_name in names[task]:
+                with committer.fs.open(attempt.path(file_name), "wb") as f:
+                    f.write(payload)
+            return committer.commit_task(attempt)
+
+        with concurrent.futures.ThreadPoolExecutor(workload.executors) as pool:
+            messages = list(pool.map(committed_task, range(workload.tasks)))
+        committer.commit_job(messages)
+    seconds = time.perf_counter() - start
+    check(server, bucket, workload, variant)
+    return Run(seconds, counted.counts)
+
+
+def check(server: EmbeddedS3Server, bucket: str, workload: Workload, variant: str) -> None:
+    client = server.boto3_client()
+    keys = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/"):
+        keys += [o["Key"] for o in page.get("Contents", []) if "/_" not in o["Key"]]
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    expected = workload.tasks * (workload.files // workload.tasks)
+    if len(keys) != expected or uploads:
+        raise SystemExit(
+            f"{variant} on {workload.name}: {len(keys)} files (expected {expected}), "
+            f"{len(uploads)} uploads left"
+        )
+
+
+def measure(
+    server: EmbeddedS3Server, workload: Workload, variants: list[str], repeat: int
+) -> dict[str, list[Run]]:
+    runs: dict[str, list[Run]] = {v: [] for v in variants}
+    client = server.boto3_client()
+    for round_ in range(repeat):
+        for variant in variants:  # interleaved: a slow moment hits every variant alike
+            bucket = f"bench-{workload.name}-{variant}-{round_}".replace("_", "-")
+            client.create_bucket(Bucket=bucket)
+            runs[variant].append(run_once(server, workload, variant, bucket))
+            server.reset()
+    return runs
+
+
+def table(workload: Workload, runs: dict[str, list[Run]]) -> list[str]:
+    base = statistics.median(r.seconds for r in runs["direct"]) if "direct" in runs else None
+    lines = [
+        f"**{workload.describe()}**",
+        "",
+        "| variant | seconds | x direct | requests/file | MiB copied on the server |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for variant, measured in runs.items():
+        seconds = statistics.median(r.seconds for r in measured)
+        requests = sum(measured[0].requests.values()) / workload.files
+        copied = measured[0].copies * workload.size / MiB
+        ratio = f"{seconds / base:.2f}" if base else "-"
+        lines.append(f"| {variant} | {seconds:.2f} | {ratio} | {requests:.1f} | {copied:,.0f} |")
+    return lines
+
+
+# --- peak RSS as the files per task grow ---------------------------------------------------
+
+
+def rss_child(endpoint: str, files_per_task: int) -> None:
+    """In a process of its own: one magic task writing ``files_per_task`` files; print max RSS."""
+    import resource
+
+    storage = {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint},
+        "skip_instance_cache": True,
+    }
+    bucket = f"rss-{files_per_task}"
+    committer = committer_for(f"s3://{bucket}/out", storage_options=storage, progress=False)
+    committer.store_fs.mkdir(bucket)
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    payload = os.urandom(1 * MiB)
+    for n in range(files_per_task):
+        with committer.fs.open(attempt.path(f"f{n:05d}"), "wb") as f:
+            f.write(payload)
+    committer.commit_job([committer.commit_task(attempt)])
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+
+
+def rss_rows(server: EmbeddedS3Server, counts: list[int]) -> list[str]:
+    lines = [
+        "**Peak RSS of the writing process (one task, files of 1 MiB, magic committer)**",
+        "",
+        "| files per task | peak RSS MiB |",
+        "|---:|---:|",
+    ]
+    for count in counts:
+        result = subprocess.run(
+            [sys.executable, __file__, "--rss-child", server.endpoint_url, str(count)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        lines.append(f"| {count:,} | {int(result.stdout.split()[-1])} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller workloads, one run each")
+    parser.add_argument("--only", help="workloads, comma-separated: small,large,one-executor,many")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    parser.add_argument("--repeat", type=int, help="runs per variant (median); default 3, quick 1")
+    parser.add_argument("--executors", type=int, default=4, help="tasks running at once")
+    parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--copy-mb-per-s", type=float, default=10.0)
+    parser.add_argument("--rss", action="store_true", help="also measure peak RSS (subprocesses)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rss_child:
+        rss_child(args.rss_child[0], int(args.rss_child[1]))
+        return
+    repeat = args.repeat or (1 if args.quick else 3)
+    chosen = workloads(args.quick, args.executors)
+    if args.only:
+        chosen = {name: chosen[name] for name in args.only.split(",")}
+    variants = args.variants.split(",")
+    report: dict = {"latency_ms": args.latency_ms, "copy_mb_per_s": args.copy_mb_per_s}
+    lines = [
+        f"moto on 127.0.0.1 (own process), {args.latency_ms:g} ms per request, server-side "
+        f"copies at {args.copy_mb_per_s:g} MB/s; median of {repeat} run(s)",
+        "",
+    ]
+    with EmbeddedS3Server(latency_ms=args.latency_ms, copy_mb_per_s=args.copy_mb_per_s) as server:
+        for workload in chosen.values():
+            runs = measure(server, workload, variants, repeat)
+            report[workload.name] = {
+                v: {
+                    "seconds": [r.seconds for r in rs],
+                    "requests": dict(rs[0].requests),
+                    "files": workload.files,
+                }
+                for v, rs in runs.items()
+            }
+            lines += [*table(workload, runs), ""]
+            if not args.json:
+                print("\n".join(lines), flush=True)
+                lines = []
+        if args.rss:
+            server.set_latency(0)
+            rss = rss_rows(server, [10, 100] if args.quick else [20, 200])
+            report["rss"] = rss
+            lines += rss
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
