@@ -28,7 +28,8 @@ fixes the task records being committed and the conflict decision. From then on:
   file the job had already *replaced* is gone — S3 and rename stores keep no old
   version). In ``replace`` mode, once old data was deleted, rolling back would lose old
   and new data both: ``abort_job()`` refuses (``abort_job(force=True)`` insists) and
-  the error says to finish with ``commit_job()``;
+  the error says to finish with ``commit_job()``. A commit that had got as far as
+  ``_SUCCESS`` is complete: ``abort_job()`` keeps it and only finishes its clean-up;
 * a failure *during* the commit does the same in-process: rolled back and aborted,
   except in ``replace`` mode after deletes began, where the job is left to be finished.
 
@@ -701,20 +702,26 @@ class OutputCommitter(ABC):
         """Abort the job: nothing of it stays visible, nothing parked. Idempotent.
 
         Rolls back a commit that a dead driver left half done, except in ``replace``
-        mode after old data was deleted (see the module docstring; ``force=True``).
+        mode after old data was deleted (see the module docstring; ``force=True``). A
+        commit that had finished (``_SUCCESS`` written) is kept: only its clean-up is done.
         """
         start = time.monotonic()
         self._end_job()
         keeper = self._journal()
         journal = keeper.read() if keeper is not None else None
         undone = 0
-        if journal is not None and journal.phase == "committed":
-            raise JobCommitError(
-                f"job {self.job_id} has already committed to {self.url}: there is nothing to "
-                "roll back; cleanup_job() finishes its clean-up",
-                job_id=self.job_id,
-                stage="abort",
+        if journal is not None and (journal.phase == "committed" or self._success_names_this_job()):
+            # The commit had finished: a driver killed in its clean-up (journal marked
+            # committed), or between saving _SUCCESS and marking the journal. Rolling back
+            # would delete complete output and leave a _SUCCESS naming it; refusing would
+            # leave the job's tree. So, as after any commit: keep the output, clean up.
+            log.warning(
+                "job %s has already committed to %s: nothing to roll back; finishing its clean-up",
+                self.job_id,
+                self.url,
             )
+            self._clean_up(None, None)
+            return
         if journal is not None:
             if journal.deletes and not force:
                 raise JobCommitError(
