@@ -99,6 +99,23 @@ def test_abort_after_a_kill_between_success_and_journal_keeps_the_committed_outp
     harness.discard(spec)
 
 
+def test_abort_in_replace_mode_rolls_back_while_no_old_file_was_deleted(harness):
+    # DeleteObjects: 1 = setup's old _SUCCESS, 2 = the job marker at job commit, 3 = the
+    # old data (replace mode), held: the journal says "deleting", nothing is deleted yet.
+    spec, expect, pre = killed_at(harness, ("DeleteObjects", {"nth": 3}), conflict_mode="replace")
+    assert pre.journal is not None and pre.journal["phase"] == "deleting"
+    assert all(pre.visible.get(name) == sha for name, sha in expect.preexisting.items())
+
+    [result] = recover_in_child(spec, ["abort"], 120)
+
+    assert result["ok"], result
+    after = Observer(spec, harness.client).snapshot()
+    assert after.visible == expect.preexisting
+    assert after.success_job is None
+    assert leftovers(spec, after) == []
+    harness.discard(spec)
+
+
 def test_abort_in_replace_mode_refuses_once_old_data_was_deleted_and_commit_finishes(harness):
     # Held: the first completion, after the old data was deleted.
     spec, expect, pre = killed_at(

@@ -28,7 +28,8 @@ fixes the task records being committed and the conflict decision. From then on:
   file the job had already *replaced* is gone — S3 and rename stores keep no old
   version). In ``replace`` mode, once old data was deleted, rolling back would lose old
   and new data both: ``abort_job()`` refuses (``abort_job(force=True)`` insists) and
-  the error says to finish with ``commit_job()``. A commit that had got as far as
+  the error says to finish with ``commit_job()`` (while every old file is still there,
+  it rolls back). A commit that had got as far as
   ``_SUCCESS`` is complete: ``abort_job()`` keeps it and only finishes its clean-up;
 * a failure *during* the commit does the same in-process: rolled back and aborted,
   except in ``replace`` mode after deletes began, where the job is left to be finished.
@@ -723,7 +724,7 @@ class OutputCommitter(ABC):
             self._clean_up(None, None)
             return
         if journal is not None:
-            if journal.deletes and not force:
+            if journal.deletes and not force and not self._old_data_intact(keeper, journal):
                 raise JobCommitError(
                     f"job {self.job_id}: its commit had already deleted the destination's old "
                     f"data ({journal.deletes} files, replace mode) when it stopped; rolling back "
@@ -746,6 +747,19 @@ class OutputCommitter(ABC):
             elapsed(start),
             f" ({undone} files of its interrupted commit deleted)" if undone else "",
         )
+
+    def _old_data_intact(self, keeper: JournalKeeper, journal: CommitJournal) -> bool:
+        """``replace`` mode: did the commit stop before deleting any old file?
+
+        The journal is saved (phase ``deleting``) *before* the first old file is deleted,
+        so a driver killed in between leaves all of them in place; rolling back then
+        loses nothing and ``abort_job()`` need not refuse. (One listing of the
+        destination; any old file missing means deletes began.)
+        """
+        if journal.phase != "deleting":
+            return False
+        present = set(self.visible_files())
+        return all(path in present for page in keeper.pages(journal) for path in page)
 
     def cleanup_job(self) -> None:
         """Delete the job's tree, aborting anything it left. Idempotent.
