@@ -133,3 +133,22 @@ def test_abort_in_replace_mode_refuses_once_old_data_was_deleted_and_commit_fini
     assert after.success_job == spec.job_id
     assert leftovers(spec, after) == []
     harness.discard(spec)
+
+
+def test_commit_job_with_the_messages_of_a_finished_job_finds_nothing_to_commit(harness):
+    from helpers.kill_harness import ChildJob
+
+    spec, old = harness.prepare("small", 8, "magic", tag="finished")
+    child = ChildJob(spec)
+    assert child.finish(120) == 0, child.stderr_tail()
+    expect = Expectations(spec, old, "done", set(range(spec.tasks)), None)
+    before = Observer(spec, harness.client).snapshot()
+
+    [result] = recover_in_child(spec, ["commit-messages"], 120)
+
+    assert not result["ok"] and result["error"] == "NothingToCommitError", result
+    assert "already been committed" in result["message"]
+    after = Observer(spec, harness.client).snapshot()
+    assert after.same_output(before)
+    assert not compare(complete(expect), after, "after")
+    harness.discard(spec)

@@ -517,6 +517,13 @@ class OutputCommitter(ABC):
             self._check_resumable(journal, messages)
             if journal.phase == "committed":
                 return self._finish_clean_up(journal, start)
+        elif messages is not None and not was_active and self._success_names_this_job():
+            # A retried commit_job(messages) of a job that had finished: its records are
+            # gone with its tree, and failing to load them must not read as "rolled back".
+            raise NothingToCommitError(
+                f"job {self.job_id}: nothing to commit at {self.url}: it has already been "
+                "committed (its _SUCCESS names it)"
+            )
         loaded: Loaded | None = None
         try:
             with self.stats.track("committer_commit_job"):
