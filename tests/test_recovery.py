@@ -10,6 +10,7 @@ experiment is ``tests/test_kill_recovery.py``.
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -151,4 +152,30 @@ def test_commit_job_with_the_messages_of_a_finished_job_finds_nothing_to_commit(
     after = Observer(spec, harness.client).snapshot()
     assert after.same_output(before)
     assert not compare(complete(expect), after, "after")
+    harness.discard(spec)
+
+
+def test_manifest_abort_after_a_kill_in_publish_removes_the_directories_it_created(harness):
+    from helpers.kill_harness import ChildJob
+
+    spec, old = harness.prepare("many", 9, "manifest", tag="manifest-dirs")
+    out = spec.dest.removeprefix("file://")
+    child = ChildJob(spec)
+    assert child.wait_for_phase("job_commit", 120), child.stderr_tail()
+    # Job commit makes the destination directories just before the first rename: kill then.
+    while not os.path.isdir(os.path.join(out, "t0")) and child.process.poll() is None:
+        time.sleep(0.001)
+    child.kill()
+    expect = Expectations(spec, old, child.phase, set(range(spec.tasks)), None)
+    pre = Observer(spec).snapshot()
+    assert pre.journal is not None and pre.journal["phase"] == "publishing"
+    assert "t0" in pre.directories
+
+    [result] = recover_in_child(spec, ["abort"], 120)
+
+    assert result["ok"], result
+    after = Observer(spec).snapshot()
+    assert after.visible == expect.preexisting
+    assert after.directories == {"old"}  # t0, t1, t2 were the job's: gone with it
+    assert leftovers(spec, after) == []
     harness.discard(spec)
