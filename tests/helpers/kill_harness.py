@@ -1,4 +1,4 @@
-"""Kill tests: a job killed (SIGKILL) inside a chosen phase, recovered by a fresh process, checked exactly.
+"""Kill tests: a job SIGKILLed inside a chosen phase, recovered by a fresh process, checked.
 
 The issue "Crash-proof jobs" asks that a killed driver, writer or task leaves a job that
 can be finished (``commit_job()``) or rolled back (``abort_job()``) exactly, with zero
@@ -48,6 +48,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 import pathlib
@@ -197,7 +198,9 @@ def child_job(spec: JobSpec) -> None:
 
     _say("PHASE write")
     files = [
-        (task, name, size) for task in tasks for name, size in spec.task_files(task.task_index).items()
+        (task, name, size)
+        for task in tasks
+        for name, size in spec.task_files(task.task_index).items()
     ]
     with concurrent.futures.ThreadPoolExecutor(4 * spec.tasks) as pool:  # tasks run in parallel
         list(pool.map(write, files))
@@ -316,9 +319,17 @@ class Shape:
 
 
 SHAPES = {
-    "small": Shape(tasks=4, files_per_task=12, file_size=1500),
+    "small": Shape(tasks=3, files_per_task=10, file_size=1500),
     "multipart": Shape(tasks=2, files_per_task=3, file_size=2000, big_file_size=11 * MiB),
     "many": Shape(tasks=4, files_per_task=300, file_size=100, latency_ms=0),
+    # Fault rows: enough creates that 10% of them fail (lost-create), few enough requests
+    # that 30% SlowDown replies and their back-off keep a run short (slowdown).
+    "faulty": Shape(
+        tasks=3, files_per_task=16, file_size=2000, big_file_size=6 * MiB, latency_ms=0
+    ),
+    "throttled": Shape(
+        tasks=3, files_per_task=4, file_size=2000, big_file_size=6 * MiB, latency_ms=0
+    ),
 }
 
 
@@ -410,7 +421,7 @@ ROWS: dict[str, Row] = {
             "abort_job() / cleanup_job()",
             ("magic", "directory"),
             phases=("write",),
-            plans=("abort", "cleanup"),
+            plans=("abort", "cleanup,abort"),
             shape="multipart",
         ),
         Row(
@@ -418,7 +429,7 @@ ROWS: dict[str, Row] = {
             "same in in_memory=True mode (magic committer)",
             ("magic-mem",),
             phases=("write",),
-            plans=("abort", "cleanup"),
+            plans=("abort", "cleanup,abort"),
             shape="multipart",
         ),
         Row(
@@ -427,7 +438,7 @@ ROWS: dict[str, Row] = {
             "commit_job(): the committed tasks)",
             ("magic", "magic-mem", "directory", "manifest"),
             phases=("task_commit",),
-            plans=("abort", "cleanup", "commit"),
+            plans=("abort", "cleanup,abort", "commit"),
         ),
         Row(
             "lost-create",
@@ -435,7 +446,7 @@ ROWS: dict[str, Row] = {
             S3_COMMITTERS,
             faults=(("CreateMultipartUpload", "reset-after"),),
             fault_rates=(0.1, 0.1),
-            shape="multipart",
+            shape="faulty",
         ),
         Row(
             "slowdown",
@@ -449,6 +460,7 @@ ROWS: dict[str, Row] = {
                 ("ListObjectsV2", "503"),
             ),
             fault_rates=(0.1, 0.3),
+            shape="throttled",
         ),
     )
 }
@@ -491,7 +503,9 @@ class Observer:
     def journal_path(self) -> str:
         spec = self.spec
         if spec.committer == "manifest":
-            return os.path.join(_local(spec.dest), "_temporary", spec.job_id, "_magicfs_commit.json")
+            return os.path.join(
+                _local(spec.dest), "_temporary", spec.job_id, "_magicfs_commit.json"
+            )
         if spec.committer == "directory":
             return os.path.join(
                 spec.buffer_dir,
@@ -626,7 +640,9 @@ def tasks_visible(expect: Expectations, snapshot: Snapshot) -> tuple[set[int], l
     for task in range(expect.spec.tasks):
         files = expect.task_files(task)
         right = [n for n, sha in files.items() if snapshot.visible.get(n) == sha]
-        wrong = [n for n, sha in files.items() if n in snapshot.visible and snapshot.visible[n] != sha]
+        wrong = [
+            n for n, sha in files.items() if n in snapshot.visible and snapshot.visible[n] != sha
+        ]
         if wrong:
             problems.append(f"task {task}: wrong bytes in {len(wrong)} files, e.g. {wrong[0]}")
         if len(right) == len(files):
@@ -640,7 +656,9 @@ def compare(expected: dict[str, str], snapshot: Snapshot, what: str) -> list[str
     problems = []
     missing = sorted(set(expected) - set(snapshot.visible))
     extra = sorted(set(snapshot.visible) - set(expected))
-    wrong = sorted(n for n in expected if n in snapshot.visible and snapshot.visible[n] != expected[n])
+    wrong = sorted(
+        n for n in expected if n in snapshot.visible and snapshot.visible[n] != expected[n]
+    )
     if missing:
         problems.append(f"{what}: {len(missing)} files missing, e.g. {missing[0]}")
     if extra:
@@ -661,9 +679,7 @@ def leftovers(spec: JobSpec, snapshot: Snapshot) -> list[str]:
     """Anything of the job left after recovery: uploads, its tree, its staging directory."""
     problems = []
     if snapshot.uploads:
-        problems.append(
-            f"{len(snapshot.uploads)} pending uploads left, e.g. {snapshot.uploads[0]}"
-        )
+        problems.append(f"{len(snapshot.uploads)} pending uploads left, e.g. {snapshot.uploads[0]}")
     if snapshot.tree:
         problems.append(f"job tree left ({len(snapshot.tree)} entries, e.g. {snapshot.tree[0]})")
     if snapshot.staging_left:
@@ -748,8 +764,9 @@ def judge(
                 continue
             outcome = "finished"
             if expect.phase == "done":
-                problems.append("commit_job() of a job that had finished did not raise "
-                                "NothingToCommitError")
+                problems.append(
+                    "commit_job() of a job that had finished did not raise NothingToCommitError"
+                )
             found, task_problems = tasks_visible(expect, final)
             problems += task_problems
             if expect.phase in ("job_commit", "done"):
@@ -930,8 +947,13 @@ def child_env() -> dict[str, str]:
 def recover_in_child(spec: JobSpec, actions: list[str], timeout: float) -> list[dict[str, Any]]:
     """The recovery plan in a fresh process; its results (or a failure result)."""
     process = subprocess.run(
-        [sys.executable, str(pathlib.Path(__file__).resolve()), "recover", spec.to_json(),
-         ",".join(actions)],
+        [
+            sys.executable,
+            str(pathlib.Path(__file__).resolve()),
+            "recover",
+            spec.to_json(),
+            ",".join(actions),
+        ],
         capture_output=True,
         text=True,
         env=child_env(),
@@ -965,8 +987,15 @@ class KillHarness:
     look). Phase durations are calibrated once per job shape by an unkilled run.
     """
 
-    def __init__(self, upstream_url: str, workdir: str | None = None, *, keep: bool = False,
-                 grace: float = 0.3, timeout: float = 120.0):
+    def __init__(
+        self,
+        upstream_url: str,
+        workdir: str | None = None,
+        *,
+        keep: bool = False,
+        grace: float = 0.5,
+        timeout: float = 120.0,
+    ):
         import boto3
 
         self.upstream_url = upstream_url
@@ -997,9 +1026,16 @@ class KillHarness:
             "driver_messages": rng.choice(row.driver_messages),
         }
 
-    def prepare(self, shape_name: str, seed: int, committer: str, conflict_mode: str = "append",
-                driver_messages: bool = True, endpoint: str | None = None,
-                tag: str = "run") -> tuple[JobSpec, dict[str, str]]:
+    def prepare(
+        self,
+        shape_name: str,
+        seed: int,
+        committer: str,
+        conflict_mode: str = "append",
+        driver_messages: bool = True,
+        endpoint: str | None = None,
+        tag: str = "run",
+    ) -> tuple[JobSpec, dict[str, str]]:
         """A fresh destination with old data (none for ``fail``) and the job's spec.
 
         Returns the spec and the old files (name -> sha256). ``endpoint``: where the job
@@ -1043,18 +1079,12 @@ class KillHarness:
 
     def front(self, seed: int = 0, latency_ms: float = 0.0):
         """A fault front (started) in front of the server; stop it when done."""
-        return self._front(seed, latency_ms)
-
-    def discard(self, spec: JobSpec) -> None:
-        """Remove the run's bucket and directory (unless ``keep``)."""
-        self._discard(spec)
-
-    def _front(self, seed: int, latency_ms: float):
         from .fault_front import FaultFront
 
         return FaultFront(self.upstream_url, seed=seed, latency_ms=latency_ms).start()
 
-    def _discard(self, spec: JobSpec) -> None:
+    def discard(self, spec: JobSpec) -> None:
+        """Remove the run's bucket and directory (unless ``keep``)."""
         if self.keep:
             return
         if spec.committer != "manifest":
@@ -1068,15 +1098,21 @@ class KillHarness:
         key = (shape_for(row, committer), committer)
         if key in self.calibrations:
             return self.calibrations[key]
-        calibration_row = Row(f"calibrate-{key[0]}", "unkilled run", (committer,),
-                              phases=(), shape=key[0], conflict_modes=(conflict_mode,))
+        calibration_row = Row(
+            f"calibrate-{key[0]}",
+            "unkilled run",
+            (committer,),
+            phases=(),
+            shape=key[0],
+            conflict_modes=(conflict_mode,),
+        )
         result, times = self._run_to_end(calibration_row, 0, committer, conflict_mode, True, {})
         self.calibration_results.append(result)
         if not times:
             raise RuntimeError(f"calibration run failed: {result.line()}")
         durations = {
             phase: times[after] - times[phase]
-            for phase, after in zip(PHASES, PHASES[1:], strict=False)
+            for phase, after in itertools.pairwise(PHASES)
             if phase in times and after in times
         }
         self.calibrations[key] = durations
@@ -1085,35 +1121,63 @@ class KillHarness:
     # -- runs --
 
     def run(self, row: Row, seed: int) -> RunResult:
+        """One run of ``row`` with ``seed`` (a harness error is reported as a problem)."""
         start = time.monotonic()
+        try:
+            result = self._run(row, seed)
+        except Exception as e:
+            result = RunResult(row.key, seed, "?", "?", "?", "?", 0.0, "?", "", "harness error")
+            result.problems.append(f"harness error: {type(e).__name__}: {e}")
+        result.seconds = round(time.monotonic() - start, 2)
+        return result
+
+    def _run(self, row: Row, seed: int) -> RunResult:
         choice = self._choose(row, seed)
         if not row.killed:
             rng = choice["rng"]
             rate = round(rng.uniform(*row.fault_rates), 3)
             result, _ = self._run_to_end(
-                row, seed, choice["committer"], choice["conflict_mode"],
-                choice["driver_messages"], {"rate": rate},
+                row,
+                seed,
+                choice["committer"],
+                choice["conflict_mode"],
+                choice["driver_messages"],
+                {"rate": rate},
             )
         else:
             result = self._run_killed(row, seed, choice)
-        result.seconds = round(time.monotonic() - start, 2)
         return result
 
-    def _run_to_end(self, row: Row, seed: int, committer: str, conflict_mode: str,
-                    driver_messages: bool, faults: dict[str, Any]) -> tuple[RunResult, dict]:
+    def _run_to_end(
+        self,
+        row: Row,
+        seed: int,
+        committer: str,
+        conflict_mode: str,
+        driver_messages: bool,
+        faults: dict[str, Any],
+    ) -> tuple[RunResult, dict]:
         """A job run to its end (fault rows, calibration): it must succeed, exactly."""
         shape = SHAPES[shape_for(row, committer)]
         front = None
         endpoint = None
         if committer != "manifest":
-            front = self._front(seed, shape.latency_ms)
+            front = self.front(seed, shape.latency_ms)
             endpoint = front.endpoint_url
             for operation, action in row.faults:
                 front.add_rule(operation, action, rate=faults["rate"])
-        spec, old = self.prepare(shape_for(row, committer), seed, committer, conflict_mode,
-                                 driver_messages, endpoint, row.key)
-        result = RunResult(row.key, seed, committer, conflict_mode, "none", "none", 0.0,
-                           "?", "", "?")
+        spec, old = self.prepare(
+            shape_for(row, committer),
+            seed,
+            committer,
+            conflict_mode,
+            driver_messages,
+            endpoint,
+            row.key,
+        )
+        result = RunResult(
+            row.key, seed, committer, conflict_mode, "none", "none", 0.0, "?", "", "?"
+        )
         try:
             child = ChildJob(spec)
             try:
@@ -1123,7 +1187,11 @@ class KillHarness:
                 code = -1
             result.phase = child.phase
             if front is not None:
-                result.faults = {"rate": faults.get("rate", 0.0), "stats": front.stats()}
+                stats = front.stats()
+                injected = sum(sum(op["faults"].values()) for op in stats.values())
+                result.faults = {"rate": faults.get("rate", 0.0), "stats": stats}
+                if row.faults:
+                    result.detail = f"rate {faults['rate']}: {injected} faults injected"
                 front.stop()
                 front = None
             self._check_magicfs(child, result)
@@ -1134,8 +1202,7 @@ class KillHarness:
                 result.problems.append(f"job exited {code}: {child.stderr_tail()}")
             else:
                 result.outcome = "succeeded"
-                result.problems += compare(expect.complete(set(range(spec.tasks))), snapshot,
-                                           "job")
+                result.problems += compare(expect.complete(set(range(spec.tasks))), snapshot, "job")
                 if snapshot.success_job != spec.job_id:
                     result.problems.append(f"_SUCCESS names {snapshot.success_job!r}")
             result.problems += leftovers(spec, snapshot)
@@ -1144,7 +1211,7 @@ class KillHarness:
             if front is not None:
                 front.stop()
             if result.clean:
-                self._discard(spec)
+                self.discard(spec)
         return result, times
 
     def _run_killed(self, row: Row, seed: int, choice: dict[str, Any]) -> RunResult:
@@ -1153,13 +1220,19 @@ class KillHarness:
         durations = self.calibrate(row, committer, mode)
         delay = round(rng.uniform(0.0, durations.get(phase, 0.5)), 4)
         shape = SHAPES[shape_for(row, committer)]
-        front = self._front(seed, shape.latency_ms) if committer != "manifest" else None
+        front = self.front(seed, shape.latency_ms) if committer != "manifest" else None
         spec, old = self.prepare(
-            shape_for(row, committer), seed, committer, mode, choice["driver_messages"],
-            front.endpoint_url if front else None, row.key,
+            shape_for(row, committer),
+            seed,
+            committer,
+            mode,
+            choice["driver_messages"],
+            front.endpoint_url if front else None,
+            row.key,
         )
-        result = RunResult(row.key, seed, committer, mode, choice["plan"], phase, delay, "?",
-                           "", "?")
+        result = RunResult(
+            row.key, seed, committer, mode, choice["plan"], phase, delay, "?", "", "?"
+        )
         try:
             child = ChildJob(spec)
             reached = child.wait_for_phase(phase, self.timeout)
@@ -1194,11 +1267,12 @@ class KillHarness:
             if front is not None:
                 front.stop()
             if result.clean:
-                self._discard(spec)
+                self.discard(spec)
         return result
 
-    def _second_call(self, spec: JobSpec, last: dict[str, Any], before: Snapshot,
-                     observer: Observer) -> list[str]:
+    def _second_call(
+        self, spec: JobSpec, last: dict[str, Any], before: Snapshot, observer: Observer
+    ) -> list[str]:
         """The last recovery call once more, in this process: it must change nothing."""
         again = call(make_committer(spec, spec.endpoint), last["action"], spec)
         after = observer.snapshot()
@@ -1207,8 +1281,11 @@ class KillHarness:
             problems.append(f"second call not harmless: {_describe(again)}")
         if not after.same_output(before):
             problems.append("second call changed the output")
-        problems += [f"after a second call: {p}" for p in leftovers(spec, after)
-                     if p not in leftovers(spec, before)]
+        problems += [
+            f"after a second call: {p}"
+            for p in leftovers(spec, after)
+            if p not in leftovers(spec, before)
+        ]
         return problems
 
     @staticmethod
@@ -1221,8 +1298,9 @@ class KillHarness:
 def saved_messages_ids(spec: JobSpec) -> list[int]:
     if not os.path.isdir(spec.messages_dir):
         return []
-    return sorted(int(n.split(".")[0]) for n in os.listdir(spec.messages_dir)
-                  if n.endswith(".json"))
+    return sorted(
+        int(n.split(".")[0]) for n in os.listdir(spec.messages_dir) if n.endswith(".json")
+    )
 
 
 def _detail(expect: Expectations, pre: Snapshot) -> str:
