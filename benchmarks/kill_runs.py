@@ -3,6 +3,7 @@
     python benchmarks/kill_runs.py                    # 20 runs per row
     python benchmarks/kill_runs.py --runs 10 --json kill_runs.json
     python benchmarks/kill_runs.py --rows abort,replace-abort --seed 1234 --runs 1 -v
+    python benchmarks/kill_runs.py --rows commit,abort --runs 2 --sweep 1:60   # every request
 
 Each run (``tests/helpers/kill_harness.py``): a job in a child process writes
 deterministic files to a fresh bucket (or local directory), is SIGKILLed after a random
@@ -11,7 +12,9 @@ process recovers it (``commit_job()``, ``commit_job(messages)``, ``abort_job()``
 ``cleanup_job()``); the checker then compares the destination's files and bytes,
 ``_SUCCESS``, pending uploads and what is left of the job with what the issue requires.
 Seeds are printed: ``--rows ROW --seed SEED --runs 1`` replays one run (the job's timing
-varies, so a replay lands near, not exactly at, the same request).
+varies, so a replay lands near, not exactly at, the same request). ``--sweep A:B``
+kills instead at the A-th, A+1-th ... B-th S3 request of the row's phase, one run each
+(the job waits at the phase until the kill is armed: exact, repeatable kill points).
 
 Starts its own moto S3 server on 127.0.0.1; each S3 run talks to it through a fault
 front (5 ms per request for kill rows). Prints the issue's table, then where the kills
@@ -115,6 +118,15 @@ def _landing(result: RunResult) -> str:
     return "job_commit (before the journal)"
 
 
+def report(result: RunResult, verbose: bool, log) -> None:
+    print(f"{result.seconds:6.1f}s {result.line()}", file=log, flush=True)
+    if verbose or not result.clean:
+        for step in result.steps:
+            print(f"         {json.dumps(step)[:400]}", file=log, flush=True)
+    if not result.clean:
+        print(f"         replay: {result.replay()}", file=log, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20, help="runs per row (default 20)")
@@ -122,6 +134,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None, help="first seed (default: random)")
     parser.add_argument("--json", metavar="PATH", help="write every run as JSON ('-': stdout)")
     parser.add_argument("--keep", action="store_true", help="keep every run's bucket and files")
+    parser.add_argument(
+        "--sweep",
+        metavar="A:B",
+        help="kill at each of requests A..B of the phase (S3 kill rows), for every seed",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="print each recovery call")
     args = parser.parse_args()
     rows = list(ROWS) if args.rows == "all" else args.rows.split(",")
@@ -129,6 +146,10 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown rows {unknown}; rows: {', '.join(ROWS)}")
     first = args.seed if args.seed is not None else random.SystemRandom().randrange(10**6)
+    requests: list[int | None] = [None]
+    if args.sweep:
+        low, _, high = args.sweep.partition(":")
+        requests = list(range(int(low), int(high or low) + 1))
     log = sys.stderr if args.json == "-" else sys.stdout
     print(f"seeds {first}..{first + args.runs - 1} for each row", file=log, flush=True)
     results: list[RunResult] = []
@@ -137,14 +158,10 @@ def main() -> None:
         harness = KillHarness(server.endpoint_url, keep=args.keep)
         for key in rows:
             for seed in range(first, first + args.runs):
-                result = harness.run(ROWS[key], seed)
-                results.append(result)
-                print(f"{result.seconds:6.1f}s {result.line()}", file=log, flush=True)
-                if args.verbose or not result.clean:
-                    for step in result.steps:
-                        print(f"         {json.dumps(step)[:400]}", file=log, flush=True)
-                if not result.clean:
-                    print(f"         replay: {result.replay()}", file=log, flush=True)
+                for request in requests if ROWS[key].killed else [None]:
+                    result = harness.run(ROWS[key], seed, request)
+                    results.append(result)
+                    report(result, args.verbose, log)
         calibrations = harness.calibration_results
         if not args.keep and all(r.clean for r in results + calibrations):
             shutil.rmtree(harness.workdir, ignore_errors=True)

@@ -89,6 +89,7 @@ class JobSpec:
     threads: int
     workdir: str  # messages/, buffer/ (staging), the child's stderr
     driver_messages: bool  # the job's driver commits with its messages (else it lists)
+    hold: str = ""  # a phase at which the job waits for a line on stdin (exact kill points)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -174,12 +175,18 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def _phase(spec: JobSpec, phase: str) -> None:
+    _say(f"PHASE {phase}")
+    if spec.hold == phase:
+        sys.stdin.readline()  # the parent arms its kill trigger, then lets the job go on
+
+
 def child_job(spec: JobSpec) -> None:
     """The job: setup, write, task commits (messages saved at once), job commit."""
     import magicfs
 
     _say(f"MAGICFS {magicfs.__file__}")
-    _say("PHASE setup")
+    _phase(spec, "setup")
     committer = make_committer(spec)
     committer.setup_job()
     tasks = [committer.task_attempt(t) for t in range(spec.tasks)]
@@ -196,7 +203,7 @@ def child_job(spec: JobSpec) -> None:
             for offset in range(0, len(data), MiB):  # like a writer producing output
                 f.write(data[offset : offset + MiB])
 
-    _say("PHASE write")
+    _phase(spec, "write")
     files = [
         (task, name, size)
         for task in tasks
@@ -204,7 +211,7 @@ def child_job(spec: JobSpec) -> None:
     ]
     with concurrent.futures.ThreadPoolExecutor(4 * spec.tasks) as pool:  # tasks run in parallel
         list(pool.map(write, files))
-    _say("PHASE task_commit")
+    _phase(spec, "task_commit")
     messages = []
     for task in tasks:
         _say(f"TASK_COMMIT {task.task_index}")
@@ -215,7 +222,7 @@ def child_job(spec: JobSpec) -> None:
         os.replace(path + ".tmp", path)  # a reader never sees half a message
         _say(f"MESSAGE {task.task_index}")
         messages.append(message)
-    _say("PHASE job_commit")
+    _phase(spec, "job_commit")
     summary = committer.commit_job(messages if spec.driver_messages else None)
     _say(f"SUMMARY {summary.files} {summary.bytes}")
     _say("PHASE done")
@@ -826,19 +833,26 @@ class RunResult:
     steps: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     faults: dict[str, Any] = field(default_factory=dict)
+    at_request: int | None = None  # killed at this request of the phase (else after delay)
 
     @property
     def clean(self) -> bool:
         return not self.problems
 
     def replay(self) -> str:
-        return f"python benchmarks/kill_runs.py --rows {self.row} --seed {self.seed} --runs 1"
+        command = f"python benchmarks/kill_runs.py --rows {self.row} --seed {self.seed}"
+        if self.at_request is not None:
+            return f"{command} --sweep {self.at_request}:{self.at_request}"
+        return f"{command} --runs 1"
 
     def line(self) -> str:
         status = "clean" if self.clean else "NOT CLEAN: " + "; ".join(self.problems)
+        when = (
+            f"@request {self.at_request}" if self.at_request is not None else f"+{self.delay:.3f}s"
+        )
         return (
             f"[{self.row} seed={self.seed} {self.committer}/{self.conflict_mode} plan={self.plan}"
-            f" kill {self.target_phase}+{self.delay:.3f}s -> hit {self.phase} ({self.detail})]"
+            f" kill {self.target_phase}{when} -> hit {self.phase} ({self.detail})]"
             f" {self.outcome}: {status}"
         )
 
@@ -855,6 +869,7 @@ class ChildJob:
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, str(pathlib.Path(__file__).resolve()), "job", spec.to_json()],
+                stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 text=True,
@@ -887,6 +902,12 @@ class ChildJob:
                     return False
                 self._arrived.wait(min(left, 0.2))
         return True
+
+    def go_on(self) -> None:
+        """Let a job held at its ``hold`` phase continue."""
+        assert self.process.stdin is not None
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
 
     def kill_when_fired(self, front: Any, rule_id: int, timeout: float = 120.0) -> bool:
         """Kill the job the moment the front's rule ``rule_id`` has fired (a deterministic
@@ -1120,19 +1141,25 @@ class KillHarness:
 
     # -- runs --
 
-    def run(self, row: Row, seed: int) -> RunResult:
-        """One run of ``row`` with ``seed`` (a harness error is reported as a problem)."""
+    def run(self, row: Row, seed: int, at_request: int | None = None) -> RunResult:
+        """One run of ``row`` with ``seed`` (a harness error is reported as a problem).
+
+        ``at_request=n``: kill at the n-th S3 request of the phase instead of after a
+        random delay (the job waits at the phase until the trigger is armed: an exact,
+        repeatable kill point, for sweeping a phase request by request).
+        """
         start = time.monotonic()
         try:
-            result = self._run(row, seed)
+            result = self._run(row, seed, at_request)
         except Exception as e:
             result = RunResult(row.key, seed, "?", "?", "?", "?", 0.0, "?", "", "harness error")
             result.problems.append(f"harness error: {type(e).__name__}: {e}")
         result.seconds = round(time.monotonic() - start, 2)
         return result
 
-    def _run(self, row: Row, seed: int) -> RunResult:
+    def _run(self, row: Row, seed: int, at_request: int | None) -> RunResult:
         choice = self._choose(row, seed)
+        choice["at_request"] = at_request
         if not row.killed:
             rng = choice["rng"]
             rate = round(rng.uniform(*row.fault_rates), 3)
@@ -1217,8 +1244,12 @@ class KillHarness:
     def _run_killed(self, row: Row, seed: int, choice: dict[str, Any]) -> RunResult:
         rng = choice["rng"]
         committer, mode, phase = choice["committer"], choice["conflict_mode"], choice["phase"]
-        durations = self.calibrate(row, committer, mode)
-        delay = round(rng.uniform(0.0, durations.get(phase, 0.5)), 4)
+        at_request = choice["at_request"] if committer != "manifest" else None
+        if at_request is None:
+            durations = self.calibrate(row, committer, mode)
+            delay = round(rng.uniform(0.0, durations.get(phase, 0.5)), 4)
+        else:
+            delay = 0.0
         shape = SHAPES[shape_for(row, committer)]
         front = self.front(seed, shape.latency_ms) if committer != "manifest" else None
         spec, old = self.prepare(
@@ -1230,13 +1261,19 @@ class KillHarness:
             front.endpoint_url if front else None,
             row.key,
         )
+        spec.hold = phase if at_request is not None else ""
         result = RunResult(
             row.key, seed, committer, mode, choice["plan"], phase, delay, "?", "", "?"
         )
+        result.at_request = at_request
         try:
             child = ChildJob(spec)
             reached = child.wait_for_phase(phase, self.timeout)
-            if reached:
+            if reached and at_request is not None and front is not None:
+                front.add_rule("*", "delay", ms=600_000, nth=at_request)
+                child.go_on()
+                child.kill_when_fired(front, 0, self.timeout)
+            elif reached:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.process.wait(delay)
             child.kill()
