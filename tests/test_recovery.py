@@ -158,7 +158,7 @@ def test_commit_job_with_the_messages_of_a_finished_job_finds_nothing_to_commit(
 def test_manifest_abort_after_a_kill_in_publish_removes_the_directories_it_created(harness):
     from helpers.kill_harness import ChildJob
 
-    spec, old = harness.prepare("many", 9, "manifest", tag="manifest-dirs")
+    spec, old = harness.prepare("wide", 9, "manifest", tag="manifest-dirs")  # 4,000 renames
     out = spec.dest.removeprefix("file://")
     child = ChildJob(spec)
     assert child.wait_for_phase("job_commit", 120), child.stderr_tail()

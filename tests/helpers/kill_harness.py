@@ -21,8 +21,11 @@ time (:data:`ROWS`), each run reproducible from its seed.
    (:mod:`.fault_front`) adding a few milliseconds per request, so that kills land
    between requests of every stage; the front is stopped with the job, so requests the
    dead process had not yet got onto the server are lost with it (a request already
-   forwarded completes on the server, as one in flight would on S3). The phase a kill
-   hit is the last ``PHASE`` line the child printed.
+   forwarded completes on the server, as one in flight would on S3; recovery starts
+   ``grace`` seconds later). The phase a kill hit is the last ``PHASE`` line the child
+   printed. Exact kill points instead (``run(..., at_request=n)``): the job waits at the
+   phase until a ``delay`` rule on the phase's n-th S3 request is armed, and is killed
+   the moment that request is held.
 4. Recovery runs in a fresh process (``recover`` command) with a new committer for the
    same destination and job id: ``commit_job()``, ``commit_job(messages)`` with the saved
    messages, ``abort_job()`` or ``cleanup_job()``; a call refused with a recoverable
@@ -329,6 +332,7 @@ SHAPES = {
     "small": Shape(tasks=3, files_per_task=10, file_size=1500),
     "multipart": Shape(tasks=2, files_per_task=3, file_size=2000, big_file_size=11 * MiB),
     "many": Shape(tasks=4, files_per_task=300, file_size=100, latency_ms=0),
+    "wide": Shape(tasks=4, files_per_task=1000, file_size=50, latency_ms=0),
     # Fault rows: enough creates that 10% of them fail (lost-create), few enough requests
     # that 30% SlowDown replies and their back-off keep a run short (slowdown).
     "faulty": Shape(
