@@ -838,6 +838,7 @@ class RunResult:
     seconds: float = 0.0
     faults: dict[str, Any] = field(default_factory=dict)
     at_request: int | None = None  # killed at this request of the phase (else after delay)
+    tasks_visible: list[int] | None = None  # the tasks whose files are visible at the end
 
     @property
     def clean(self) -> bool:
@@ -857,7 +858,7 @@ class RunResult:
         return (
             f"[{self.row} seed={self.seed} {self.committer}/{self.conflict_mode} plan={self.plan}"
             f" kill {self.target_phase}{when} -> hit {self.phase} ({self.detail})]"
-            f" {self.outcome}: {status}"
+            f" {self.outcome} (tasks visible: {self.tasks_visible}): {status}"
         )
 
 
@@ -1302,6 +1303,7 @@ class KillHarness:
             result.detail = _detail(expect, pre)
             result.steps = recover_in_child(spec, choice["plan"].split(","), self.timeout)
             final = observer.snapshot()
+            result.tasks_visible = sorted(tasks_visible(expect, final)[0])
             result.outcome, result.problems = judge(expect, pre, result.steps, final)
             result.problems += self._second_call(spec, result.steps[-1], final, observer)
         finally:
