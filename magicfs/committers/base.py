@@ -29,8 +29,8 @@ fixes the task records being committed and the conflict decision. From then on:
   version). In ``replace`` mode, once old data was deleted, rolling back would lose old
   and new data both: ``abort_job()`` refuses (``abort_job(force=True)`` insists) and
   the error says to finish with ``commit_job()`` (while every old file is still there,
-  it rolls back). A commit that had got as far as
-  ``_SUCCESS`` is complete: ``abort_job()`` keeps it and only finishes its clean-up;
+  it rolls back). A commit that had got as far as ``_SUCCESS`` is complete:
+  ``abort_job()`` keeps it and only finishes its clean-up;
 * a failure *during* the commit does the same in-process: rolled back and aborted,
   except in ``replace`` mode after deletes began, where the job is left to be finished.
 
