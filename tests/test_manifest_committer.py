@@ -437,6 +437,51 @@ def test_conflict_modes(store):
     assert store.visible() == ["newer.csv"]
 
 
+def visible_directories(fs, root: str) -> list[str]:
+    """Directories under ``root`` that readers see (a local disk keeps empty ones)."""
+    found = fs.find(root, withdirs=True, detail=True)
+    return sorted(
+        path[len(root) + 1 :]
+        for path, info in found.items()
+        if info["type"] == "directory"
+        and path != root
+        and not any(e.startswith(("_", ".")) for e in path[len(root) + 1 :].split("/"))
+    )
+
+
+def test_replace_on_a_local_disk_leaves_no_empty_directory_of_the_old_data(tmp_path):
+    store = Store(fsspec.filesystem("file"), f"file://{tmp_path}/out")
+    store.fs.makedirs(f"{store.root}/year=2023/month=1", exist_ok=True)
+    store.fs.pipe_file(f"{store.root}/year=2023/month=1/old.csv", b"old")
+    store.fs.makedirs(f"{store.root}/shared", exist_ok=True)
+    store.fs.pipe_file(f"{store.root}/shared/old.csv", b"old")
+    replacing = store.committer(conflict_mode="replace")
+    replacing.commit_job(run_tasks(replacing, {0: ["year=2024/new.csv", "shared/new.csv"]}))
+    assert store.visible() == ["shared/new.csv", "year=2024/new.csv"]
+    # year=2023 held only old data: gone with it (else readers see an empty partition).
+    assert visible_directories(store.fs, store.root) == ["shared", "year=2024"]
+
+
+def test_a_failed_commit_on_a_local_disk_leaves_none_of_the_directories_it_made(tmp_path):
+    store = Store(faulty(fsspec.filesystem("file")), f"file://{tmp_path}/out")
+    store.fs.makedirs(f"{store.root}/existing", exist_ok=True)
+    committer = store.committer(threads=1)
+    tasks = {t: [f"t{t}/deep/f{n}" for n in range(3)] for t in range(3)}
+    messages = run_tasks(committer, {**tasks, 3: ["existing/f"]})
+    renames = [0]
+
+    def fifth(source, dest):
+        renames[0] += "/tasks/" in source
+        return "/tasks/" in source and renames[0] == 5
+
+    store.fs.fail("mv", when=fifth)
+    with pytest.raises(CommitFailedError, match="failed in stage publish"):
+        committer.commit_job(messages)
+    assert store.visible() == []
+    # t0/deep, t1/... were made by the commit: removed again; "existing" was there before.
+    assert visible_directories(store.fs, store.root) == ["existing"]
+
+
 def test_a_file_where_a_directory_must_go_is_replaced(store):
     # Hadoop's dirty tree: the destination holds a file named like a directory the job needs.
     store.fs.makedirs(store.root, exist_ok=True)

@@ -28,7 +28,9 @@ fixes the task records being committed and the conflict decision. From then on:
   file the job had already *replaced* is gone — S3 and rename stores keep no old
   version). In ``replace`` mode, once old data was deleted, rolling back would lose old
   and new data both: ``abort_job()`` refuses (``abort_job(force=True)`` insists) and
-  the error says to finish with ``commit_job()``;
+  the error says to finish with ``commit_job()`` (while every old file is still there,
+  it rolls back). A commit that had got as far as ``_SUCCESS`` is complete:
+  ``abort_job()`` keeps it and only finishes its clean-up;
 * a failure *during* the commit does the same in-process: rolled back and aborted,
   except in ``replace`` mode after deletes began, where the job is left to be finished.
 
@@ -573,6 +575,13 @@ class OutputCommitter(ABC):
             self._check_resumable(journal, messages)
             if journal.phase == "committed":
                 return self._finish_clean_up(journal, start)
+        elif messages is not None and not was_active and self._success_names_this_job():
+            # A retried commit_job(messages) of a job that had finished: its records are
+            # gone with its tree, and failing to load them must not read as "rolled back".
+            raise NothingToCommitError(
+                f"job {self.job_id}: nothing to commit at {self.url}: it has already been "
+                "committed (its _SUCCESS names it)"
+            )
         loaded: Loaded | None = None
         try:
             with self.stats.track("committer_commit_job"):
@@ -778,7 +787,8 @@ class OutputCommitter(ABC):
         """Abort the job: nothing of it stays visible, nothing parked. Idempotent.
 
         Rolls back a commit that a dead driver left half done, except in ``replace``
-        mode after old data was deleted (see the module docstring; ``force=True``).
+        mode after old data was deleted (see the module docstring; ``force=True``). A
+        commit that had finished (``_SUCCESS`` written) is kept: only its clean-up is done.
         """
         start = time.monotonic()
         TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
@@ -786,13 +796,18 @@ class OutputCommitter(ABC):
         keeper = self._journal()
         journal = keeper.read() if keeper is not None else None
         undone = 0
-        if journal is not None and journal.phase == "committed":
-            raise JobCommitError(
-                f"job {self.job_id} has already committed to {self.url}: there is nothing to "
-                "roll back; cleanup_job() finishes its clean-up",
-                job_id=self.job_id,
-                stage="abort",
+        if journal is not None and (journal.phase == "committed" or self._success_names_this_job()):
+            # The commit had finished: a driver killed in its clean-up (journal marked
+            # committed), or between saving _SUCCESS and marking the journal. Rolling back
+            # would delete complete output and leave a _SUCCESS naming it; refusing would
+            # leave the job's tree. So, as after any commit: keep the output, clean up.
+            log.warning(
+                "job %s has already committed to %s: nothing to roll back; finishing its clean-up",
+                self.job_id,
+                self.url,
             )
+            self._clean_up(None, None)
+            return
         if journal is not None:
             if not force and self._old_data_deleted(journal):
                 raise JobCommitError(

@@ -258,9 +258,34 @@ class ManifestCommitter(OutputCommitter):
         manifests: LoadedManifests = loaded.payload
         create_directories(context, manifests.directories)
         renamed = rename_files(context, manifests, self.delete_target_files)
+        if self.conflict_mode == "replace":
+            self._remove_emptied_directories()
         if self.validate:
             validate_output(context, manifests)
         return Published(renamed.files, renamed.bytes, list(renamed.first_destinations))
+
+    def _remove_emptied_directories(self) -> int:
+        """``replace`` on a local disk: remove the old data's directories left empty.
+
+        Replace deletes the old *files* (the journal's delete pages list them); on a disk
+        their directories would stay, empty, where readers see partitions and a later
+        ``conflict_mode="fail"`` job sees data. Done after the new files are in place
+        (a directory they need must exist for their renames), deepest first; directories
+        holding anything stay. Idempotent, so a retried commit does it again.
+        """
+        keeper = self._journal()
+        journal = keeper.read()
+        if journal is None or not journal.deletes or not self.store.needs_parent_directories:
+            return 0
+        emptied: set[str] = set()
+        for page in keeper.pages(journal):
+            for path in page:
+                parent = path.rsplit("/", 1)[0]
+                while parent.startswith(self.dest + "/") and parent not in emptied:
+                    emptied.add(parent)
+                    parent = parent.rsplit("/", 1)[0]
+        ordered = sorted(emptied, key=lambda p: (-p.count("/"), p))
+        return sum(self.store.remove_empty_directory(path) for path in ordered)
 
     def _unpublish(self, loaded: Loaded) -> int:
         journal = self._journal().read()

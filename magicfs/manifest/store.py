@@ -142,6 +142,20 @@ class RenameStore:
             return False
         return True
 
+    def remove_empty_directory(self, path: str) -> bool:
+        """Remove ``path`` if it is an empty directory of a real filesystem (local disks).
+
+        ``False`` when it holds anything, is gone, or the store's directories are
+        implicit (object stores: a "directory" goes with its last file).
+        """
+        if not self.needs_parent_directories:
+            return False
+        try:
+            self.fs.rmdir(path)
+        except OSError:  # not empty, or not there
+            return False
+        return True
+
     def delete_tree(self, path: str) -> bool:
         """Delete a directory tree; ``False`` if there was nothing."""
         if not self.fs.exists(path):

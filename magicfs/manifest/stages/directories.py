@@ -40,6 +40,24 @@ def create_directories(context: StageContext, directories: dict[str, DirEntry]) 
     return created
 
 
+def remove_created_directories(context: StageContext, directories: dict[str, DirEntry]) -> int:
+    """Roll back :func:`create_directories`: remove the directories it made, if empty again.
+
+    A directory the tasks found missing (or a file standing in its place) was made by
+    this commit; once its files are deleted again it would stay behind, empty, where
+    readers — and a later ``conflict_mode="fail"`` job — see it as data. Deepest first;
+    one that holds anything (another job's file) stays. Local disks only (see
+    :meth:`RenameStore.remove_empty_directory`). Returns how many were removed.
+    """
+    made = [
+        e for e in directories.values() if e.status in (EntryStatus.NOT_FOUND, EntryStatus.FILE)
+    ]
+    removed = 0
+    for entry in sorted(made, key=lambda e: (-e.level, e.dir)):
+        removed += context.store.remove_empty_directory(context.store.path(entry.dir))
+    return removed
+
+
 def _clear_ancestors(context: StageContext, path: str) -> None:
     """Delete files standing at ``path`` or any of its ancestors below the destination."""
     dest = context.layout.dest

@@ -8,7 +8,8 @@ directory, so a retried commit never deletes a file it had already renamed.
 **Rolling back** (:func:`unrename`) needs no log of what was renamed, so it works the
 same after an in-process failure and after a driver died mid-commit: only job commit
 moves files out of an attempt's directory, so a destination whose source has left it
-was published by this commit and is deleted again. On stores where a rename is a copy
+was published by this commit and is deleted again; so are the (then empty) directories
+the commit created for them, on local disks. On stores where a rename is a copy
 then a delete, a commit stopped between the two leaves the source *and* its copy: a
 destination of the recorded size modified since the commit started is that copy, and is
 deleted too (the source stays, nothing is lost). Nothing of the failed job stays
@@ -23,6 +24,7 @@ from datetime import datetime
 
 from ...records import FileEntry
 from .context import StageContext
+from .directories import remove_created_directories
 from .load import LoadedManifests
 
 
@@ -94,6 +96,7 @@ def unrename(context: StageContext, loaded: LoadedManifests, since: float) -> in
 
     with context.stats.track("job_stage_revert_renames"):
         reverted = sum(context.parallel(undo, loaded.entries(), "reverting renames", loaded.files))
+        remove_created_directories(context, loaded.directories)
     context.stats.increment("committer_files_reverted", reverted)
     return reverted
 
