@@ -101,9 +101,9 @@ def test_abort_after_a_kill_between_success_and_journal_keeps_the_committed_outp
 
 
 def test_abort_in_replace_mode_rolls_back_while_no_old_file_was_deleted(harness):
-    # DeleteObjects: 1 = setup's old _SUCCESS, 2 = the job marker at job commit, 3 = the
-    # old data (replace mode), held: the journal says "deleting", nothing is deleted yet.
-    spec, expect, pre = killed_at(harness, ("DeleteObjects", {"nth": 3}), conflict_mode="replace")
+    # DeleteObjects: 1 = setup's old _SUCCESS, 2 = the old data (replace mode), held: the
+    # journal says "deleting", nothing is deleted yet (asserted below).
+    spec, expect, pre = killed_at(harness, ("DeleteObjects", {"nth": 2}), conflict_mode="replace")
     assert pre.journal is not None and pre.journal["phase"] == "deleting"
     assert all(pre.visible.get(name) == sha for name, sha in expect.preexisting.items())
 

@@ -575,13 +575,6 @@ class OutputCommitter(ABC):
             self._check_resumable(journal, messages)
             if journal.phase == "committed":
                 return self._finish_clean_up(journal, start)
-        elif messages is not None and not was_active and self._success_names_this_job():
-            # A retried commit_job(messages) of a job that had finished: its records are
-            # gone with its tree, and failing to load them must not read as "rolled back".
-            raise NothingToCommitError(
-                f"job {self.job_id}: nothing to commit at {self.url}: it has already been "
-                "committed (its _SUCCESS names it)"
-            )
         loaded: Loaded | None = None
         try:
             with self.stats.track("committer_commit_job"):
@@ -591,7 +584,11 @@ class OutputCommitter(ABC):
                         if journal is not None
                         else self._records_to_commit(messages, was_active)
                     )
-                    loaded = self._load(records, messages)
+                    try:
+                        loaded = self._load(records, messages)
+                    except FileNotFoundError:
+                        self._check_not_committed_already(journal, messages)
+                        raise
                 with stages("validate"):
                     self._validate(loaded)
                 if journal is None:
@@ -637,6 +634,20 @@ class OutputCommitter(ABC):
         summary = self.summarise(published.files, published.bytes, loaded.tasks, start, filenames)
         summary.cleanup_incomplete = incomplete
         return summary
+
+    def _check_not_committed_already(
+        self, journal: CommitJournal | None, messages: list[TaskCommitMessage] | None
+    ) -> None:
+        """Task records are missing: was this a retried ``commit_job(messages)`` of a finished job?
+
+        Its records went with its tree, and failing to load them must not read as "rolled
+        back". Asked only once a record is missing, so a first commit pays no extra request.
+        """
+        if journal is None and messages is not None and self._success_names_this_job():
+            raise NothingToCommitError(
+                f"job {self.job_id}: nothing to commit at {self.url}: it has already been "
+                "committed (its _SUCCESS names it)"
+            )
 
     def _try_clean_up(self, loaded: Loaded | None, published: Published | None) -> str | None:
         """Clean up after a successful commit; what is left (and how to finish) on failure."""
