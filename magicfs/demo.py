@@ -294,8 +294,10 @@ def run_demo(keep: bool = False) -> int:
         )
         say(f"   (the server added {LATENCY_MS} ms to every request and copied at")
         say(f"   {S3_COPY_MB_PER_S} MB/s per copy: S3's figures from the seed documents — moto")
-        say("   alone copies at memory speed. magicfs's requests include aborting the losing")
-        say("   duplicate attempt's uploads. More: `python benchmarks/job_cost.py`, README.)")
+        say("   alone copies at memory speed. magicfs's side also carries its writes' last")
+        say("   parts, which finish in the background while task commit waits for them, and")
+        say("   aborting the losing duplicate attempt's uploads. Whole jobs against direct")
+        say('   writes: `python benchmarks/job_cost.py`, README "The cost of safety".)')
         say(f"\ndemo finished in {time.monotonic() - started:.1f}s")
         if keep:
             command = _command()

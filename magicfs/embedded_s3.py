@@ -14,6 +14,12 @@ Two settings make it cost what S3 costs, for the demo and the benchmarks:
   copy (the seed documents' figure), while moto copies at memory speed. Concurrent
   copies each get the full bandwidth, as on S3.
 
+And one makes it *as cheap* as S3 where S3 is cheap: connections are kept alive
+between requests (HTTP/1.1), as S3 and every SDK do. Werkzeug's development server,
+which moto uses, closes the connection after every response, so each request would
+cost a new TCP connection and a new server thread on both sides: CPU that grows with
+the number of requests and that S3 never charges (see :class:`_KeepAliveHandler`).
+
 Run ``python -m magicfs.embedded_s3 --port 0`` to start one by hand: it prints its
 endpoint and the credentials to use, and serves until interrupted (Ctrl-C, SIGTERM).
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import logging
 import os
@@ -199,9 +206,11 @@ def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
             return control(environ, start_response)
         if settings["delay"]:
             time.sleep(settings["delay"])
+        # The whole response is built here, before werkzeug sends a byte of it: an error
+        # answers a complete 500 (see _keep_alive_handler).
+        body = list(app(environ, start_response))
         if not settings["copy"] or "HTTP_X_AMZ_COPY_SOURCE" not in environ:
-            return app(environ, start_response)
-        body = list(app(environ, start_response))  # the copy happens here
+            return body
         time.sleep(_copied_bytes(app, environ) / settings["copy"])
         return body
 
@@ -235,6 +244,74 @@ def _copied_bytes(app: Any, environ: dict[str, Any]) -> int:
     return int(found.get("content-length", "0") or 0)
 
 
+class _Body(io.RawIOBase):
+    """A request body of known length, read from the connection and never past its end.
+
+    Reads stop at the body's end, so nothing (the app, werkzeug's after-response drain)
+    can consume the next request on a kept-alive connection.
+    """
+
+    def __init__(self, stream: Any, length: int) -> None:
+        self._stream = stream
+        self.remaining = length
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        wanted = min(len(buffer), self.remaining)
+        if wanted <= 0:
+            return 0
+        got = self._stream.readinto(memoryview(buffer)[:wanted]) or 0
+        self.remaining -= got
+        if got == 0:  # the client went away mid-body
+            self.remaining = 0
+        return got
+
+
+def _keep_alive_handler(base: Any) -> Any:
+    """``base`` (moto's werkzeug request handler) with HTTP/1.1 keep-alive.
+
+    Werkzeug closes every connection because Python's ``http.server`` cannot skip a
+    request body the app left unread. This handler bounds each body by its
+    ``Content-Length`` and reads what the app left before the next request; requests
+    whose length is unknown (chunked) still close their connection. The app's whole
+    response is built before anything is sent (:func:`_cost_middleware`), so a failing
+    request answers a complete 500 and never a truncated response on a live connection.
+    """
+
+    class KeepAliveHandler(base):
+        rfile: Any  # the connection's buffered reader (http.server)
+        _keep_alive = False
+
+        def run_wsgi(self) -> None:
+            length = self.headers.get("Content-Length")
+            chunked = "chunked" in self.headers.get("Transfer-Encoding", "").lower()
+            if chunked or (length is not None and not length.isdigit()):
+                super().run_wsgi()
+                return
+            raw: Any = self.rfile
+            body = _Body(raw, int(length or 0))
+            self.rfile, self._keep_alive = body, True
+            try:
+                super().run_wsgi()
+            finally:
+                self.rfile, self._keep_alive = raw, False
+            if body.remaining:  # the app did not read all of it: skip the rest
+                if body.remaining > 64 << 20:
+                    self.close_connection = True
+                else:
+                    while body.read(1 << 20):
+                        pass
+
+        def send_header(self, keyword: str, value: str) -> None:
+            if self._keep_alive and keyword.lower() == "connection" and value.lower() == "close":
+                return  # http.server then keeps the connection as the request asked
+            super().send_header(keyword, value)
+
+    return KeepAliveHandler
+
+
 def serve(port: int, latency_ms: float, copy_mb_per_s: float, exit_with_parent: bool) -> None:
     """Run the server in this process.
 
@@ -253,7 +330,8 @@ def serve(port: int, latency_ms: float, copy_mb_per_s: float, exit_with_parent: 
     app: Any = _cost_middleware(
         DomainDispatcherApplication(create_backend_app), latency_ms, copy_mb_per_s
     )
-    server = make_server("127.0.0.1", port, app, threaded=True, request_handler=MotoRequestHandler)
+    handler = _keep_alive_handler(MotoRequestHandler)
+    server = make_server("127.0.0.1", port, app, threaded=True, request_handler=handler)
     bound = server.server_address[1]
     print(f"{_READY} {bound}", flush=True)
     if exit_with_parent:

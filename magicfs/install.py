@@ -60,7 +60,7 @@ def installed_protocols() -> list[str]:
     return sorted(_originals)
 
 
-def _magic_class(original: type) -> type:
+def _magic_class(original: Any) -> type:
     class InstalledMagicFileSystem(MagicFileSystem):
         """``MagicFileSystem`` around ``original``, built from ``original``'s arguments."""
 

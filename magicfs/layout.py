@@ -23,11 +23,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .names import JOB_MARKER, PENDINGSET_SUFFIX, STARTED_SUFFIX
 from .paths import BASE, JOB_DIR_PREFIX, MAGIC_JOB_PREFIX, TASKS_DIR, MagicPath, join
-
-JOB_MARKER = "_magicfs_job.json"
-PENDINGSET_SUFFIX = ".pendingset"
-STARTED_SUFFIX = ".started"
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,127}$")
 

@@ -29,13 +29,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MAGIC = "__magic"
-MAGIC_JOB_PREFIX = "__magic_job-"
-BASE = "__base"
-JOB_DIR_PREFIX = "job-"
-TASKS_DIR = "tasks"
-PENDING_SUFFIX = ".pending"
-PENDINGSET_SUFFIX = ".pendingset"
+from .names import (
+    BASE,
+    JOB_DIR_PREFIX,
+    MAGIC,
+    MAGIC_JOB_PREFIX,
+    PENDING_SUFFIX,
+    PENDINGSET_SUFFIX,
+    TASKS_DIR,
+)
+
 RECORD_SUFFIXES = (PENDING_SUFFIX, PENDINGSET_SUFFIX)
 
 _FORBIDDEN_ELEMENTS = {"", ".", ".."}

@@ -67,8 +67,8 @@ class IOStatisticsSnapshot:
         for name, value in other.maximums.items():
             current = self.maximums.get(name)
             self.maximums[name] = value if current is None else max(current, value)
-        for name, value in other.meanstatistics.items():
-            self.meanstatistics.setdefault(name, MeanStatistic()).add(value)
+        for name, mean in other.meanstatistics.items():
+            self.meanstatistics.setdefault(name, MeanStatistic()).add(mean)
         return self
 
     def is_empty(self) -> bool:

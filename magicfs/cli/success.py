@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from ..errors import InvalidCommitData
+from ..names import SUCCESS_FILE
 from ..paths import join
 from ..records import SuccessData
 from . import render
@@ -33,8 +34,6 @@ from .common import read_limited as read_file
 from .inspect_record import load
 
 log = logging.getLogger("magicfs.cli.success")
-
-SUCCESS_FILE = "_SUCCESS"
 
 
 def add_parser(sub: Any) -> None:

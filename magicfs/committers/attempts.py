@@ -6,8 +6,9 @@ All of them pickle (committers ship them to executors) and the message is also J
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Self
+from typing import Any, Self, TypeAlias
 
 from ..paths import BASE, is_magic_element, join
 
@@ -109,11 +110,17 @@ class TaskCommitMessage:
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
 
-def total_rows(messages: list[TaskCommitMessage] | None) -> int | None:
+Messages: TypeAlias = Sequence["TaskCommitMessage | None"]
+"""What job commit is given: one message per task. Spark hands ``None`` for a task that
+never reported; job commit refuses such a list and names the missing message."""
+
+
+def total_rows(messages: Messages | None) -> int | None:
     """Rows written by all tasks, when every message knows its count."""
-    if not messages or any(m is None or m.rows is None for m in messages):
+    counts = [m.rows if m is not None else None for m in messages or []]
+    if not counts or any(count is None for count in counts):
         return None
-    return sum(m.rows for m in messages)
+    return sum(count or 0 for count in counts)
 
 
 @dataclass

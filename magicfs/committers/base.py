@@ -79,18 +79,18 @@ from ..errors import (
 from ..layout import check_job_id
 from ..layout import task_attempt_id as layout_attempt_id
 from ..layout import task_id as layout_task_id
+from ..names import SUCCESS_FILE
 from ..paths import join
 from ..records import PendingSet, SinglePendingCommit, SuccessData
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsSnapshot, IOStatisticsStore
 from ..task_files import TASK_FILES, TaskFile
-from .attempts import AttemptRun, JobSummary, TaskAttempt, TaskCommitMessage, total_rows
+from .attempts import AttemptRun, JobSummary, Messages, TaskAttempt, TaskCommitMessage, total_rows
 from .journal import JournalKeeper
 
 log = logging.getLogger("magicfs.committer")
 
 CONFLICT_MODES = ("append", "fail", "replace")
-SUCCESS_FILE = "_SUCCESS"
 
 __all__ = [
     "CONFLICT_MODES",
@@ -154,7 +154,7 @@ class _Stages:
 class OutputCommitter(ABC):
     """Base of all committers: configuration, the protocol template, recovery, conflicts."""
 
-    name: ClassVar[str] = "abstract"
+    name: str = "abstract"  # per instance where one class serves several (file-v1/v2)
     #: Whether a failed commit can take back what it made visible (not the classic ones).
     can_roll_back: ClassVar[bool] = True
 
@@ -288,16 +288,14 @@ class OutputCommitter(ABC):
         """Where this job's commit journal lives (``None``: the committer keeps none)."""
 
     @abstractmethod
-    def _records_to_commit(
-        self, messages: list[TaskCommitMessage] | None, was_active: bool
-    ) -> list[str]:
+    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         """The task records to publish: those the messages name, or the listed ones.
 
         Raises :class:`NothingToCommitError` when the job has nothing (left) to commit.
         """
 
     @abstractmethod
-    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
         """Load (and check the form of) the task records; ``messages`` when the caller gave them."""
 
     def _validate(self, loaded: Loaded) -> None:  # noqa: B027 (optional hook)
@@ -558,7 +556,7 @@ class OutputCommitter(ABC):
 
     # -- job commit ------------------------------------------------------------------------------
 
-    def commit_job(self, messages: list[TaskCommitMessage] | None = None) -> JobSummary:
+    def commit_job(self, messages: Messages | None = None) -> JobSummary:
         """Publish exactly the task records ``messages`` name (or, without, the listed ones).
 
         Finishes a commit that an earlier driver started (see the module docstring).
@@ -636,7 +634,7 @@ class OutputCommitter(ABC):
         return summary
 
     def _check_not_committed_already(
-        self, journal: CommitJournal | None, messages: list[TaskCommitMessage] | None
+        self, journal: CommitJournal | None, messages: Messages | None
     ) -> None:
         """Task records are missing: was this a retried ``commit_job(messages)`` of a finished job?
 
@@ -684,7 +682,7 @@ class OutputCommitter(ABC):
             records=list(loaded.records),
         )
 
-    def _check_resumable(self, journal: CommitJournal, messages: list | None) -> None:
+    def _check_resumable(self, journal: CommitJournal, messages: Messages | None) -> None:
         """A started commit is finished with its own records, by a committer of its kind."""
         if journal.committer != self.name:
             raise JobCommitError(
@@ -866,19 +864,15 @@ class OutputCommitter(ABC):
 
     # -- shared parts of job commit ------------------------------------------------------
 
-    def check_messages(self, messages: list[TaskCommitMessage], records_under: str) -> list[str]:
+    def check_messages(self, messages: Messages, records_under: str) -> list[str]:
         """The records named by ``messages``, once each is known to be this job's own.
 
         One message per task, from this job, naming a record under ``records_under``; a
         missing message (Spark's ``None`` for a task that never reported) is an error.
         """
         tasks: dict[str, str] = {}
-        for index, message in enumerate(messages):
-            if message is None:
-                raise CommitFailedError(
-                    f"job {self.job_id}: message {index} is missing: a task did not report, "
-                    "so the job cannot be committed"
-                )
+        present = self.reported(messages)
+        for message in present:
             if message.job_id != self.job_id:
                 raise CommitFailedError(
                     f"job {self.job_id}: message for task {message.task_id} comes from job "
@@ -895,7 +889,19 @@ class OutputCommitter(ABC):
                     f"{tasks[message.task_id]} and {message.attempt_id})"
                 )
             tasks[message.task_id] = message.attempt_id
-        return [message.record for message in messages]
+        return [message.record for message in present]
+
+    def reported(self, messages: Messages) -> list[TaskCommitMessage]:
+        """``messages``, refused if one is missing (Spark's ``None`` for a silent task)."""
+        present = []
+        for index, message in enumerate(messages):
+            if message is None:
+                raise CommitFailedError(
+                    f"job {self.job_id}: message {index} is missing: a task did not report, "
+                    "so the job cannot be committed"
+                )
+            present.append(message)
+        return present
 
     def success_from_pendingsets(
         self,

@@ -32,13 +32,13 @@ import fsspec
 
 from ..local import TaskLocalFileSystem
 from ..manifest.store import RenameStore
+from ..names import TEMPORARY
 from ..paths import join
 from ..task_files import TaskFile
+from .attempts import Messages
 from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 
 log = logging.getLogger("magicfs.committer.classic")
-
-TEMPORARY = "_temporary"
 
 
 class FileOutputCommitter(OutputCommitter):
@@ -98,11 +98,9 @@ class FileOutputCommitter(OutputCommitter):
         """The classic committers keep no journal: a commit that dies is not resumable."""
         return None
 
-    def _records_to_commit(
-        self, messages: list[TaskCommitMessage] | None, was_active: bool
-    ) -> list[str]:
+    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
-            return [m.record for m in messages]
+            return [m.record for m in self.reported(messages)]
         if self.algorithm == 2:
             return []
         return [
@@ -111,7 +109,7 @@ class FileOutputCommitter(OutputCommitter):
             if entry.get("type") == "directory" and not entry["name"].endswith("/" + TEMPORARY)
         ]
 
-    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
         size = sum(m.bytes for m in messages or [] if m is not None)
         files = sum(m.files for m in messages or [] if m is not None)
         return Loaded(list(records), len(records), files, size)

@@ -62,6 +62,7 @@ from ..s3.sweep import (
 from ..s3.tracking import is_magicfs_marker
 from ..s3.validation import check_commit, validate_pendingsets
 from ..task_files import TaskFile
+from .attempts import Messages
 from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage, elapsed
 from .journal import JournalKeeper
 
@@ -170,8 +171,13 @@ class MagicCommitter(OutputCommitter):
             Key=self._key(self.layout.started_marker(task.attempt_id)),
         )
         try:
+            # The started check runs alongside the listing: one round trip, not two.
+            try:
+                commits, stats = self._gather_task_commits(task, files)
+            except BaseException:
+                self._check_started(task, started)  # "never set up / aborted" explains it best
+                raise
             self._check_started(task, started)
-            commits, stats = self._gather_task_commits(task, files)
         except BaseException:
             self.abort_task(task)
             raise
@@ -357,9 +363,7 @@ class MagicCommitter(OutputCommitter):
 
     # -- job commit: the hooks of the base class's stages -------------------------------------
 
-    def _records_to_commit(
-        self, messages: list[TaskCommitMessage] | None, was_active: bool
-    ) -> list[str]:
+    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self.check_messages(messages, self.layout.tasks_dir)
         # The job has ended before this listing: a task commit either saved its record
@@ -389,7 +393,7 @@ class MagicCommitter(OutputCommitter):
             f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
         )
 
-    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
         with self.stats.track("committer_load_pendingsets"):
             futures = [
                 (path, self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES))

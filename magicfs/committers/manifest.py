@@ -55,6 +55,7 @@ from ..manifest.store import RenameStore
 from ..manifest.task_commit import build_manifest, save_manifest
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
 from ..task_files import TaskFile
+from .attempts import Messages
 from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage, elapsed
 from .journal import JournalKeeper
 
@@ -210,9 +211,7 @@ class ManifestCommitter(OutputCommitter):
 
     # -- job commit: the hooks of the base class's stages -----------------------------------------
 
-    def _records_to_commit(
-        self, messages: list[TaskCommitMessage] | None, was_active: bool
-    ) -> list[str]:
+    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self.check_messages(messages, self.layout.tasks_dir)
         paths = [
@@ -238,7 +237,7 @@ class ManifestCommitter(OutputCommitter):
             )
         return paths
 
-    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
         manifests = load_manifests(self._context(), records)
         return Loaded(
             list(records),

@@ -47,6 +47,7 @@ import fsspec
 from ..capabilities import is_s3
 from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitError
 from ..local import TaskLocalFileSystem
+from ..names import PENDINGSET_SUFFIX
 from ..paths import join
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
@@ -62,6 +63,7 @@ from ..s3.tracking import upload_metadata
 from ..s3.upload import upload_pending
 from ..s3.validation import validate_pendingsets
 from ..task_files import TaskFile
+from .attempts import Messages
 from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 from .classic import FileOutputCommitter
 from .journal import JournalKeeper
@@ -69,7 +71,6 @@ from .journal import JournalKeeper
 log = logging.getLogger("magicfs.committer.staging")
 
 TABLE_ROOT = "table_root"
-PENDINGSET_SUFFIX = ".pendingset"
 #: Where task commits save the keys they are about to upload to (in the staging directory).
 INTENTS_DIR = "_intents"
 
@@ -311,9 +312,7 @@ class StagingCommitter(OutputCommitter):
 
     # -- job commit: the hooks of the base class's stages ----------------------------------
 
-    def _records_to_commit(
-        self, messages: list[TaskCommitMessage] | None, was_active: bool
-    ) -> list[str]:
+    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self.check_messages(messages, self.wrapped.job_attempt_dir)
         records = self._committed_records()
@@ -332,7 +331,7 @@ class StagingCommitter(OutputCommitter):
             and not _basename(entry["name"]).startswith(("_", "."))
         ]
 
-    def _load(self, records: list[str], messages: list[TaskCommitMessage] | None = None) -> Loaded:
+    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
         pendingsets = [(record, self._load_record(record)) for record in records]
         files = sum(len(p.commits) for _, p in pendingsets)
         size = sum(p.total_bytes for _, p in pendingsets)

@@ -30,11 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layout import JOB_MARKER, STARTED_SUFFIX
+from ..names import MANIFEST_SUFFIX, MANIFESTS_DIR, TEMPORARY
 from ..paths import BASE, JOB_DIR_PREFIX, MAGIC_JOB_PREFIX, TASKS_DIR, join, split_magic_path
-
-TEMPORARY = "_temporary"
-MANIFESTS_DIR = "manifests"
-MANIFEST_SUFFIX = "-manifest.json"
 
 
 @dataclass(frozen=True)

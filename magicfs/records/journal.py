@@ -28,11 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
+from ..names import JOURNAL_FILE  # noqa: F401 (re-exported)
 from ._base import Record, now_millis
 from ._fields import FieldReader
 
-#: The journal's file name, in the job's own directory (the committer chooses which).
-JOURNAL_FILE = "_magicfs_commit.json"
 JOURNAL_NAME = "magicfs/CommitJournal"
 DELETE_PAGE_NAME = "magicfs/CommitJournal/deletes"
 PHASES = ("deleting", "publishing", "committed")

@@ -362,7 +362,8 @@ class MagicS3Writer(io.BufferedIOBase):
         try:
             if failure is not None:
                 raise failure
-            commit = self._commit_record([result["ETag"] for result in results])
+            parts_done = [r for r in results if not isinstance(r, BaseException)]
+            commit = self._commit_record([result["ETag"] for result in parts_done])
             if not self._in_memory:
                 await self._store.acall(
                     "put_object",

@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
@@ -40,6 +39,7 @@ from pyspark.sql.types import StructType
 from ..committers import TaskCommitMessage, committer_for
 from .formats import write_batches
 from .options import check_format, split_columns, storage_options
+from .partitions import spark_task
 
 
 @dataclasses.dataclass
@@ -86,7 +86,7 @@ class MagicfsWriter(DataSourceArrowWriter):
         self.committer.setup_job()
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MagicfsCommitMessage:
-        context = TaskContext.get()
+        context = spark_task("the magicfs data source's writer")
         committer = self.committer
         with committer.attempt(
             context.partitionId(),

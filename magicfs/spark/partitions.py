@@ -46,12 +46,18 @@ class PartitionTask:
         return self.attempt.work_path
 
 
+def spark_task(caller: str) -> TaskContext:
+    """The running Spark task's context; a clear error outside one."""
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError(f"{caller} must run inside a Spark task (on an executor)")
+    return context
+
+
 @contextmanager
 def partition_task(committer: OutputCommitter) -> Iterator[PartitionTask]:
     """Set up this Spark task's attempt; commit it on success, abort it on an exception."""
-    context = TaskContext.get()
-    if context is None:
-        raise RuntimeError("partition_task() must run inside a Spark task")
+    context = spark_task("partition_task()")
     with committer.attempt(
         context.partitionId(),
         context.taskAttemptId(),
@@ -77,7 +83,7 @@ def write_partitions(
     committer.setup_job()
 
     def run(rows: Iterator[Any]) -> Iterator[Any]:
-        context = TaskContext.get()
+        context = spark_task("write_partitions()")
         with committer.attempt(
             context.partitionId(),
             context.taskAttemptId(),

@@ -1,0 +1,39 @@
+"""Every name magicfs gives a file or directory on a store, defined once.
+
+The lowest layer: imports nothing. Hadoop's names come first (they must match Hadoop's
+byte for byte, see ``../shared/reference``), then magicfs's own. Modules that use a
+name import it from here (``paths``, the layouts, the records, the committers, the CLI).
+"""
+
+from __future__ import annotations
+
+# --- Hadoop's names ----------------------------------------------------------------------
+
+#: A path element that makes a path magic (S3A: ``__magic``), and the per-job form
+#: ``__magic_job-<job id>`` (Hadoop 3.3.5+, HADOOP-17833).
+MAGIC = "__magic"
+MAGIC_JOB_PREFIX = "__magic_job-"
+#: Elements after ``__base`` under a magic path keep their place in the final path.
+BASE = "__base"
+#: A job attempt's directory (``job-<job id>``) and its tasks' directory.
+JOB_DIR_PREFIX = "job-"
+TASKS_DIR = "tasks"
+#: One file's commit data, and one task's set of them (S3A committers).
+PENDING_SUFFIX = ".pending"
+PENDINGSET_SUFFIX = ".pendingset"
+#: The job summary every committer writes at the destination.
+SUCCESS_FILE = "_SUCCESS"
+#: FileOutputCommitter's and the manifest committer's working directory.
+TEMPORARY = "_temporary"
+#: The manifest committer's task manifests: ``manifests/<task id>-manifest.json``.
+MANIFESTS_DIR = "manifests"
+MANIFEST_SUFFIX = "-manifest.json"
+
+# --- magicfs's own -----------------------------------------------------------------------
+
+#: The job marker: while it exists the job is active (the zombie handshake).
+JOB_MARKER = "_magicfs_job.json"
+#: Written by task set-up, deleted by task abort: only a started attempt may commit.
+STARTED_SUFFIX = ".started"
+#: The commit journal, in the job's own directory: how an interrupted commit resumes.
+JOURNAL_FILE = "_magicfs_commit.json"
