@@ -21,7 +21,10 @@ matters (``magicfs.embedded_s3``): ``--latency-ms`` (20) added to every request,
 server-side copies at ``--copy-mb-per-s`` (10: the seed documents' S3 copy speed) — moto
 itself copies at memory speed, which would hide what a rename costs. Reported: wall
 seconds of the whole job (median of ``--repeat`` runs), the ratio to ``direct`` in the
-same run, S3 requests per file, bytes copied on the server. ``--rss`` also measures the
+same run, S3 requests per file, bytes copied on the server, and the CPU seconds of
+this process (every thread: what a user's executors pay) and of the server process
+(what S3 never charges; on a small machine it can be what limits a run). ``--rss``
+also measures the
 writing process's peak RSS as the number of files per task grows tenfold (each in a
 process of its own). Every run checks its output: the expected files, no upload left.
 """
@@ -82,6 +85,8 @@ def workloads(quick: bool, executors: int) -> dict[str, Workload]:
 class Run:
     seconds: float
     requests: Counter = field(default_factory=Counter)
+    client_cpu: float = 0.0  # this process (every thread): what the user's executors pay
+    server_cpu: float | None = None  # the emulator's process: what S3 never charges
 
     @property
     def copies(self) -> int:
@@ -110,6 +115,7 @@ def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket:
         [f"part-{task:04d}-{n:04d}.bin" for n in range(per_task)] for task in range(workload.tasks)
     ]
     counted = Counted()
+    cpu, server_cpu = os.times(), server.cpu_seconds()
     start = time.perf_counter()
     if variant == "direct":
         fs = s3fs.S3FileSystem(**storage)
@@ -147,8 +153,11 @@ def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket:
             messages = list(pool.map(committed_task, range(workload.tasks)))
         committer.commit_job(messages)
     seconds = time.perf_counter() - start
+    now, server_now = os.times(), server.cpu_seconds()
+    client = (now.user - cpu.user) + (now.system - cpu.system)
+    served = None if server_cpu is None or server_now is None else server_now - server_cpu
     check(server, bucket, workload, variant)
-    return Run(seconds, counted.counts)
+    return Run(seconds, counted.counts, client, served)
 
 
 def check(server: EmbeddedS3Server, bucket: str, workload: Workload, variant: str) -> None:
@@ -184,15 +193,22 @@ def table(workload: Workload, runs: dict[str, list[Run]]) -> list[str]:
     lines = [
         f"**{workload.describe()}**",
         "",
-        "| variant | seconds | x direct | requests/file | MiB copied on the server |",
-        "|---|---:|---:|---:|---:|",
+        "| variant | seconds | x direct | requests/file | MiB copied on the server "
+        "| client CPU s | server CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for variant, measured in runs.items():
         seconds = statistics.median(r.seconds for r in measured)
         requests = sum(measured[0].requests.values()) / workload.files
         copied = measured[0].copies * workload.size / MiB
         ratio = f"{seconds / base:.2f}" if base else "-"
-        lines.append(f"| {variant} | {seconds:.2f} | {ratio} | {requests:.1f} | {copied:,.0f} |")
+        client = statistics.median(r.client_cpu for r in measured)
+        served = [r.server_cpu for r in measured if r.server_cpu is not None]
+        server = f"{statistics.median(served):.2f}" if served else "-"
+        lines.append(
+            f"| {variant} | {seconds:.2f} | {ratio} | {requests:.1f} | {copied:,.0f} "
+            f"| {client:.2f} | {server} |"
+        )
     return lines
 
 
@@ -274,6 +290,8 @@ def main() -> None:
             report[workload.name] = {
                 v: {
                     "seconds": [r.seconds for r in rs],
+                    "client_cpu": [r.client_cpu for r in rs],
+                    "server_cpu": [r.server_cpu for r in rs],
                     "requests": dict(rs[0].requests),
                     "files": workload.files,
                 }

@@ -155,6 +155,33 @@ def test_one_file_whose_completion_keeps_failing(faults_front, s3_client, bucket
     assert_nothing_left(s3_client, bucket)
 
 
+def test_a_store_outage_fails_the_job_once_its_retry_budget_is_spent(
+    faults_front, s3_client, bucket
+):
+    # Each call alone could retry 100 times; the job's budget of retry waits stops them.
+    patient = RetryPolicy(attempts=100, base_delay=0.05, max_delay=0.05, budget=0.5)
+    committer = committer_via(faults_front, bucket, client_attempts=1, retry_policy=patient)
+    messages = run_job(committer)
+    faults_front.add_rule("CompleteMultipartUpload", "503")
+    with pytest.raises(JobCommitError) as failure:
+        committer.commit_job(messages)
+    message = str(failure.value)
+    assert "failed in stage publish" in message
+    assert "the retry budget of 0.5 s for this job is spent" in message
+    assert committer.store.retry_waits <= 0.5
+    # at most a budget's worth of retries reached the store, not 20 x 100
+    assert faults_front.stats()["CompleteMultipartUpload"]["requests"] < 200
+    assert published(s3_client, bucket) == {}  # rolled back: nothing half-visible
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_retry_policy_refuses_nonsense():
+    with pytest.raises(ValueError, match="attempts must be at least 1"):
+        RetryPolicy(attempts=0)
+    with pytest.raises(ValueError, match="budget must be None or >= 0"):
+        RetryPolicy(budget=-1)
+
+
 def test_success_file_that_cannot_be_written(faults_front, s3_client, bucket):
     committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
     messages = run_job(committer)

@@ -25,6 +25,15 @@ marker already names, which the job's sweep aborts; a repeated
 object's job id (:mod:`magicfs.s3.commit_ops`); aborts, deletes, reads and listings
 have no side effects beyond the first.
 
+**A budget for the whole job.** ``attempts`` bounds one call; ``budget`` (seconds, off by
+default) bounds them all: the waits between retries of every call made through one
+store — one committer's calls for its job, or one filesystem's writes — add up, and
+once the next wait would pass the budget the error is final. Concurrent waits each
+count, so the budget is an upper bound on the time a job spends waiting to retry.
+Set it when a store outage should fail a job in bounded time rather than let each of
+its 10,000 calls wait out its own attempts:
+``committer_for(dest, retry_policy=RetryPolicy(budget=120))``.
+
 A call whose error survives the policy raises :class:`~magicfs.errors.StoreCallError`
 (an ``OSError``) naming the operation, the object, the number of attempts and the last
 error, which stays available as ``__cause__``.
@@ -76,6 +85,14 @@ class RetryPolicy:
     attempts: int = 4
     base_delay: float = 0.5
     max_delay: float = 8.0
+    #: Seconds of retry waits allowed in all, per store instance (``None``: no limit).
+    budget: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be at least 1, not {self.attempts}")
+        if self.budget is not None and self.budget < 0:
+            raise ValueError(f"RetryPolicy.budget must be None or >= 0, not {self.budget}")
 
     def delay(self, retry: int) -> float:
         return random.uniform(0, min(self.max_delay, self.base_delay * (2**retry)))

@@ -50,6 +50,8 @@ class S3Store:
     def __init__(self, fs: Any, policy: RetryPolicy = DEFAULT_POLICY):
         self.fs = fs
         self.policy = policy
+        #: Seconds waited before retries so far, by every call (``RetryPolicy.budget``).
+        self.retry_waits = 0.0
 
     def split(self, path: str) -> tuple[str, str]:
         """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``.
@@ -77,15 +79,24 @@ class S3Store:
                 if not is_transient(error):
                     raise
                 retry += 1
-                if retry >= self.policy.attempts:
+                delay = self.policy.delay(retry)
+                budget = self.policy.budget
+                spent = budget is not None and self.retry_waits + delay > budget
+                if retry >= self.policy.attempts or spent:
+                    why = (
+                        f"; the retry budget of {budget:g} s for this job is spent"
+                        if spent and retry < self.policy.attempts
+                        else ""
+                    )
                     raise StoreCallError(
                         f"{describe(operation, params)} failed {retry} times (each with the "
-                        f"S3 client's own retries); last error: {type(error).__name__}: {error}",
+                        f"S3 client's own retries){why}; last error: "
+                        f"{type(error).__name__}: {error}",
                         operation=operation,
                         target=describe(operation, params),
                         attempts=retry,
                     ) from error
-                delay = self.policy.delay(retry)
+                self.retry_waits += delay
                 log.info(
                     "%s: %s; retry %d in %.2fs", describe(operation, params), error, retry, delay
                 )
