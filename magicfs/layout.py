@@ -23,8 +23,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .names import JOB_MARKER, PENDINGSET_SUFFIX, STARTED_SUFFIX
-from .paths import BASE, JOB_DIR_PREFIX, MAGIC_JOB_PREFIX, TASKS_DIR, MagicPath, join
+from .names import (
+    BASE,
+    JOB_DIR_PREFIX,
+    JOB_MARKER,
+    MAGIC_JOB_PREFIX,
+    PENDINGSET_SUFFIX,
+    STARTED_SUFFIX,
+    TASKS_DIR,
+)
+from .paths import MagicPath, join
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,127}$")
 

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self, TypeAlias
 
-from ..paths import BASE, is_magic_element, join
+from ..names import BASE
+from ..paths import is_magic_element, join
 
 
 @dataclass(frozen=True)

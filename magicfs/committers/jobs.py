@@ -26,9 +26,10 @@ from typing import Any
 
 from ..capabilities import is_s3
 from ..errors import InvalidCommitData
-from ..layout import JOB_MARKER, MagicJobLayout
-from ..manifest.layout import MANIFEST_SUFFIX, TEMPORARY, ManifestJobLayout
-from ..paths import MAGIC_JOB_PREFIX, PENDINGSET_SUFFIX, join
+from ..layout import MagicJobLayout
+from ..manifest.layout import ManifestJobLayout
+from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SUFFIX, TEMPORARY
+from ..paths import join
 from . import committer_for
 from .base import OutputCommitter
 

@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from ..errors import InvalidCommitData
+from ..names import JOURNAL_FILE
 from ..paths import join
-from ..records.journal import JOURNAL_FILE, PAGE_SIZE, CommitJournal, DeletePage
+from ..records.journal import PAGE_SIZE, CommitJournal, DeletePage
 
 
 class RecordIO(Protocol):

@@ -44,10 +44,10 @@ import fsspec
 from ..capabilities import is_s3
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
-from ..layout import STARTED_SUFFIX, MagicJobLayout
-from ..paths import PENDING_SUFFIX, PENDINGSET_SUFFIX, is_deferred_write
+from ..layout import MagicJobLayout
+from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
+from ..paths import is_deferred_write
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
-from ..records.journal import JOURNAL_FILE
 from ..s3.commit_ops import CommitOperations
 from ..s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..s3.store import S3Store

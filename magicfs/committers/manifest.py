@@ -37,7 +37,7 @@ from typing import Any
 from ..capabilities import is_s3
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
-from ..manifest.layout import MANIFEST_SUFFIX, ManifestJobLayout
+from ..manifest.layout import ManifestJobLayout
 from ..manifest.stages import (
     LoadedManifests,
     StageContext,
@@ -53,6 +53,7 @@ from ..manifest.stages import (
 from ..manifest.stages.cleanup import Outcome
 from ..manifest.store import RenameStore
 from ..manifest.task_commit import build_manifest, save_manifest
+from ..names import MANIFEST_SUFFIX
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
 from ..task_files import TaskFile
 from .attempts import Messages

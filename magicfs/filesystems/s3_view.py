@@ -31,7 +31,8 @@ from typing import Any
 
 from ..errors import DeferredFileError
 from ..layout import job_marker_for
-from ..paths import PENDING_SUFFIX, final_destination, is_deferred_write, parse_magic_path
+from ..names import PENDING_SUFFIX
+from ..paths import final_destination, is_deferred_write, parse_magic_path
 from ..records import SinglePendingCommit
 from ..s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..s3.store import S3Store

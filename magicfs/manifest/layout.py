@@ -29,9 +29,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..layout import JOB_MARKER, STARTED_SUFFIX
-from ..names import MANIFEST_SUFFIX, MANIFESTS_DIR, TEMPORARY
-from ..paths import BASE, JOB_DIR_PREFIX, MAGIC_JOB_PREFIX, TASKS_DIR, join, split_magic_path
+from ..names import (
+    BASE,
+    JOB_DIR_PREFIX,
+    JOB_MARKER,
+    MAGIC_JOB_PREFIX,
+    MANIFEST_SUFFIX,
+    MANIFESTS_DIR,
+    STARTED_SUFFIX,
+    TASKS_DIR,
+    TEMPORARY,
+)
+from ..paths import join, split_magic_path
 
 
 @dataclass(frozen=True)

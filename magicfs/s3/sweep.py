@@ -30,14 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from ..errors import InvalidCommitData
-from ..paths import (
-    MAGIC_JOB_PREFIX,
-    PENDING_SUFFIX,
-    PENDINGSET_SUFFIX,
-    final_destination,
-    is_deferred_write,
-    split_magic_path,
-)
+from ..names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX
+from ..paths import final_destination, is_deferred_write, split_magic_path
 from ..progress import progress_bar
 from ..records import SinglePendingCommit
 from .store import PendingUpload, S3Store

@@ -11,7 +11,8 @@ the record and the field.
 from __future__ import annotations
 
 from ..errors import InvalidCommitData
-from ..paths import PENDING_SUFFIX, final_destination, is_deferred_write
+from ..names import PENDING_SUFFIX
+from ..paths import final_destination, is_deferred_write
 from ..records import PendingSet, SinglePendingCommit
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from ...records.journal import JOURNAL_FILE
+from ...names import JOURNAL_FILE
 from .context import StageContext
 
 
