@@ -8,6 +8,7 @@ import fsspec
 import pytest
 
 from magicfs import committer_for
+from magicfs.errors import CommitFailedError
 
 
 @pytest.fixture(params=["file", "memory", "s3"])
@@ -123,3 +124,13 @@ def test_v1_failed_job_leaves_nothing_visible(dest):
     committer.commit_task(write_task(committer, 0))
     committer.abort_job()
     assert files(dest) == []
+
+
+def test_a_missing_task_message_is_refused_by_name_and_publishes_nothing(dest):
+    # Spark hands None for a task that never reported.
+    committer = make(dest, 1)
+    committer.setup_job()
+    message = committer.commit_task(write_task(committer, 0))
+    with pytest.raises(CommitFailedError, match="message 1 is missing: a task did not report"):
+        committer.commit_job([message, None])
+    assert visible(dest) == []

@@ -121,3 +121,69 @@ def test_started_by_hand_it_serves_until_interrupted_and_says_how_to_connect():
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)
     assert process.returncode is not None
+
+
+def _request(connection, method: str, path: str, body: bytes = b"") -> tuple[int, bytes, str]:
+    connection.request(method, path, body=body, headers={"Content-Length": str(len(body))})
+    response = connection.getresponse()
+    return response.status, response.read(), response.getheader("Connection", "")
+
+
+def test_connections_are_kept_alive_as_on_s3(s3_server, s3_client, bucket):
+    # Several requests on one connection, as S3 and every SDK use it; the server keeps
+    # each request's body to its Content-Length, so the next request is read intact.
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", s3_server.port, timeout=30)
+    try:
+        status, _, header = _request(connection, "PUT", f"/{bucket}/a.txt", b"first")
+        assert status == 200 and header.lower() != "close"
+        sock = connection.sock
+        status, _, _ = _request(connection, "PUT", f"/{bucket}/b.txt", b"second object")
+        assert status == 200
+        status, body, _ = _request(connection, "GET", f"/{bucket}?list-type=2")
+        assert status == 200 and b"<Key>a.txt</Key>" in body and b"<Key>b.txt</Key>" in body
+        assert connection.sock is sock  # the same TCP connection all along
+    finally:
+        connection.close()
+    for key, data in (("a.txt", b"first"), ("b.txt", b"second object")):
+        assert s3_client.get_object(Bucket=bucket, Key=key)["Body"].read() == data
+
+
+def test_a_request_body_the_server_does_not_read_does_not_spill_into_the_next(s3_server, bucket):
+    # The control endpoint ignores its body: the rest must be skipped, not parsed as a request.
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", s3_server.port, timeout=30)
+    try:
+        status, _, _ = _request(
+            connection, "POST", "/_magicfs/latency?ms=0", b"GET /x HTTP/1.1\r\n\r\n" * 100
+        )
+        assert status == 204
+        status, body, _ = _request(connection, "GET", f"/{bucket}?list-type=2")
+        assert status == 200 and b"ListBucketResult" in body
+    finally:
+        connection.close()
+
+
+def test_failing_requests_answer_whole_and_the_connection_still_serves(s3_server, bucket):
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", s3_server.port, timeout=30)
+    try:
+        status, body, _ = _request(connection, "GET", f"/{bucket}/no-such-key")
+        assert status == 404 and b"NoSuchKey" in body
+        status, body, _ = _request(connection, "GET", f"/{bucket}?list-type=2")
+        assert status == 200 and b"ListBucketResult" in body
+    finally:
+        connection.close()
+
+
+def test_server_cpu_seconds_grow_with_its_work(s3_server, s3_client, bucket):
+    before = s3_server.cpu_seconds()
+    assert before is not None and before > 0
+    for n in range(50):
+        s3_client.put_object(Bucket=bucket, Key=f"k{n}", Body=b"x" * 1000)
+    after = s3_server.cpu_seconds()
+    assert after is not None and after > before
+    assert EmbeddedS3Server().cpu_seconds() is None  # not started

@@ -27,6 +27,7 @@ from magicfs.errors import (
     CommitFailedError,
     InvalidCommitData,
     JobNotActiveError,
+    NothingToCommitError,
 )
 from magicfs.manifest.stages import (
     StageContext,
@@ -266,6 +267,17 @@ def test_repeated_commit_fails_cleanly(store):
     with pytest.raises(FileNotFoundError, match="already been committed"):
         committer.commit_job()
     assert store.visible() == ["a"]
+
+
+def test_a_retried_commit_with_the_same_messages_says_it_was_committed(store):
+    # The driver's reply was lost after the commit finished; it retries with its messages.
+    committer = store.committer()
+    messages = run_tasks(committer, {0: ["a"], 1: ["b"]})
+    committer.commit_job(messages)
+    again = store.committer(job_id=committer.job_id)
+    with pytest.raises(NothingToCommitError, match="already been committed"):
+        again.commit_job(messages)
+    assert store.visible() == ["a", "b"]
 
 
 def test_task_commit_after_the_job_ended_is_withdrawn(store):

@@ -266,3 +266,15 @@ def test_storage_options_are_nested_and_decoded():
         "use_ssl": False,
         "config_kwargs": {"max_pool_connections": 20},
     }
+
+
+def test_partition_task_outside_a_spark_task_says_where_it_must_run(tmp_path):
+    from magicfs.spark import partition_task
+
+    committer = magicfs.committer_for(f"file://{tmp_path}/out")
+    committer.setup_job()
+    outside = pytest.raises(RuntimeError, match=r"partition_task\(\) must run inside a Spark")
+    with outside, partition_task(committer):
+        pass
+    committer.abort_job()
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").rglob("*")) == []
