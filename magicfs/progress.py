@@ -1,10 +1,16 @@
-"""Progress bars (tqdm) for long job commits, aborts and cleanups, only on a terminal."""
+"""Progress bars (tqdm) for long job commits, aborts and cleanups, only on a terminal;
+and streaming in batches, the way every long stage walks its work."""
 
 from __future__ import annotations
 
+import itertools
 import sys
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 from tqdm import tqdm
+
+T = TypeVar("T")
 
 #: Below this many items no bar is shown: small jobs finish before it would help.
 MIN_ITEMS = 100
@@ -25,3 +31,10 @@ def progress_bar(total: int, description: str, enabled: bool | None = None) -> t
         leave=False,
         disable=not enabled,
     )
+
+
+def batches(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """``items`` in lists of ``size`` (the last one shorter), consumed as they are needed."""
+    iterator = iter(items)
+    while batch := list(itertools.islice(iterator, size)):
+        yield batch

@@ -97,7 +97,8 @@ def test_retried_commit_after_a_crash_completes_the_job(make_committer, s3_clien
     committer = make_committer(threads=1)
     messages = run_tasks(committer, {0: ["a", "b", "c"], 1: ["d", "e", "f"]})
     loaded = committer._load(committer.check_messages(messages, committer.layout.tasks_dir))
-    first_three = [c for _, ps in loaded.payload.pendingsets for c in ps.commits][:3]
+    first_three = list(loaded.payload.commits())[:3]
+    loaded.discard()
     committer._end_job()
     for commit in first_three:
         committer._operations().complete(commit)

@@ -81,7 +81,7 @@ from ..layout import task_attempt_id as layout_attempt_id
 from ..layout import task_id as layout_task_id
 from ..names import SUCCESS_FILE
 from ..paths import join
-from ..records import PendingSet, SinglePendingCommit, SuccessData
+from ..records import SuccessData
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsSnapshot, IOStatisticsStore
 from ..task_files import TASK_FILES, TaskFile
@@ -574,64 +574,71 @@ class OutputCommitter(ABC):
             if journal.phase == "committed":
                 return self._finish_clean_up(journal, start)
         loaded: Loaded | None = None
-        try:
-            with self.stats.track("committer_commit_job"):
-                with stages("load"):
-                    records = (
-                        journal.records
-                        if journal is not None
-                        else self._records_to_commit(messages, was_active)
-                    )
-                    try:
-                        loaded = self._load(records, messages)
-                    except FileNotFoundError:
-                        self._check_not_committed_already(journal, messages)
-                        raise
-                with stages("validate"):
-                    self._validate(loaded)
-                if journal is None:
-                    with stages("conflict"):
-                        self.check_no_conflict("job commit")
-                        doomed = (
-                            self._plan_replace(loaded) if self.conflict_mode == "replace" else []
+        try:  # the loaded records (on local disk) serve every stage, clean-up included
+            try:
+                with self.stats.track("committer_commit_job"):
+                    with stages("load"):
+                        records = (
+                            journal.records
+                            if journal is not None
+                            else self._records_to_commit(messages, was_active)
                         )
-                    if keeper is not None:
-                        with stages("journal"):
-                            journal = keeper.start(self._new_journal(loaded, doomed), doomed)
-                    elif doomed:
-                        self._delete_files(doomed)
-                if journal is not None and journal.phase == "deleting":
-                    assert keeper is not None
-                    with stages("delete_old"):
-                        self._delete_old(keeper, journal)
-                with stages("publish"):
-                    published = self._publish(loaded)
-                with stages("success"):
-                    filenames = self._save_success(loaded, published, start, total_rows(messages))
-        except NothingToCommitError:
-            raise
-        except BaseException as failure:
-            self.stats.increment("committer_jobs_failed")
-            self._failure_report(stages.current, failure, start)
-            raise self._failed(stages.current, failure, journal, loaded) from failure
+                        try:
+                            loaded = self._load(records, messages)
+                        except FileNotFoundError:
+                            self._check_not_committed_already(journal, messages)
+                            raise
+                    with stages("validate"):
+                        self._validate(loaded)
+                    if journal is None:
+                        with stages("conflict"):
+                            self.check_no_conflict("job commit")
+                            doomed = (
+                                self._plan_replace(loaded)
+                                if self.conflict_mode == "replace"
+                                else []
+                            )
+                        if keeper is not None:
+                            with stages("journal"):
+                                journal = keeper.start(self._new_journal(loaded, doomed), doomed)
+                        elif doomed:
+                            self._delete_files(doomed)
+                    if journal is not None and journal.phase == "deleting":
+                        assert keeper is not None
+                        with stages("delete_old"):
+                            self._delete_old(keeper, journal)
+                    with stages("publish"):
+                        published = self._publish(loaded)
+                    with stages("success"):
+                        filenames = self._save_success(
+                            loaded, published, start, total_rows(messages)
+                        )
+            except NothingToCommitError:
+                raise
+            except BaseException as failure:
+                self.stats.increment("committer_jobs_failed")
+                self._failure_report(stages.current, failure, start)
+                raise self._failed(stages.current, failure, journal, loaded) from failure
+            self.stats.increment("committer_jobs_completed")
+            if journal is not None and keeper is not None:
+                journal.phase = "committed"
+                journal.result = {"files": published.files, "bytes": published.bytes}
+                journal.result["tasks"] = loaded.tasks
+                journal.updated = int(time.time() * 1000)
+                try:
+                    keeper.save(journal)
+                except Exception as e:  # the output is complete: only a retry's shortcut is lost
+                    log.warning("job %s: could not mark the journal committed: %s", self.job_id, e)
+            with stages("cleanup"):
+                incomplete = self._try_clean_up(loaded, published)
+            summary = self.summarise(
+                published.files, published.bytes, loaded.tasks, start, filenames
+            )
+            summary.cleanup_incomplete = incomplete
+            return summary
         finally:
             if loaded is not None:
                 loaded.discard()
-        self.stats.increment("committer_jobs_completed")
-        if journal is not None and keeper is not None:
-            journal.phase = "committed"
-            journal.result = {"files": published.files, "bytes": published.bytes}
-            journal.result["tasks"] = loaded.tasks
-            journal.updated = int(time.time() * 1000)
-            try:
-                keeper.save(journal)
-            except Exception as e:  # the output is complete: only a retry's shortcut is lost
-                log.warning("job %s: could not mark the journal committed: %s", self.job_id, e)
-        with stages("cleanup"):
-            incomplete = self._try_clean_up(loaded, published)
-        summary = self.summarise(published.files, published.bytes, loaded.tasks, start, filenames)
-        summary.cleanup_incomplete = incomplete
-        return summary
 
     def _check_not_committed_already(
         self, journal: CommitJournal | None, messages: Messages | None
@@ -902,38 +909,6 @@ class OutputCommitter(ABC):
                 )
             present.append(message)
         return present
-
-    def success_from_pendingsets(
-        self,
-        pendingsets: list[tuple[str, PendingSet]],
-        completed: list[SinglePendingCommit],
-        total_bytes: int,
-        start: float,
-        rows: int | None,
-        description: str,
-        **diagnostics: str,
-    ) -> SuccessData:
-        """``_SUCCESS`` of a job that completed uploads (the magic and staging committers).
-
-        The statistics are the job's own plus every task's, as Hadoop aggregates them.
-        """
-        self.stats.increment("committer_files_committed", len(completed))
-        self.stats.increment("committer_tasks_completed", len(pendingsets))
-        statistics = self.stats.snapshot()
-        for _, pendingset in pendingsets:
-            statistics.aggregate(pendingset.iostatistics)
-        success = SuccessData(
-            committer=self.name,
-            description=description,
-            job_id=self.job_id,
-            job_id_source=self.job_id_source,
-            metrics=self.metrics(len(completed), total_bytes, len(pendingsets), start, rows),
-            diagnostics=self.diagnostics(**diagnostics),
-            iostatistics=statistics,
-        )
-        for commit in sorted(completed, key=lambda c: c.destination_key):
-            success.add_filename("/" + commit.destination_key)
-        return success
 
     def metrics(
         self, files: int, size: int, tasks: int, start: float, rows: int | None

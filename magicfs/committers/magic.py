@@ -36,10 +36,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
-
-import fsspec
 
 from ..capabilities import is_s3
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
@@ -47,10 +44,10 @@ from ..filesystems import MagicFileSystem
 from ..layout import MagicJobLayout
 from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
 from ..paths import is_deferred_write
+from ..progress import batches
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
-from ..s3.commit_ops import CommitOperations
-from ..s3.retry import DEFAULT_POLICY, RetryPolicy
-from ..s3.store import S3Store
+from ..s3.spool import KeySet
+from ..s3.store import DELETE_BATCH
 from ..s3.sweep import (
     abort_uploads,
     load_pending,
@@ -60,24 +57,17 @@ from ..s3.sweep import (
     uploads_of,
 )
 from ..s3.tracking import is_magicfs_marker
-from ..s3.validation import check_commit, validate_pendingsets
+from ..s3.validation import check_commit
 from ..task_files import TaskFile
 from .attempts import Messages
-from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage, elapsed
+from .base import Loaded, Published, TaskAttempt, TaskCommitMessage, elapsed
 from .journal import JournalKeeper
+from .pendingsets import PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.magic")
 
 
-@dataclass
-class _Pendingsets:
-    """The magic committer's loaded records: pendingsets, and their commits once validated."""
-
-    pendingsets: list[tuple[str, PendingSet]]
-    commits: list[SinglePendingCommit]
-
-
-class MagicCommitter(OutputCommitter):
+class MagicCommitter(PendingsetCommitter):
     """Hadoop's S3A magic committer for fsspec: zero-rename commit on S3.
 
     Options beyond :class:`OutputCommitter`'s: ``in_memory`` (writers keep commit data
@@ -93,7 +83,6 @@ class MagicCommitter(OutputCommitter):
         dest: str,
         *,
         in_memory: bool = False,
-        retry_policy: RetryPolicy = DEFAULT_POLICY,
         **options: Any,
     ):
         super().__init__(dest, **options)
@@ -101,18 +90,9 @@ class MagicCommitter(OutputCommitter):
             raise ValueError(f"{dest}: the magic committer needs an S3 destination (s3://)")
         self.in_memory = in_memory
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
-        self.retry_policy = retry_policy
-        self.store = S3Store(self.store_fs, retry_policy)
-        self.bucket, self.dest_key = self.store.split(self.dest)
-        self._fs = MagicFileSystem(fs=self.store_fs, in_memory=in_memory, retry_policy=retry_policy)
-
-    def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
-        # Job commit runs `threads` requests at once: give the client enough connections.
-        options = dict(self.store_options)
-        config = dict(options.get("config_kwargs") or {})
-        config.setdefault("max_pool_connections", max(10, self.threads * 2))
-        options["config_kwargs"] = config
-        return fsspec.filesystem("s3", **options)
+        self._fs = MagicFileSystem(
+            fs=self.store_fs, in_memory=in_memory, retry_policy=self.retry_policy
+        )
 
     @property
     def fs(self) -> MagicFileSystem:
@@ -125,9 +105,6 @@ class MagicCommitter(OutputCommitter):
 
     def work_url_for(self, attempt_id: str) -> str:
         return "magic::" + self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
-
-    def _operations(self) -> CommitOperations:
-        return CommitOperations(self.store, self.job_id, self.stats, self.threads, self.progress)
 
     # -- job setup ----------------------------------------------------------------------------
 
@@ -367,16 +344,21 @@ class MagicCommitter(OutputCommitter):
         if messages is not None:
             return self.check_messages(messages, self.layout.tasks_dir)
         # The job has ended before this listing: a task commit either saved its record
-        # before (and is listed) or finds the job gone and withdraws.
-        directory = self.layout.job_attempt_dir
-        self.store_fs.invalidate_cache(directory)
-        try:
-            entries = self.store_fs.ls(directory, detail=False, refresh=True)
-        except FileNotFoundError:
-            entries = []
-        if not was_active and (not entries or self._success_names_this_job()):
-            raise self._nothing_to_commit(bool(entries))
-        return [p for p in entries if p.endswith(PENDINGSET_SUFFIX)]
+        # before (and is listed) or finds the job gone and withdraws. Paged and uncached:
+        # a job of 100,000 tasks has 100,000 records here.
+        bucket, key = self.store.split(self.layout.job_attempt_dir)
+        records = [
+            p
+            for p in self.store.list_keys(bucket, key + "/", delimiter="/")
+            if p.endswith(PENDINGSET_SUFFIX)
+        ]
+        if not was_active and (not records or self._success_names_this_job()):
+            raise self._nothing_to_commit(bool(records) or self._tree_left())
+        return records
+
+    def _tree_left(self) -> bool:
+        bucket, key = self.store.split(self.layout.magic_dir)
+        return next(iter(self.store.list_keys(bucket, key + "/")), None) is not None
 
     def _nothing_to_commit(self, tree_left: bool) -> NothingToCommitError:
         if self._success_names_this_job():
@@ -393,51 +375,18 @@ class MagicCommitter(OutputCommitter):
             f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
         )
 
-    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
-        with self.stats.track("committer_load_pendingsets"):
-            futures = [
-                (path, self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES))
-                for path in records
-            ]
-            loaded = []
-            for path, future in futures:
-                try:
-                    data = future.result()
-                except FileNotFoundError:
-                    raise FileNotFoundError(
-                        f"job {self.job_id}: task record s3://{path} is missing (already "
-                        "committed or aborted?)"
-                    ) from None
-                loaded.append((path, PendingSet.from_json(data, source=f"s3://{path}")))
-        files = sum(len(p.commits) for _, p in loaded)
-        size = sum(p.total_bytes for _, p in loaded)
-        return Loaded(list(records), len(loaded), files, size, _Pendingsets(loaded, []))
-
-    def _validate(self, loaded: Loaded) -> None:
-        payload: _Pendingsets = loaded.payload
-        payload.commits = validate_pendingsets(
-            payload.pendingsets, self.bucket, self.dest_key, self.job_id
-        )
+    def _read_record(self, path: str) -> bytes:
+        return self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES).result()
 
     def _delete_files(self, paths: list[str]) -> None:
         self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
 
-    def _publish(self, loaded: Loaded) -> Published:
-        result = self._operations().complete_all(loaded.payload.commits)
-        return Published(len(result.completed), result.bytes, payload=result.completed)
-
-    def _unpublish(self, loaded: Loaded) -> int:
-        if not loaded.payload.commits:
-            self._validate(loaded)
-        return self._operations().unpublish(loaded.payload.commits)
-
     def _save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
-        success = self.success_from_pendingsets(
-            loaded.payload.pendingsets,
-            published.payload,
-            published.bytes,
+        success = self._success_data(
+            loaded,
+            published,
             start,
             rows,
             f"magicfs {type(self).__name__} for job {self.job_id}",
@@ -450,38 +399,57 @@ class MagicCommitter(OutputCommitter):
     # -- clean-up ------------------------------------------------------------------------------
 
     def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
-        """Sweep the job's uploads (keeping the committed ones), then delete its tree."""
+        """Sweep the job's uploads (keeping the committed ones), then delete its tree.
+
+        Streamed, for jobs of any size: the tree is listed page by page (twice: once for
+        the keys its markers name, kept on disk, once to delete it), never held whole.
+        """
         with self.stats.track("committer_cleanup"):
-            keep = {c.upload_id for c in (published.payload or [])} if published else set()
+            keep = self.kept_uploads(published)
             prefix = f"{self.dest_key}/" if self.dest_key else ""
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # the two listings at once
-                uploads = pool.submit(lambda: list(self.store.list_uploads(self.bucket, prefix)))
-                listing = self._find(self.layout.magic_dir)
-                listed = uploads.result()
-            keys = tree_keys(self.store, listing)
+            tree_bucket, tree = self.store.split(self.layout.magic_dir)
+            keys = KeySet()
+            try:
+                with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both listings at once
+                    uploads = pool.submit(
+                        lambda: list(self.store.list_uploads(self.bucket, prefix))
+                    )
+                    for page in batches(self.store.list_keys(tree_bucket, tree + "/"), 1000):
+                        keys.update(tree_keys(self.store, page))
+                    listed = uploads.result()
 
-            def sweep(progress: bool | None, uploads: list | None = None) -> int:
-                return sweep_job(
-                    self.store,
-                    self.bucket,
-                    self.dest_key,
-                    self.job_id,
-                    keys,
-                    keep,
-                    lambda shared: recorded_ids(self.store, listing, shared),
-                    progress,
-                    uploads,
-                ).aborted
+                def sweep(progress: bool | None, uploads: list | None = None) -> int:
+                    return sweep_job(
+                        self.store,
+                        self.bucket,
+                        self.dest_key,
+                        self.job_id,
+                        keys,
+                        keep,
+                        lambda shared: recorded_ids(
+                            self.store, list(self.store.list_keys(tree_bucket, tree + "/")), shared
+                        ),
+                        progress,
+                        uploads,
+                    ).aborted
 
-            aborted = sweep(self.progress, listed)
-            if aborted:
-                # An abort racing a part upload can leave the upload alive: look once more.
-                sweep(False)
+                aborted = sweep(self.progress, listed)
+                if aborted:
+                    # An abort racing a part upload can leave the upload alive: look again.
+                    sweep(False)
+            finally:
+                keys.discard()
             self.stats.increment("committer_commits_aborted", aborted)
             # Task records go after the files, the journal last: a clean-up cut short must
             # not leave a tree that a retried commit would read as a job with fewer tasks.
-            ordered = sorted(listing, key=_deletion_order)
-            self.store.delete_objects(self.bucket, [self._key(p) for p in ordered])
+            records: list[str] = []
+            for page in batches(self.store.list_keys(tree_bucket, tree + "/"), DELETE_BATCH):
+                files = [self._key(p) for p in page if _deletion_order(p)[0] == 0]
+                records += [p for p in page if _deletion_order(p)[0] > 0]
+                self.store.delete_objects(self.bucket, files)
+            records.sort(key=_deletion_order)
+            self.store.delete_objects(self.bucket, [self._key(p) for p in records])
+            self.store_fs.invalidate_cache(self.layout.magic_dir)
 
     # -- helpers ----------------------------------------------------------------------------------
 

@@ -40,6 +40,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import fsspec
@@ -55,18 +56,16 @@ from ..records import (
     PendingSet,
     SinglePendingCommit,
 )
-from ..s3.commit_ops import CommitOperations
-from ..s3.retry import DEFAULT_POLICY, RetryPolicy
-from ..s3.store import S3Store
+from ..s3.spool import KeySet
 from ..s3.sweep import sweep_job
 from ..s3.tracking import upload_metadata
 from ..s3.upload import upload_pending
-from ..s3.validation import validate_pendingsets
 from ..task_files import TaskFile
 from .attempts import Messages
-from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
+from .base import Loaded, Published, TaskAttempt, TaskCommitMessage
 from .classic import FileOutputCommitter
 from .journal import JournalKeeper
+from .pendingsets import PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.staging")
 
@@ -97,7 +96,7 @@ def partitions_of(relative_paths: list[str]) -> set[str]:
     return {p.rpartition("/")[0] or TABLE_ROOT for p in relative_paths}
 
 
-class StagingCommitter(OutputCommitter):
+class StagingCommitter(PendingsetCommitter):
     """``committer="directory"`` (``partitioned=False``) or ``"partitioned"``."""
 
     name = "directory"
@@ -111,7 +110,6 @@ class StagingCommitter(OutputCommitter):
         staging_dir: str | None = None,
         unique_filenames: bool = False,
         part_size: int = 8 << 20,
-        retry_policy: RetryPolicy = DEFAULT_POLICY,
         **options: Any,
     ):
         super().__init__(dest, **options)
@@ -121,8 +119,6 @@ class StagingCommitter(OutputCommitter):
         self.name = "partitioned" if partitioned else "directory"
         self.unique_filenames = unique_filenames
         self.part_size = part_size
-        self.store = S3Store(self.store_fs, retry_policy)
-        self.bucket, self.dest_key = self.store.split(self.dest)
         user = _user()
         self.buffer_dir = buffer_dir or os.path.join(
             tempfile.gettempdir(), f"magicfs-staging-{user}"
@@ -143,9 +139,6 @@ class StagingCommitter(OutputCommitter):
     def fs(self) -> fsspec.AbstractFileSystem:
         """Tasks write to local disk (directories are made as needed)."""
         return TaskLocalFileSystem()
-
-    def _operations(self) -> CommitOperations:
-        return CommitOperations(self.store, self.job_id, self.stats, self.threads, self.progress)
 
     @property
     def storage_options(self) -> dict[str, Any]:
@@ -331,28 +324,21 @@ class StagingCommitter(OutputCommitter):
             and not _basename(entry["name"]).startswith(("_", "."))
         ]
 
-    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
-        pendingsets = [(record, self._load_record(record)) for record in records]
-        files = sum(len(p.commits) for _, p in pendingsets)
-        size = sum(p.total_bytes for _, p in pendingsets)
-        return Loaded(list(records), len(pendingsets), files, size, [pendingsets, []])
+    def _read_record(self, path: str) -> bytes:
+        return self.wrapped.store.read_bytes(path, PendingSet.MAX_BYTES)
+
+    def _display(self, path: str) -> str:
+        return self.wrapped.store.fs.unstrip_protocol(path)
 
     def _load_record(self, path: str) -> PendingSet:
-        data = self.wrapped.store.read_bytes(path, PendingSet.MAX_BYTES)
-        return PendingSet.from_json(data, source=self.wrapped.store.fs.unstrip_protocol(path))
-
-    def _validate(self, loaded: Loaded) -> None:
-        pendingsets = loaded.payload[0]
-        loaded.payload[1] = validate_pendingsets(
-            pendingsets, self.bucket, self.dest_key, self.job_id
-        )
+        return PendingSet.from_json(self._read_record(path), source=self._display(path))
 
     def _plan_replace(self, loaded: Loaded) -> list[str]:
         if not self.partitioned:
             return self.visible_files()
         prefix = f"{self.dest_key}/" if self.dest_key else ""
         partitions = {
-            c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload[1]
+            c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload.commits()
         } - {""}
         doomed: list[str] = []
         for partition in sorted(partitions):
@@ -364,22 +350,12 @@ class StagingCommitter(OutputCommitter):
     def _delete_files(self, paths: list[str]) -> None:
         self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
 
-    def _publish(self, loaded: Loaded) -> Published:
-        result = self._operations().complete_all(loaded.payload[1])
-        return Published(len(result.completed), result.bytes, payload=result.completed)
-
-    def _unpublish(self, loaded: Loaded) -> int:
-        if not loaded.payload[1]:
-            self._validate(loaded)
-        return self._operations().unpublish(loaded.payload[1])
-
     def _save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
-        success = self.success_from_pendingsets(
-            loaded.payload[0],
-            published.payload,
-            published.bytes,
+        success = self._success_data(
+            loaded,
+            published,
             start,
             rows,
             f"magicfs StagingCommitter ({self.name}) for job {self.job_id}",
@@ -398,25 +374,40 @@ class StagingCommitter(OutputCommitter):
         tasks' intents), so those of a task killed in the middle of its task commit are
         found too.
         """
-        keep = {c.upload_id for c in (published.payload or [])} if published else set()
-        owned: set[str] = set()
-        for record in self._committed_records():
-            try:
-                commits = self._load_record(record).commits
-            except (FileNotFoundError, InvalidCommitData) as e:
-                log.warning("job %s: skipping unreadable task record: %s", self.job_id, e)
-                continue
-            owned |= {c.upload_id for c in commits}
-            if published is None:
+        keep = self.kept_uploads(published)
+        records = self._committed_records()
+        if published is None:
+            for commits in self._readable(records):
                 self._operations().abort(commits)
-        keys: set[str] = set()
-        for entry in self.wrapped.store.children(join(self.wrapped.job_attempt_dir, INTENTS_DIR)):
-            data = self.wrapped.store.read(entry["name"], 16 << 20)
-            with contextlib.suppress(ValueError, TypeError):
-                keys |= {k for k in json.loads(data or b"[]") if isinstance(k, str)}
-        sweep_job(self.store, self.bucket, self.dest_key, self.job_id, keys, keep, lambda _: owned)
+
+        def owned(shared: set[str]) -> set[str]:  # asked only for keys another job writes too
+            return {
+                c.upload_id
+                for commits in self._readable(records)
+                for c in commits
+                if c.destination_key in shared
+            }
+
+        keys = KeySet()  # on disk: a job of a million files names a million keys
+        try:
+            intents = join(self.wrapped.job_attempt_dir, INTENTS_DIR)
+            for entry in self.wrapped.store.children(intents):
+                data = self.wrapped.store.read(entry["name"], 16 << 20)
+                with contextlib.suppress(ValueError, TypeError):
+                    keys.update(k for k in json.loads(data or b"[]") if isinstance(k, str))
+            sweep_job(self.store, self.bucket, self.dest_key, self.job_id, keys, keep, owned)
+        finally:
+            keys.discard()
         self.wrapped.cleanup_job()
         shutil.rmtree(os.path.join(self.buffer_dir, self.job_id), ignore_errors=True)
+
+    def _readable(self, records: list[str]) -> Iterator[list[SinglePendingCommit]]:
+        """The commits of each task record, one record at a time; unreadable ones skipped."""
+        for record in records:
+            try:
+                yield self._load_record(record).commits
+            except (FileNotFoundError, InvalidCommitData) as e:
+                log.warning("job %s: skipping unreadable task record: %s", self.job_id, e)
 
     def _key(self, path: str) -> str:
         return self.store.split(path)[1]

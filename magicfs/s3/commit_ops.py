@@ -19,14 +19,16 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import CommitFailedError
-from ..progress import progress_bar
+from ..progress import batches, progress_bar
 from ..records import SinglePendingCommit
 from ..statistics import IOStatisticsStore
-from .store import S3Store, error_code
+from .store import DELETE_BATCH, S3Store, error_code
 from .sweep import abort_uploads, uploads_of
 from .tracking import META_JOB_ID
 
@@ -37,9 +39,9 @@ IF_NONE_MATCH_KEY = "magicfs.if-none-match"
 
 @dataclass
 class CompletionResult:
-    """Commits made visible, in completion order."""
+    """How many commits were made visible, and their bytes."""
 
-    completed: list[SinglePendingCommit] = field(default_factory=list)
+    files: int = 0
     bytes: int = 0
 
 
@@ -62,47 +64,76 @@ class CommitOperations:
 
     # -- complete ----------------------------------------------------------------------
 
-    def complete_all(self, commits: Sequence[SinglePendingCommit]) -> CompletionResult:
-        """Make every commit visible; on the first failure stop and raise (see module docs)."""
+    def complete_all(
+        self, commits: Iterable[SinglePendingCommit], total: int | None = None
+    ) -> CompletionResult:
+        """Make every commit visible; on the first failure stop and raise (see module docs).
+
+        ``commits`` is consumed as it goes (at most a few per thread are held at once),
+        so a spooled job of any size completes in flat memory. ``total`` (the number of
+        commits) sizes the progress bar and the progress log.
+        """
+        if total is None:
+            commits = list(commits)
+            total = len(commits)
         result = CompletionResult()
         failure: BaseException | None = None
         failed: SinglePendingCommit | None = None
         stop = threading.Event()
-        lock = threading.Lock()
+        report = Progress(self.store, total, self.job_id)
 
-        def complete(commit: SinglePendingCommit) -> None:
+        def complete(commit: SinglePendingCommit) -> bool:
             if stop.is_set():
-                return
+                return False
             try:
                 with self.stats.track("committer_materialize_file"):
                     self.complete(commit)
             except BaseException:
                 stop.set()  # before this worker can pick up another commit
                 raise
-            with lock:
-                result.completed.append(commit)
-                result.bytes += commit.length
+            return True
 
-        with (
-            progress_bar(len(commits), "completing uploads", self.progress) as bar,
-            concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-commit") as pool,
-        ):
-            futures = {pool.submit(complete, commit): commit for commit in commits}
-            for future in concurrent.futures.as_completed(futures):
+        def settle(done: Iterable[concurrent.futures.Future]) -> None:
+            nonlocal failure, failed
+            for future in done:
+                commit = running.pop(future)
                 error = future.exception()
-                if error is not None and failure is None:
-                    failure, failed = error, futures[future]
+                if error is None:
+                    if future.result():
+                        result.files += 1
+                        result.bytes += commit.length
+                elif failure is None:
+                    failure, failed = error, commit
                     stop.set()
                 bar.update()
-        self.stats.increment("committer_commits_completed", len(result.completed))
+                report.update(bar, result.files)
+
+        running: dict[concurrent.futures.Future, SinglePendingCommit] = {}
+        window = self.threads * 4
+        with (
+            progress_bar(total, "completing uploads", self.progress) as bar,
+            concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-commit") as pool,
+        ):
+            for commit in commits:
+                if stop.is_set():
+                    break
+                if len(running) >= window:
+                    done, _ = concurrent.futures.wait(
+                        running, return_when=concurrent.futures.FIRST_COMPLETED
+                    )
+                    settle(done)
+                running[pool.submit(complete, commit)] = commit
+            settle(concurrent.futures.wait(running).done)
+        report.finish(result.files)
+        self.stats.increment("committer_commits_completed", result.files)
         self.stats.increment("committer_bytes_committed", result.bytes)
         if failure is not None:
             assert failed is not None
             record = f", written at {failed.filename}" if failed.filename else ""
             raise CommitFailedError(
                 f"could not complete s3://{failed.destination} (upload {failed.upload_id}"
-                f"{record}): {type(failure).__name__}: {failure}; {len(result.completed)} of "
-                f"{len(commits)} files had been completed"
+                f"{record}): {type(failure).__name__}: {failure}; {result.files} of "
+                f"{total} files had been completed"
             ) from failure
         return result
 
@@ -134,21 +165,83 @@ class CommitOperations:
     # -- discard -------------------------------------------------------------------------
 
     def unpublish(self, commits: Iterable[SinglePendingCommit]) -> int:
-        """Delete the objects this job's completions created; returns how many."""
-        commits = list(commits)
+        """Delete the objects this job's completions created; returns how many.
+
+        Streams ``commits`` in batches of :data:`~.store.DELETE_BATCH` (one HEAD each,
+        ``threads`` at once, then one DeleteObjects per bucket and batch).
+        """
+        deleted = 0
         with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-unpublish") as pool:
-            made = list(pool.map(self._made_by_this_job, commits))
-        by_bucket: dict[str, list[str]] = {}
-        for commit, ours in zip(commits, made, strict=True):
-            if ours:
-                by_bucket.setdefault(commit.bucket, []).append(commit.destination_key)
-        for bucket, keys in by_bucket.items():
-            self.store.delete_objects(bucket, keys)
-            self.stats.increment("committer_commits_reverted", len(keys))
-        return sum(len(keys) for keys in by_bucket.values())
+            for batch in batches(commits, DELETE_BATCH):
+                made = list(pool.map(self._made_by_this_job, batch))
+                by_bucket: dict[str, list[str]] = {}
+                for commit, ours in zip(batch, made, strict=True):
+                    if ours:
+                        by_bucket.setdefault(commit.bucket, []).append(commit.destination_key)
+                for bucket, keys in by_bucket.items():
+                    self.store.delete_objects(bucket, keys)
+                    self.stats.increment("committer_commits_reverted", len(keys))
+                    deleted += len(keys)
+        return deleted
 
     def abort(self, commits: Iterable[SinglePendingCommit]) -> int:
         """Abort the uploads (concurrently); uploads already gone are fine."""
         aborted = abort_uploads(self.store, uploads_of(commits))
         self.stats.increment("committer_commits_aborted", aborted)
         return aborted
+
+
+class Progress:
+    """Log lines for a long completion: rate, throttled replies, time left.
+
+    The tqdm bar (on a terminal) shows rate and ETA itself and gets the number of
+    throttled replies beside them; a job running without a terminal (Spark's driver,
+    a scheduler) gets an INFO line every :attr:`every` seconds instead, and one at the
+    end when the store throttled the job.
+    """
+
+    every = 15.0
+
+    def __init__(self, store: S3Store, total: int, job_id: str):
+        self.store = store
+        self.total = total
+        self.job_id = job_id
+        self.start = time.monotonic()
+        self.last = self.start
+        self.throttled_before = store.throttled
+
+    @property
+    def throttled(self) -> int:
+        return self.store.throttled - self.throttled_before
+
+    def update(self, bar: Any, done: int) -> None:
+        now = time.monotonic()
+        if self.throttled and not bar.disable:
+            bar.set_postfix(throttled=self.throttled, refresh=False)
+        if now - self.last >= self.every:
+            self.last = now
+            rate = done / max(now - self.start, 1e-9)
+            left = (self.total - done) / rate if rate else float("inf")
+            log.info(
+                "job %s: completed %d of %d files (%.0f files/s, %d throttled replies, "
+                "about %.0f s left)",
+                self.job_id,
+                done,
+                self.total,
+                rate,
+                self.throttled,
+                left,
+            )
+
+    def finish(self, done: int) -> None:
+        if self.throttled:
+            seconds = time.monotonic() - self.start
+            log.info(
+                "job %s: completed %d files in %.1f s (%.0f files/s); the store throttled "
+                "%d replies, each retried",
+                self.job_id,
+                done,
+                seconds,
+                done / max(seconds, 1e-9),
+                self.throttled,
+            )

@@ -57,12 +57,19 @@ TRANSIENT_CODES = frozenset(
         "RequestTimeout",
         "OperationAborted",
         "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
         "500",
         "502",
         "503",
         "504",
     }
 )
+#: The codes by which a store says "slow down" (botocore's adaptive mode reacts to them).
+THROTTLING_CODES = frozenset(
+    {"SlowDown", "ThrottlingException", "Throttling", "RequestLimitExceeded"}
+)
+
 _TRANSIENT_TYPES = (
     botocore.exceptions.HTTPClientError,  # ConnectionClosedError, ReadTimeoutError...
     botocore.exceptions.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError...

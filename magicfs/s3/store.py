@@ -25,7 +25,15 @@ from typing import Any
 from fsspec.asyn import sync
 
 from ..errors import StoreCallError
-from .retry import DEFAULT_POLICY, RetryPolicy, describe, error_code, is_transient
+from .rate import RateLimit
+from .retry import (
+    DEFAULT_POLICY,
+    THROTTLING_CODES,
+    RetryPolicy,
+    describe,
+    error_code,
+    is_transient,
+)
 
 __all__ = ["DELETE_BATCH", "PendingUpload", "S3Store", "error_code"]
 
@@ -47,11 +55,18 @@ class PendingUpload:
 class S3Store:
     """Typed S3 calls through ``fs`` (an ``s3fs.S3FileSystem``)."""
 
-    def __init__(self, fs: Any, policy: RetryPolicy = DEFAULT_POLICY):
+    def __init__(
+        self, fs: Any, policy: RetryPolicy = DEFAULT_POLICY, max_rate: float | None = None
+    ):
         self.fs = fs
         self.policy = policy
         #: Seconds waited before retries so far, by every call (``RetryPolicy.budget``).
         self.retry_waits = 0.0
+        #: Requests the store answered with throttling (``SlowDown``, 503), retries included.
+        self.throttled = 0
+        #: A fixed cap on calls per second (``None``: none); see :mod:`.rate`.
+        self.rate_limit = RateLimit(max_rate) if max_rate is not None else None
+        self._watched: set[int] = set()
 
     def split(self, path: str) -> tuple[str, str]:
         """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``.
@@ -73,7 +88,10 @@ class S3Store:
         """:meth:`call` for coroutines running on s3fs's IO loop."""
         retry = 0
         while True:
+            if self.rate_limit is not None:
+                await self.rate_limit.acquire()
             try:
+                await self._watch_throttling()
                 return await self.fs._call_s3(operation, **params)
             except Exception as error:
                 if not is_transient(error):
@@ -101,6 +119,22 @@ class S3Store:
                     "%s: %s; retry %d in %.2fs", describe(operation, params), error, retry, delay
                 )
                 await asyncio.sleep(delay)
+
+    async def _watch_throttling(self) -> None:
+        """Count every throttled reply, including those botocore retries by itself."""
+        client = await self.fs.set_session()
+        if id(client) in self._watched:
+            return
+        self._watched.add(id(client))
+        client.meta.events.register("needs-retry.s3", self._on_reply)
+
+    def _on_reply(self, response: Any = None, **_: Any) -> None:
+        if response is None:
+            return
+        http, parsed = response
+        code = (parsed or {}).get("Error", {}).get("Code")
+        if code in THROTTLING_CODES or getattr(http, "status_code", None) == 503:
+            self.throttled += 1
 
     def run_background(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
         """Run ``coroutine`` on s3fs's IO loop; returns at once with a future."""
@@ -270,6 +304,25 @@ class S3Store:
                 return
             params["KeyMarker"] = page.get("NextKeyMarker", "")
             params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
+    def list_keys(
+        self, bucket: str, prefix: str = "", delimiter: str | None = None
+    ) -> Iterator[str]:
+        """``bucket/key`` of every object under ``prefix``, page by page (1,000 per request).
+
+        With a ``delimiter``, only the objects directly under ``prefix``. Unlike s3fs's
+        listings, nothing is cached: a job's tree of a million entries is streamed once.
+        """
+        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if delimiter:
+            params["Delimiter"] = delimiter
+        while True:
+            page = self.call("list_objects_v2", **params)
+            for entry in page.get("Contents") or []:
+                yield f"{bucket}/{entry['Key']}"
+            if not page.get("IsTruncated"):
+                return
+            params["ContinuationToken"] = page["NextContinuationToken"]
 
     def list_parts(self, bucket: str, key: str, upload_id: str) -> list[dict[str, Any]]:
         """All parts of an upload (``PartNumber``, ``ETag``, ``Size``), page by page."""

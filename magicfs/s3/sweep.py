@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
 from ..errors import InvalidCommitData
@@ -142,8 +142,8 @@ def sweep_job(
     bucket: str,
     dest_key: str,
     job_id: str,
-    keys: set[str],
-    keep: set[str],
+    keys: Container[str],
+    keep: Container[str],
     own_ids: Callable[[set[str]], set[str]],
     progress: bool | None = None,
     uploads: Iterable[PendingUpload] | None = None,

@@ -1,0 +1,193 @@
+"""Job commit from ``.pendingset`` records, streamed: the magic and staging committers.
+
+Both committers end a task with one pendingset (the task's pending uploads) and a job
+with completing every upload those name. This is that job commit, the hooks of the
+base class's stages (:mod:`.base`), written once and run in flat memory:
+
+* **load**: the task records are read ``threads`` at a time and in order; each one's
+  commits go to a :class:`~magicfs.s3.spool.CommitSpool` on local disk and the record
+  is dropped. Memory holds a few records per thread, however many files the job has.
+* **validate**: one pass over the spool: every record is this job's, every commit
+  lands inside the destination where its own magic path says (:mod:`magicfs.s3.validation`),
+  no destination is written twice (one indexed query). Nothing has been completed yet.
+* **publish**: the spool streams into the completions, ``threads`` at once, with the
+  progress and rate control of :mod:`magicfs.s3.commit_ops`.
+* **roll back** streams the same spool; ``_SUCCESS`` lists the first
+  :data:`~magicfs.records.MAX_FILENAMES` destinations in order, as Hadoop does.
+
+Measured (``benchmarks/large_jobs.py``, README "Large jobs"): the driver's peak memory
+does not grow with the number of files; the disk holds about 0.4 KB per file.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from collections.abc import Container
+from typing import Any
+
+import fsspec
+
+from ..errors import InvalidCommitData
+from ..records import MAX_FILENAMES, PendingSet, SuccessData
+from ..s3.commit_ops import CommitOperations
+from ..s3.retry import DEFAULT_POLICY, RetryPolicy
+from ..s3.spool import CommitSpool
+from ..s3.store import S3Store
+from ..s3.validation import check_commit
+from .attempts import Messages
+from .base import Loaded, OutputCommitter, Published
+
+
+class PendingsetCommitter(OutputCommitter):
+    """A committer whose task records are pendingsets of S3 multipart uploads.
+
+    Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
+    retried: :mod:`magicfs.s3.retry`) and ``max_request_rate`` (a fixed cap, in requests
+    per second, on this job's calls: :mod:`magicfs.s3.rate`). Throttling is handled
+    without either: the committer's S3 client runs in botocore's ``adaptive`` retry mode
+    (unless ``storage_options`` configure ``retries`` themselves).
+    """
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+        max_request_rate: float | None = None,
+        **options: Any,
+    ):
+        super().__init__(dest, **options)
+        self.retry_policy = retry_policy
+        self.max_request_rate = max_request_rate
+        self.store = S3Store(self.store_fs, retry_policy, max_request_rate)
+        self.bucket, self.dest_key = self.store.split(self.dest)
+
+    def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
+        options = dict(self.store_options)
+        config = dict(options.get("config_kwargs") or {})
+        # Job commit runs `threads` requests at once: give the client enough connections.
+        config.setdefault("max_pool_connections", max(10, self.threads * 2))
+        # Client-side rate control that engages at the first SlowDown (see magicfs.s3.rate).
+        config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": 5})
+        options["config_kwargs"] = config
+        return fsspec.filesystem("s3", **options)
+
+    # -- what the committer supplies ------------------------------------------------------
+
+    def _read_record(self, path: str) -> bytes:
+        """The bytes of the task record at ``path`` (``FileNotFoundError`` if none)."""
+        raise NotImplementedError
+
+    def _display(self, path: str) -> str:
+        """``path`` as messages name it (with its protocol)."""
+        return path if "://" in path else f"s3://{path}"
+
+    def _operations(self) -> CommitOperations:
+        return CommitOperations(self.store, self.job_id, self.stats, self.threads, self.progress)
+
+    # -- the stages' hooks ----------------------------------------------------------------
+
+    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
+        spool = CommitSpool()
+        try:
+            with (
+                self.stats.track("committer_load_pendingsets"),
+                concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-load") as pool,
+            ):
+                reads: collections.deque[tuple[str, concurrent.futures.Future[bytes]]]
+                reads = collections.deque()
+                for path in records:
+                    reads.append((path, pool.submit(self._read_record, path)))
+                    if len(reads) >= 2 * self.threads:
+                        self._spool(spool, *reads.popleft())
+                while reads:
+                    self._spool(spool, *reads.popleft())
+        except BaseException:
+            spool.discard()
+            raise
+        return Loaded(
+            list(records), len(spool.records), spool.files, spool.bytes, spool, spool.iostatistics
+        )
+
+    def _spool(self, spool: CommitSpool, path: str, read: concurrent.futures.Future[bytes]) -> None:
+        source = self._display(path)
+        try:
+            data = read.result()
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                f"job {self.job_id}: task record {source} is missing (already committed or "
+                "aborted?)"
+            ) from None
+        spool.add(source, PendingSet.from_json(data, source=source))
+
+    def _validate(self, loaded: Loaded) -> None:
+        spool: CommitSpool = loaded.payload
+        for source, job_id in zip(spool.records, spool.job_ids, strict=True):
+            if job_id and job_id != self.job_id:
+                raise InvalidCommitData(
+                    source,
+                    "jobId",
+                    f"Mismatch in Job ID: the record is for job {job_id}, this is job "
+                    f"{self.job_id}",
+                )
+        for source, index, commit in spool.rows():
+            try:
+                check_commit(commit, self.bucket, self.dest_key, source)
+            except InvalidCommitData as e:
+                raise InvalidCommitData(source, f"commits[{index}].{e.field}", e.problem) from None
+        duplicate = spool.first_duplicate()
+        if duplicate is not None:
+            destination, (owner, _), (source, index) = duplicate
+            raise InvalidCommitData(
+                source,
+                f"commits[{index}].destinationKey",
+                f"s3://{destination} is also written by {owner}: two tasks write the same file",
+            )
+        spool.validated = True
+
+    def _publish(self, loaded: Loaded) -> Published:
+        spool: CommitSpool = loaded.payload
+        result = self._operations().complete_all(spool.commits(), spool.files)
+        return Published(result.files, result.bytes, payload=spool)
+
+    def _unpublish(self, loaded: Loaded) -> int:
+        spool: CommitSpool = loaded.payload
+        if not spool.validated:  # never delete on the word of a record that fails its checks
+            self._validate(loaded)
+        return self._operations().unpublish(spool.commits())
+
+    def _success_data(
+        self,
+        loaded: Loaded,
+        published: Published,
+        start: float,
+        rows: int | None,
+        description: str,
+        **diagnostics: str,
+    ) -> SuccessData:
+        """``_SUCCESS`` of the job; statistics are the job's plus every task's, as in Hadoop."""
+        spool: CommitSpool = loaded.payload
+        self.stats.increment("committer_files_committed", published.files)
+        self.stats.increment("committer_tasks_completed", loaded.tasks)
+        statistics = self.stats.snapshot()
+        statistics.aggregate(spool.iostatistics)
+        success = SuccessData(
+            committer=self.name,
+            description=description,
+            job_id=self.job_id,
+            job_id_source=self.job_id_source,
+            metrics=self.metrics(published.files, published.bytes, loaded.tasks, start, rows),
+            diagnostics=self.diagnostics(**diagnostics),
+            iostatistics=statistics,
+        )
+        for destination in spool.first_destinations(MAX_FILENAMES):
+            success.add_filename("/" + destination.partition("/")[2])
+        return success
+
+    @staticmethod
+    def kept_uploads(published: Published | None) -> Container[str]:
+        """The upload ids a clean-up after ``published`` must not abort (a container)."""
+        if published is None or published.payload is None:
+            return frozenset()
+        return published.payload

@@ -1,0 +1,225 @@
+"""Large jobs: streamed job commit (records on local disk), throttling and a fixed rate cap.
+
+The memory and rate figures themselves are measured by ``benchmarks/large_jobs.py``;
+here every mechanism is checked by what it leaves: the committed objects, the spool
+files in the temporary directory, the requests the store saw, the refusals.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import tempfile
+import time
+
+import pytest
+from helpers import pending_uploads, visible_keys
+
+import magicfs
+from magicfs.errors import InvalidCommitData, JobCommitError
+from magicfs.records import PendingSet, SinglePendingCommit
+from magicfs.s3.commit_ops import Progress
+from magicfs.s3.retry import RetryPolicy
+from magicfs.s3.spool import CommitSpool, KeySet
+
+FAST = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
+
+
+def commit(key: str, upload: str = "u") -> SinglePendingCommit:
+    return SinglePendingCommit(
+        uri=f"s3://b/{key}",
+        upload_id=upload,
+        bucket="b",
+        destination_key=key,
+        etags=["e"],
+        length=3,
+    )
+
+
+# -- the spool ------------------------------------------------------------------------------
+
+
+def test_spool_streams_back_every_commit_in_order_and_names_duplicates():
+    spool = CommitSpool()
+    try:
+        spool.add("s3://b/t0.pendingset", PendingSet("j", [commit("out/a", "u1"), commit("out/b")]))
+        spool.add("s3://b/t1.pendingset", PendingSet("j", [commit("out/c"), commit("out/a", "u2")]))
+        rows = [(src, i, c.destination_key, c.upload_id) for src, i, c in spool.rows()]
+        assert rows == [
+            ("s3://b/t0.pendingset", 0, "out/a", "u1"),
+            ("s3://b/t0.pendingset", 1, "out/b", "u"),
+            ("s3://b/t1.pendingset", 0, "out/c", "u"),
+            ("s3://b/t1.pendingset", 1, "out/a", "u2"),
+        ]
+        assert (spool.files, spool.bytes, spool.records) == (
+            4,
+            12,
+            ["s3://b/t0.pendingset", "s3://b/t1.pendingset"],
+        )
+        assert spool.first_duplicate() == (
+            "b/out/a",
+            ("s3://b/t0.pendingset", 0),
+            ("s3://b/t1.pendingset", 1),
+        )
+        assert spool.first_destinations(2) == ["b/out/a", "b/out/a"]
+        assert "u1" in spool and "u2" in spool and "u3" not in spool
+        path = spool.path
+        assert os.path.exists(path)
+    finally:
+        spool.discard()
+    assert not os.path.exists(path)
+    spool.discard()  # idempotent
+
+
+def test_spool_reads_back_more_rows_than_one_batch():
+    spool = CommitSpool()
+    try:
+        spool.add("r", PendingSet("j", [commit(f"out/{n:05d}", f"u{n}") for n in range(2500)]))
+        assert [c.upload_id for c in spool.commits()] == [f"u{n}" for n in range(2500)]
+        assert spool.first_duplicate() is None
+    finally:
+        spool.discard()
+
+
+def test_key_set_on_disk():
+    keys = KeySet()
+    try:
+        keys.update(["a", "b", "a"])
+        keys.update(f"k{n}" for n in range(3000))
+        assert len(keys) == 3002 and "a" in keys and "k2999" in keys and "c" not in keys
+    finally:
+        keys.discard()
+    assert not os.path.exists(keys.path)
+
+
+# -- job commit through the spool ------------------------------------------------------------
+
+
+@pytest.fixture
+def temp_dir(tmp_path, monkeypatch):
+    """The temporary directory spools go to, private to the test."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def run_tasks(committer, tasks):
+    messages = []
+    for index, names in tasks.items():
+        task = committer.task_attempt(index)
+        committer.setup_task(task)
+        for name in names:
+            committer.fs.pipe_file(task.path(name), name.encode())
+        messages.append(committer.commit_task(task))
+    return messages
+
+
+def spools(directory) -> list[str]:
+    return glob.glob(os.path.join(directory, "magicfs-*.sqlite"))
+
+
+@pytest.mark.parametrize("committer_name", ["magic", "directory"])
+def test_committed_job_leaves_no_spool_and_lists_the_first_files(
+    committer_name, s3_options, s3_client, bucket, temp_dir
+):
+    committer = magicfs.committer_for(
+        f"s3://{bucket}/out", committer=committer_name, storage_options=s3_options
+    )
+    committer.setup_job()
+    names = {t: [f"part-{t}-{n:03d}" for n in range(40)] for t in range(3)}
+    summary = committer.commit_job(run_tasks(committer, names))
+    assert summary.files == 120
+    success = json.loads(s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    everything = sorted(f"/out/{n}" for files in names.values() for n in files)
+    assert success["filenames"] == everything[:100]
+    assert len(visible_keys(s3_client, bucket)) == 121
+    assert pending_uploads(s3_client, bucket) == []
+    assert spools(temp_dir) == []
+
+
+def test_failed_validation_leaves_no_spool_and_nothing_visible(
+    s3_options, s3_client, bucket, temp_dir
+):
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
+    committer.setup_job()
+    messages = run_tasks(committer, {0: ["a", "b"], 1: ["c"]})
+    # Task 1's record now also claims task 0's file: refused before anything completes.
+    record = messages[1].record
+    bucket_name, _, key = record.partition("/")
+    pendingset = PendingSet.from_json(
+        s3_client.get_object(Bucket=bucket_name, Key=key)["Body"].read()
+    )
+    first = PendingSet.from_json(
+        s3_client.get_object(Bucket=bucket_name, Key=messages[0].record.partition("/")[2])[
+            "Body"
+        ].read()
+    )
+    pendingset.commits.append(first.commits[0])
+    s3_client.put_object(Bucket=bucket_name, Key=key, Body=pendingset.to_bytes())
+    with pytest.raises(JobCommitError) as failure:
+        committer.commit_job(messages)
+    cause = failure.value.__cause__
+    assert isinstance(cause, InvalidCommitData)
+    assert cause.field == "commits[1].destinationKey" and "two tasks write" in str(cause)
+    assert cause.source == f"s3://{record}"
+    assert visible_keys(s3_client, bucket) == []
+    assert pending_uploads(s3_client, bucket) == []
+    assert spools(temp_dir) == []
+
+
+# -- throttling and the rate cap ---------------------------------------------------------------
+
+
+def committer_via(front, bucket, **options):
+    storage = {**front.storage_options, "skip_instance_cache": True}
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=storage, **options)
+    committer.store_fs.retries = 1  # s3fs's own SlowDown retries: let botocore's adapt
+    return committer
+
+
+def test_a_throttled_commit_slows_down_and_loses_nothing(
+    faults_front, s3_client, bucket, caplog, monkeypatch
+):
+    committer = committer_via(faults_front, bucket, retry_policy=FAST, threads=8)
+    committer.setup_job()
+    names = {t: [f"f{t}-{n}" for n in range(10)] for t in range(4)}
+    messages = run_tasks(committer, names)
+    assert committer.store_fs.s3.meta.config.retries["mode"] == "adaptive"
+    faults_front.add_rule("CompleteMultipartUpload", "503", rate=0.15)
+    monkeypatch.setattr(Progress, "every", 0.0)  # a progress line per completion
+    with caplog.at_level(logging.INFO, logger="magicfs.s3.commit"):
+        summary = committer.commit_job(messages)
+    answered = faults_front.stats()["CompleteMultipartUpload"]["faults"]["503"]
+    assert summary.files == 40 and answered >= 2
+    assert committer.store.throttled == answered  # every SlowDown seen, retries included
+    keys = visible_keys(s3_client, bucket)
+    assert sorted(keys) == sorted(
+        ["out/_SUCCESS"] + [f"out/{n}" for v in names.values() for n in v]
+    )
+    assert pending_uploads(s3_client, bucket) == []
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("of 40 files" in line and "throttled replies" in line for line in lines)
+    assert any(f"the store throttled {answered} replies" in line for line in lines)
+
+
+def test_max_request_rate_caps_the_calls_of_job_commit(faults_front, s3_client, bucket):
+    rate = 25.0
+    committer = committer_via(faults_front, bucket, max_request_rate=rate, threads=8)
+    committer.setup_job()
+    messages = run_tasks(committer, {t: [f"f{t}-{n}" for n in range(6)] for t in range(3)})
+    before = sum(s["requests"] for s in faults_front.stats().values())
+    start = time.monotonic()
+    committer.commit_job(messages)
+    seconds = time.monotonic() - start
+    calls = sum(s["requests"] for s in faults_front.stats().values()) - before
+    assert calls >= 18  # at least one completion per file
+    # Calls through the committer's store are spaced 1/rate apart (s3fs's own listings,
+    # e.g. the conflict check, are not: they are fewer than a tenth of the calls here).
+    assert seconds >= (18 - 1) / rate
+    assert len(visible_keys(s3_client, bucket)) == 19
+
+
+def test_max_request_rate_must_be_positive(s3_options, bucket):
+    with pytest.raises(ValueError, match="must be positive"):
+        magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options, max_request_rate=0)
