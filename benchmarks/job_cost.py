@@ -12,6 +12,12 @@ on ``--executors`` parallel threads, each task writing its files one after anoth
 messages. Variants, each on an empty bucket of the same server, in the same run:
 
 * ``direct``: s3fs writes to the final keys (no commit protocol: the unsafe floor);
+* ``multipart-floor``: bare CreateMultipartUpload + one UploadPart per file, file after
+  file on the executors, CompleteMultipartUpload of them all at job commit (no records, no
+  checks): what no protocol uploading each file from its writer this way can beat;
+* ``put-then-copy-floor``: bare PUT to a hidden key per file, then at job commit a
+  server-side copy to the final key and batched DeleteObjects of the hidden keys: what
+  no protocol that copies at commit can beat;
 * ``magic``, ``magic-in-memory``: the magic committer (records in the store / in memory);
 * ``directory``: the staging committer (local files, uploaded at task commit);
 * ``file-v1``: Hadoop's classic FileOutputCommitter v1 (rename = copy + delete on S3).
@@ -52,7 +58,20 @@ from magicfs import committer_for  # noqa: E402
 from magicfs.embedded_s3 import EmbeddedS3Server  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
-VARIANTS = ("direct", "magic", "magic-in-memory", "directory", "file-v1")
+VARIANTS = (
+    "direct",
+    "multipart-floor",
+    "put-then-copy-floor",
+    "magic",
+    "magic-in-memory",
+    "directory",
+    "file-v1",
+)
+FLOORS = ("multipart-floor", "put-then-copy-floor")
+#: Job-commit threads: the committers' default (``OutputCommitter(threads=8)``); the
+#: floors complete or copy on as many.
+COMMIT_THREADS = 8
+DELETE_BATCH = 1000  # keys per DeleteObjects request (the S3 maximum)
 
 
 @dataclass(frozen=True)
@@ -128,8 +147,10 @@ def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket:
 
         with concurrent.futures.ThreadPoolExecutor(workload.executors) as pool:
             list(pool.map(direct_task, range(workload.tasks)))
+    elif variant in FLOORS:
+        floor_job(storage, counted, workload, variant, bucket, names, payload)
     else:
-        options: dict = {"threads": 8, "progress": False}
+        options: dict = {"threads": COMMIT_THREADS, "progress": False}
         name = variant
         if variant == "magic-in-memory":
             name, options["in_memory"] = "magic", True
@@ -160,17 +181,93 @@ def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket:
     return Run(seconds, counted.counts, client, served)
 
 
+def floor_job(
+    storage: dict,
+    counted: Counted,
+    workload: Workload,
+    variant: str,
+    bucket: str,
+    names: list[list[str]],
+    payload: bytes,
+) -> None:
+    """A job of one of the ``FLOORS``: bare calls on the s3fs client ``direct`` writes with.
+
+    No safety at all (no records, no markers, no listing, no retries beyond the client's
+    own): each task's calls on its executor thread, task commit does nothing, job commit
+    on ``COMMIT_THREADS`` threads.
+    """
+    fs = s3fs.S3FileSystem(**storage)
+    counted.attach(fs)
+    call = fs.call_s3  # the same client, event loop and retries as ``direct``'s writes
+    if variant == "multipart-floor":
+
+        def multipart_task(task: int) -> list[tuple[str, str, str]]:
+            pending = []
+            for name in names[task]:
+                key = f"out/{name}"
+                upload = call("create_multipart_upload", Bucket=bucket, Key=key)["UploadId"]
+                part = call(
+                    "upload_part",
+                    Bucket=bucket,
+                    Key=key,
+                    UploadId=upload,
+                    PartNumber=1,
+                    Body=payload,  # the whole file as one part (8 MiB files too)
+                )
+                pending.append((key, upload, part["ETag"]))
+            return pending  # task commit: nothing
+
+        def complete(pending: tuple[str, str, str]) -> None:
+            key, upload, etag = pending
+            call(
+                "complete_multipart_upload",
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload,
+                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]},
+            )
+
+        with concurrent.futures.ThreadPoolExecutor(workload.executors) as pool:
+            messages = list(pool.map(multipart_task, range(workload.tasks)))
+        with concurrent.futures.ThreadPoolExecutor(COMMIT_THREADS) as pool:
+            list(pool.map(complete, [p for message in messages for p in message]))
+        return
+
+    def staged_task(task: int) -> list[str]:
+        for name in names[task]:
+            call("put_object", Bucket=bucket, Key=f"out/_staged/{name}", Body=payload)
+        return names[task]  # task commit: nothing
+
+    def publish(name: str) -> None:
+        source = {"Bucket": bucket, "Key": f"out/_staged/{name}"}
+        call("copy_object", Bucket=bucket, Key=f"out/{name}", CopySource=source)
+
+    with concurrent.futures.ThreadPoolExecutor(workload.executors) as pool:
+        messages = list(pool.map(staged_task, range(workload.tasks)))
+    staged = [name for message in messages for name in message]
+    with concurrent.futures.ThreadPoolExecutor(COMMIT_THREADS) as pool:
+        list(pool.map(publish, staged))
+    for first in range(0, len(staged), DELETE_BATCH):
+        batch = [{"Key": f"out/_staged/{name}"} for name in staged[first : first + DELETE_BATCH]]
+        result = call("delete_objects", Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+        if result.get("Errors"):
+            raise SystemExit(f"{variant}: DeleteObjects failed: {result['Errors'][:3]}")
+
+
 def check(server: EmbeddedS3Server, bucket: str, workload: Workload, variant: str) -> None:
     client = server.boto3_client()
-    keys = []
+    keys, staged = [], []
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/"):
         keys += [o["Key"] for o in page.get("Contents", []) if "/_" not in o["Key"]]
+        staged += [
+            o["Key"] for o in page.get("Contents", []) if o["Key"].startswith("out/_staged/")
+        ]
     uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     expected = workload.tasks * (workload.files // workload.tasks)
-    if len(keys) != expected or uploads:
+    if len(keys) != expected or uploads or staged:
         raise SystemExit(
             f"{variant} on {workload.name}: {len(keys)} files (expected {expected}), "
-            f"{len(uploads)} uploads left"
+            f"{len(uploads)} uploads left, {len(staged)} staged files left"
         )
 
 
