@@ -223,3 +223,36 @@ def test_max_request_rate_caps_the_calls_of_job_commit(faults_front, s3_client, 
 def test_max_request_rate_must_be_positive(s3_options, bucket):
     with pytest.raises(ValueError, match="must be positive"):
         magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options, max_request_rate=0)
+
+
+def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir):
+    import subprocess
+    import sys
+
+    # A process that made a spool and was killed (SIGKILL: nothing of it ran after).
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tempfile, time; tempfile.tempdir = sys.argv[1]\n"
+            "from magicfs.s3.spool import CommitSpool\n"
+            "spool = CommitSpool(); print(spool.path, flush=True); time.sleep(60)",
+            str(temp_dir),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    orphan = child.stdout.readline().strip()
+    live = CommitSpool()  # while the child runs, its spool is not an orphan
+    try:
+        assert os.path.exists(orphan)
+        child.kill()
+        child.wait()
+        assert os.path.exists(orphan)
+        second = CommitSpool()
+        second.discard()
+        assert not os.path.exists(orphan)
+        assert os.path.exists(live.path)  # this process's own spool stays
+    finally:
+        live.discard()
+        child.stdout.close()

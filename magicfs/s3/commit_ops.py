@@ -24,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from fsspec.asyn import sync
+
 from ..errors import CommitFailedError
 from ..progress import batches, progress_bar
 from ..records import SinglePendingCommit
@@ -82,14 +84,14 @@ class CommitOperations:
         stop = threading.Event()
         report = Progress(self.store, total, self.job_id)
 
-        def complete(commit: SinglePendingCommit) -> bool:
+        async def complete(commit: SinglePendingCommit) -> bool:
             if stop.is_set():
                 return False
             try:
                 with self.stats.track("committer_materialize_file"):
-                    self.complete(commit)
+                    await self.acomplete(commit)
             except BaseException:
-                stop.set()  # before this worker can pick up another commit
+                stop.set()  # before another completion can start
                 raise
             return True
 
@@ -108,21 +110,19 @@ class CommitOperations:
                 bar.update()
                 report.update(bar, result.files)
 
+        # `threads` completions in flight, as coroutines on the store's IO loop (no thread
+        # per call); this thread feeds them from `commits` and settles the finished ones.
         running: dict[concurrent.futures.Future, SinglePendingCommit] = {}
-        window = self.threads * 4
-        with (
-            progress_bar(total, "completing uploads", self.progress) as bar,
-            concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-commit") as pool,
-        ):
+        with progress_bar(total, "completing uploads", self.progress) as bar:
             for commit in commits:
                 if stop.is_set():
                     break
-                if len(running) >= window:
+                if len(running) >= self.threads:
                     done, _ = concurrent.futures.wait(
                         running, return_when=concurrent.futures.FIRST_COMPLETED
                     )
                     settle(done)
-                running[pool.submit(complete, commit)] = commit
+                running[self.store.run_background(complete(commit))] = commit
             settle(concurrent.futures.wait(running).done)
         report.finish(result.files)
         self.stats.increment("committer_commits_completed", result.files)
@@ -139,8 +139,12 @@ class CommitOperations:
 
     def complete(self, commit: SinglePendingCommit) -> None:
         """Complete one upload (see the module docstring for retried commits)."""
+        sync(self.store.fs.loop, self.acomplete, commit)
+
+    async def acomplete(self, commit: SinglePendingCommit) -> None:
+        """:meth:`complete` for coroutines running on the store's IO loop."""
         try:
-            self.store.complete_upload(
+            await self.store.acomplete_upload(
                 commit.bucket,
                 commit.destination_key,
                 commit.upload_id,
@@ -149,13 +153,16 @@ class CommitOperations:
                 if_none_match=commit.extra_data.get(IF_NONE_MATCH_KEY) == "*",
             )
         except OSError as e:
-            if error_code(e) == "NoSuchUpload" and self._made_by_this_job(commit):
+            if error_code(e) == "NoSuchUpload" and await self._amade_by_this_job(commit):
                 log.info("s3://%s was completed by an earlier attempt", commit.destination)
                 return
             raise
 
     def _made_by_this_job(self, commit: SinglePendingCommit) -> bool:
-        head = self.store.head_object(commit.bucket, commit.destination_key)
+        return sync(self.store.fs.loop, self._amade_by_this_job, commit)
+
+    async def _amade_by_this_job(self, commit: SinglePendingCommit) -> bool:
+        head = await self.store.ahead_object(commit.bucket, commit.destination_key)
         return (
             head is not None
             and head.get("ContentLength") == commit.length

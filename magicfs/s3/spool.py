@@ -13,13 +13,17 @@ records stream in and read back in batches:
   are found by one indexed query, not by a dict in memory.
 * :class:`KeySet`: a set of strings on disk (the destination keys a job's markers name).
 
-Memory: SQLite's page cache (capped at :data:`CACHE_KIB`) plus one batch of rows; the
-file is deleted by :meth:`discard` (and by the operating system's temporary-file
-clean-up if the process dies). Only the thread that created a spool may use it.
+Memory: SQLite's page cache (capped at :data:`CACHE_KIB`) plus one batch of rows. The
+file is deleted by :meth:`discard`; the file of a process that was killed (its name
+carries the process id) is deleted by the next spool made on that machine. Set
+``TMPDIR`` where the temporary directory is small: about 0.4 KB per file of the job.
+Only the thread that created a spool may use it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 import os
 import sqlite3
@@ -40,7 +44,8 @@ class _SqliteFile:
     """A private SQLite file in the temporary directory, deleted by :meth:`discard`."""
 
     def __init__(self, prefix: str, schema: str):
-        handle, self.path = tempfile.mkstemp(prefix=prefix, suffix=".sqlite")
+        _remove_orphans(prefix)
+        handle, self.path = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=".sqlite")
         os.close(handle)
         self.db = sqlite3.connect(self.path, isolation_level=None)
         for pragma in (
@@ -200,6 +205,26 @@ class CommitSpool(_SqliteFile):
             self._uploads_indexed = True
         found = self.db.execute("SELECT 1 FROM commits WHERE upload = ?", (upload_id,))
         return found.fetchone() is not None
+
+
+def _remove_orphans(prefix: str) -> None:
+    """Delete the spools of processes that no longer run (a commit killed mid-way)."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}*-*.sqlite")):
+        pid = os.path.basename(path)[len(prefix) :].split("-", 1)[0]
+        if not pid.isdigit() or _running(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 def _encode(commit: SinglePendingCommit) -> str:

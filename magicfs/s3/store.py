@@ -201,8 +201,12 @@ class S3Store:
 
     def head_object(self, bucket: str, key: str) -> dict[str, Any] | None:
         """The object's headers, or ``None`` when it does not exist."""
+        return sync(self.fs.loop, self.ahead_object, bucket, key)
+
+    async def ahead_object(self, bucket: str, key: str) -> dict[str, Any] | None:
+        """:meth:`head_object` for coroutines running on s3fs's IO loop."""
         try:
-            return self.call("head_object", Bucket=bucket, Key=key)
+            return await self.acall("head_object", Bucket=bucket, Key=key)
         except FileNotFoundError:
             return None
 
@@ -254,7 +258,7 @@ class S3Store:
             Body=body,
         )
 
-    def complete_upload(
+    async def acomplete_upload(
         self,
         bucket: str,
         key: str,
@@ -281,9 +285,31 @@ class S3Store:
             params["MpuObjectSize"] = length
         if if_none_match:
             params["IfNoneMatch"] = "*"
-        result = self.call("complete_multipart_upload", **params)
+        result = await self.acall("complete_multipart_upload", **params)
         self.fs.invalidate_cache(f"{bucket}/{key}")
         return result
+
+    def complete_upload(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        etags: Sequence[str],
+        *,
+        length: int | None = None,
+        if_none_match: bool = False,
+    ) -> dict[str, Any]:
+        """:meth:`acomplete_upload`, waited for."""
+        return sync(
+            self.fs.loop,
+            self.acomplete_upload,
+            bucket,
+            key,
+            upload_id,
+            etags,
+            length=length,
+            if_none_match=if_none_match,
+        )
 
     def abort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
         """Abort; ``False`` if the upload no longer exists (already aborted or completed)."""
