@@ -376,7 +376,13 @@ class MagicCommitter(PendingsetCommitter):
         )
 
     def _read_record(self, path: str) -> bytes:
-        return self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES).result()
+        return self._submit_read(path).result()
+
+    def _submit_read(
+        self, path: str, pool: concurrent.futures.Executor | None = None
+    ) -> concurrent.futures.Future[bytes]:
+        # A coroutine on the store's IO loop: no thread waits for it.
+        return self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES)
 
     def _delete_files(self, paths: list[str]) -> None:
         self.store.delete_objects(self.bucket, [self._key(p) for p in paths])

@@ -79,6 +79,12 @@ class PendingsetCommitter(OutputCommitter):
         """The bytes of the task record at ``path`` (``FileNotFoundError`` if none)."""
         raise NotImplementedError
 
+    def _submit_read(
+        self, path: str, pool: concurrent.futures.Executor
+    ) -> concurrent.futures.Future[bytes]:
+        """Start reading the task record at ``path`` (by default on ``pool``'s threads)."""
+        return pool.submit(self._read_record, path)
+
     def _display(self, path: str) -> str:
         """``path`` as messages name it (with its protocol)."""
         return path if "://" in path else f"s3://{path}"
@@ -98,7 +104,7 @@ class PendingsetCommitter(OutputCommitter):
                 reads: collections.deque[tuple[str, concurrent.futures.Future[bytes]]]
                 reads = collections.deque()
                 for path in records:
-                    reads.append((path, pool.submit(self._read_record, path)))
+                    reads.append((path, self._submit_read(path, pool)))
                     if len(reads) >= 2 * self.threads:
                         self._spool(spool, *reads.popleft())
                 while reads:
