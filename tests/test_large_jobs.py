@@ -193,6 +193,7 @@ def test_a_throttled_commit_slows_down_and_loses_nothing(
     answered = faults_front.stats()["CompleteMultipartUpload"]["faults"]["503"]
     assert summary.files == 40 and answered >= 2
     assert committer.store.throttled == answered  # every SlowDown seen, retries included
+    assert summary.counters["store_io_throttled"] == answered  # and in _SUCCESS's statistics
     keys = visible_keys(s3_client, bucket)
     assert sorted(keys) == sorted(
         ["out/_SUCCESS"] + [f"out/{n}" for v in names.values() for n in v]

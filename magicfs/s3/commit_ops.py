@@ -125,6 +125,7 @@ class CommitOperations:
                 running[self.store.run_background(complete(commit))] = commit
             settle(concurrent.futures.wait(running).done)
         report.finish(result.files)
+        self.stats.increment("store_io_throttled", report.throttled)  # Hadoop's name
         self.stats.increment("committer_commits_completed", result.files)
         self.stats.increment("committer_bytes_committed", result.bytes)
         if failure is not None:

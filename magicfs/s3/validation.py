@@ -4,7 +4,8 @@ A job's pending commits come from files anyone with write access to the job's tr
 could have edited (seed 000, "Malicious Serialized Data"). Before the first upload is
 completed, every commit must belong to this job, land inside the job's destination
 (right bucket, under the destination key, where its own magic path says it belongs) and
-no two tasks may write the same file. Any failure raises ``InvalidCommitData`` naming
+no two tasks may write the same file (that check runs over the job's spool:
+:mod:`magicfs.committers.pendingsets`). Any failure raises ``InvalidCommitData`` naming
 the record and the field.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from ..errors import InvalidCommitData
 from ..names import PENDING_SUFFIX
 from ..paths import final_destination, is_deferred_write
-from ..records import PendingSet, SinglePendingCommit
+from ..records import SinglePendingCommit
 
 
 def check_commit(commit: SinglePendingCommit, bucket: str, dest_key: str, source: str) -> None:
@@ -30,36 +31,3 @@ def check_commit(commit: SinglePendingCommit, bucket: str, dest_key: str, source
                 f"s3://{commit.destination} is not where a file written at "
                 f"s3://{magic_file} belongs (s3://{expected})",
             )
-
-
-def validate_pendingsets(
-    pendingsets: list[tuple[str, PendingSet]], bucket: str, dest_key: str, job_id: str
-) -> list[SinglePendingCommit]:
-    """All commits of the job, once every check has passed."""
-    commits: list[SinglePendingCommit] = []
-    owners: dict[str, str] = {}
-    for path, pendingset in pendingsets:
-        source = path if "://" in path else f"s3://{path}"
-        if pendingset.job_id and pendingset.job_id != job_id:
-            raise InvalidCommitData(
-                source,
-                "jobId",
-                f"Mismatch in Job ID: the record is for job {pendingset.job_id}, "
-                f"this is job {job_id}",
-            )
-        for index, commit in enumerate(pendingset.commits):
-            try:
-                check_commit(commit, bucket, dest_key, source)
-            except InvalidCommitData as e:
-                raise InvalidCommitData(source, f"commits[{index}].{e.field}", e.problem) from None
-            owner = owners.get(commit.destination)
-            if owner is not None:
-                raise InvalidCommitData(
-                    source,
-                    f"commits[{index}].destinationKey",
-                    f"s3://{commit.destination} is also written by {owner}: two tasks "
-                    "write the same file",
-                )
-            owners[commit.destination] = source
-            commits.append(commit)
-    return commits
