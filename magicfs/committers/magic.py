@@ -375,13 +375,10 @@ class MagicCommitter(PendingsetCommitter):
             f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
         )
 
-    def _read_record(self, path: str) -> bytes:
-        return self._submit_read(path).result()
-
     def _submit_read(
-        self, path: str, pool: concurrent.futures.Executor | None = None
+        self, path: str, pool: concurrent.futures.Executor
     ) -> concurrent.futures.Future[bytes]:
-        # A coroutine on the store's IO loop: no thread waits for it.
+        # A coroutine on the store's IO loop: no thread of `pool` waits for it.
         return self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES)
 
     def _delete_files(self, paths: list[str]) -> None:

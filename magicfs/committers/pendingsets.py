@@ -82,7 +82,8 @@ class PendingsetCommitter(OutputCommitter):
     def _submit_read(
         self, path: str, pool: concurrent.futures.Executor
     ) -> concurrent.futures.Future[bytes]:
-        """Start reading the task record at ``path`` (by default on ``pool``'s threads)."""
+        """Start reading the task record at ``path``: :meth:`_read_record` on ``pool``'s
+        threads, unless the committer reads without blocking a thread (magic)."""
         return pool.submit(self._read_record, path)
 
     def _display(self, path: str) -> str:
