@@ -8,6 +8,7 @@ magic-committer jobs whose tasks committed but whose job did not.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 
 import pytest
@@ -97,11 +98,14 @@ def test_list_shows_each_upload_with_its_parked_bytes(cli, magic, s3_client, buc
     assert result.code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == f"Uploads under s3://{bucket}/data/:"
-    assert (
-        f"{MOTO_INITIATED}    100 bytes  s3://{bucket}/data/a.csv  upload {ids['data/a.csv']}"
-        in (lines[1])
+    # Fixed columns (the output streams: no widths computed over every line first).
+    assert lines[1] == (
+        f"  {MOTO_INITIATED}  {'100':>17} bytes  s3://{bucket}/data/a.csv  "
+        f"upload {ids['data/a.csv']}"
     )
-    assert f"2,000 bytes  s3://{bucket}/data/year=2024/b.csv" in lines[2]
+    assert (
+        f"  {MOTO_INITIATED}  {'2,000':>17} bytes  s3://{bucket}/data/year=2024/b.csv" in (lines[2])
+    )
     assert lines[-1] == "Total: 2 uploads found, 2,100 bytes (2.1 KiB) parked."
 
     document = cli("uploads", "list", f"s3://{bucket}/data", "--json").json()
@@ -211,6 +215,8 @@ def test_abort_without_force_is_a_dry_run(cli, magic, s3_client, bucket):
     assert (document["dry_run"], document["aborted"], document["bytes"]) == (False, 2, 30)
     assert {u["upload_id"] for u in document["uploads"]} == set(before.values())
     assert uploads_by_key(s3_client, bucket) == {}
+    # Written piece by piece, the document is byte for byte what print_json writes.
+    assert forced.stdout == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
 def test_abort_job_a_leaves_job_b_alone(cli, options, s3_client, bucket):
@@ -272,10 +278,67 @@ def test_list_uploads_follows_every_page(s3, s3_client, magic, bucket):
     second_page = sorted(real.items())[2:4]
     assert paging.requests == [("", ""), first_page[-1], second_page[-1]]
 
+    requested = len(paging.requests)
+    lazy = select(store, Selection(bucket, "data/", None, None, None))
+    next(lazy)
+    assert len(paging.requests) == requested + 1  # listed as it is consumed, page by page
+    lazy.close()
+
     # The command's selection and byte counts cover every page too.
-    uploads = measure(store, select(s3, store, Selection(bucket, "data/", None, None, None)))
+    uploads = list(measure(store, select(store, Selection(bucket, "data/", None, None, None))))
     assert sorted(u.key for u in uploads) == sorted(real)
     assert sum(u.bytes for u in uploads) == 1 + 2 + 3 + 4 + 5
+
+
+@pytest.mark.slow  # about 5,000 requests to moto: 40-50 s here
+def test_many_uploads_stream_page_by_page(cli, s3, s3_client, bucket):
+    """More uploads than one ListMultipartUploads page (1,000): each is settled while
+    the listing is still being read; every one is counted, shown and aborted.
+
+    moto answers a listing in one page whatever its length, so the command (a child
+    process) gets them in one; paging is checked in process, in pages of 500.
+    """
+    count = 1200
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        ids = set(
+            pool.map(lambda n: _start_upload(s3_client, bucket, f"many/{n:05d}"), range(count))
+        )
+    other = _start_upload(s3_client, bucket, "other/x.csv")  # not under many/
+
+    paging = PagedUploadListing(s3, s3_client, page_size=500)
+    store = S3Store(s3)
+    selection = Selection(bucket, "many/", None, None, None)
+    settled = measure(store, select(store, selection))
+    next(settled)
+    assert len(paging.requests) == 1  # the first is settled before page 2 is asked for
+    settled.close()
+    assert {u.upload_id for u in select(store, selection)} == ids
+    assert len(paging.requests) == 1 + 3
+
+    listed = cli("uploads", "list", f"s3://{bucket}/many")
+    assert listed.code == 0, listed.output
+    lines = listed.stdout.splitlines()
+    assert len(lines) == 1 + count + 1
+    assert lines[-1] == "Total: 1,200 uploads found, 0 bytes parked."
+    assert len({line.index(" s3://") for line in lines[1:-1]}) == 1  # fixed columns
+
+    forced = cli("uploads", "abort", "--force", f"s3://{bucket}/many", "--json")
+    assert forced.code == 0, forced.output
+    document = forced.json()
+    assert (document["count"], document["aborted"], document["bytes"]) == (count, count, 0)
+    assert (document["already_gone"], document["failed"]) == (0, 0)
+    assert {u["upload_id"] for u in document["uploads"]} == ids
+    assert len(document["uploads"]) == count
+    assert {u["status"] for u in document["uploads"]} == {"aborted"}
+    # Written piece by piece, the document is byte for byte what print_json writes.
+    assert forced.stdout == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+    assert pending_uploads(s3_client, bucket) == [{"Key": "other/x.csv", "UploadId": other}]
+    s3_client.abort_multipart_upload(Bucket=bucket, Key="other/x.csv", UploadId=other)
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def _start_upload(client, bucket: str, key: str) -> str:
+    return client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
 
 
 # --- inspect ----------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TextIO
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -268,6 +268,60 @@ def read_limited(fs: Any, path: str, limit: int, url: str) -> bytes:
 def print_json(document: Any) -> None:
     json.dump(document, sys.stdout, indent=2, ensure_ascii=False, default=str)
     sys.stdout.write("\n")
+
+
+class JsonObjectWriter:
+    """One JSON object written member by member, byte for byte as :func:`print_json`
+    would write the whole object; one member at a time may be an array written element
+    by element (:meth:`begin_array`, :meth:`element`, :meth:`end_array`), so a document
+    with a million elements never has to be in memory.
+
+    The output is one valid JSON document only after :meth:`close`: a command that
+    fails midway leaves it unterminated, so no reader mistakes it for a complete one.
+    """
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out if out is not None else sys.stdout
+        self._members = 0
+        #: Elements written to the open array; ``None``: no array is open.
+        self._elements: int | None = None
+        self.out.write("{")
+
+    def member(self, name: str, value: Any) -> None:
+        self._name(name)
+        self.out.write(_json_text(value, "  "))
+
+    def begin_array(self, name: str) -> None:
+        self._name(name)
+        self.out.write("[")
+        self._elements = 0
+
+    def element(self, value: Any) -> None:
+        if self._elements is None:
+            raise ValueError("no array is open")
+        self.out.write(f"{',' if self._elements else ''}\n    {_json_text(value, '    ')}")
+        self._elements += 1
+
+    def end_array(self) -> None:
+        if self._elements is None:
+            raise ValueError("no array is open")
+        self.out.write("\n  ]" if self._elements else "]")
+        self._elements = None
+
+    def close(self) -> None:
+        self.out.write("\n}\n" if self._members else "}\n")
+
+    def _name(self, name: str) -> None:
+        if self._elements is not None:
+            raise ValueError("an array is open")
+        self.out.write(f"{',' if self._members else ''}\n  {_json_text(name, '')}: ")
+        self._members += 1
+
+
+def _json_text(value: Any, indent: str) -> str:
+    """``value`` as :func:`print_json` writes it, nested ``indent`` deep (no trailing newline)."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return text.replace("\n", "\n" + indent)  # JSON strings hold no raw newline
 
 
 def non_negative(text: str) -> int:
