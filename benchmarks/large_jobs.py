@@ -40,10 +40,12 @@ record. ``ratio`` = commit seconds / floor seconds, measured in the same run.
 **Throttled** (``--throttle-rate``, default 500 and 200 requests/s): the stub answers
 ``503 SlowDown`` to mutating requests above the rate (token bucket, bursts of rate/10)
 while the job commits ``--throttle-files`` files; reported: the completions per second
-achieved against the configured rate, the 503s answered, and whether every file
-arrived (``commit_job`` returned, no file missing). The floor is throttled the same way
-for comparison. (On the 2-core benchmark machine a Python client completes only ~400
-uploads/s, so only rates below that throttle it much.)
+achieved against the configured rate (between the first and the last completion the
+stub accepted), the 503s answered, how many times the committer's adaptive rate was cut
+(:mod:`magicfs.s3.rate`) and whether every file arrived (``commit_job`` returned, no file
+missing). The floor (bare boto3, its default retries) is throttled the same way for
+comparison. (A rate above what the client reaches unthrottled on this machine, the
+scale table's floor, cannot be reached by either and says nothing about the limiter.)
 
 **moto** (``--only moto`` or ``--moto``): the 10,000-file point against moto
 (:class:`~magicfs.embedded_s3.EmbeddedS3Server`), with real uploads (``CreateMultipartUpload``
@@ -60,6 +62,7 @@ import argparse
 import concurrent.futures
 import hashlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -331,6 +334,10 @@ def commit_child(spec: dict[str, Any]) -> dict[str, Any]:
 
     from magicfs import committer_for
 
+    if spec.get("log_rate"):  # the adaptive rate's cuts, on the child's stderr
+        logging.basicConfig(stream=sys.stderr, format="%(relativeCreated)8.0f ms %(message)s")
+        logging.getLogger("magicfs.s3.rate").setLevel(logging.INFO)
+
     committer: Any = committer_for(
         DEST,
         committer="magic",
@@ -382,6 +389,8 @@ def commit_child(spec: dict[str, Any]) -> dict[str, Any]:
         "client_calls": dict(calls),
         "stages": stages,
         "rss_by_stage": rss_by_stage(stages, samples),
+        "rate_cuts": committer.store.rate.cuts,
+        "final_rate": committer.store.rate.rate(),
     }
     if tracer is not None:
         stop, best = tracer
@@ -607,6 +616,7 @@ def throttled_run(args: argparse.Namespace, rate: float) -> list[dict[str, Any]]
             "check": check,
             "error": outcome.get("error") or outcome.get("first_failure"),
             "failed_calls": outcome.get("failed"),
+            "rate_cuts": outcome.get("rate_cuts", "-"),
             "requests": server_requests(stats),
         }
         log(
@@ -747,8 +757,8 @@ def throttle_table(results: list[dict[str, Any]]) -> list[str]:
         "**Throttled store: mutating requests above the rate answer 503 SlowDown**",
         "",
         "| variant | files | configured rate/s | seconds | completes/s achieved "
-        "| 503s answered | missing files | result |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
+        "| 503s answered | rate cuts | missing files | result |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         throttled = sum(r["throttled"].values())
@@ -760,7 +770,8 @@ def throttle_table(results: list[dict[str, Any]]) -> list[str]:
         )
         lines.append(
             f"| {r['variant']} | {r['files']:,} | {r['rate']:g} | {r['seconds']:.1f} "
-            f"| {r['achieved']:.0f} | {throttled:,} ({by_op}) | {r['check']['missing']:,} "
+            f"| {r['achieved']:.0f} | {throttled:,} ({by_op}) | {r.get('rate_cuts', '-')} "
+            f"| {r['check']['missing']:,} "
             f"| {result} |"
         )
     return lines

@@ -49,6 +49,7 @@ try:
     import dask.multiprocessing
     import dask.system
     import dask.threaded
+    from dask.delayed import delayed
 except ImportError as missing:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"magicfs.dask needs Dask ({missing}): pip install 'magicfs[dask]'"
@@ -351,9 +352,9 @@ def _run_job(
     # The committer and writer enter the graph once each, under names of their own: no
     # tokenizing (hashing) of their state, and a distributed worker fetches them once.
     name = f"magicfs-{committer.job_id}"
-    committer_node = dask.delayed(committer, name=f"{name}-committer", traverse=False)
-    writer_node = dask.delayed(write_fn, name=f"{name}-writer", traverse=False)
-    write = dask.delayed(write_partition, pure=False, traverse=False)
+    committer_node = delayed(committer, name=f"{name}-committer", traverse=False)
+    writer_node = delayed(write_fn, name=f"{name}-writer", traverse=False)
+    write = delayed(write_partition, pure=False, traverse=False)
     writes = [
         write(committer_node, writer_node, part, index, dask_key_name=(f"{name}-write", index))
         for index, part in enumerate(parts)
@@ -404,8 +405,8 @@ def _compute_all(writes: list[Any], compute_kwargs: dict[str, Any]) -> list[Task
             workers or dask.system.CPU_COUNT, mp_context=dask.multiprocessing.get_context()
         )
     if pool is None:
-        return list(dask.compute(*writes, scheduler=scheduler, **compute_kwargs))
+        return list(dask.base.compute(*writes, scheduler=scheduler, **compute_kwargs))
     try:
-        return list(dask.compute(*writes, scheduler=scheduler, pool=pool, **compute_kwargs))
+        return list(dask.base.compute(*writes, scheduler=scheduler, pool=pool, **compute_kwargs))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -17,9 +17,12 @@ import concurrent.futures
 import contextlib
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .embedded_s3 import EmbeddedS3Server
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 BUCKET = "demo"
 DEST = f"s3://{BUCKET}/sales"
@@ -49,7 +52,7 @@ ROWS_PER_TASK = 300_000
 S3_COPY_MB_PER_S = 10
 
 
-def _sales(task: int):
+def _sales(task: int) -> pd.DataFrame:
     """One task's share of a sales table (random amounts: Parquet cannot shrink them)."""
     import numpy as np
     import pandas as pd

@@ -12,7 +12,7 @@ Parquet with Arrow's own S3 client and never asks fsspec. Pass ``storage_options
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 
@@ -77,7 +77,7 @@ def _magic_class(original: Any) -> type:
 
         @staticmethod
         def _get_kwargs_from_urls(path: str) -> dict[str, Any]:
-            return original._get_kwargs_from_urls(path)
+            return cast(dict[str, Any], original._get_kwargs_from_urls(path))
 
         def __reduce__(self) -> Any:
             # Unpickles as a plain MagicFileSystem: works where install() never ran.

@@ -69,7 +69,7 @@ MINIMUM_RAY = "2.41"
 JOB_ID_SOURCE = "magicfs.ray"
 
 
-class CommittedDatasink(Datasink):
+class CommittedDatasink(Datasink[TaskCommitMessage]):
     """Write a Ray Dataset to ``dest`` as one committed job: ``ds.write_datasink(sink)``.
 
     Args:

@@ -51,7 +51,7 @@ class TaskFile:
     writer: OpenWriter | None = None  # set while the file is open or closing
     length: int = 0  # bytes written (so far, while open)
     commit: Any = None  # S3: the closed file's SinglePendingCommit
-    closing: concurrent.futures.Future | None = None  # its close, finishing in the background
+    closing: concurrent.futures.Future[None] | None = None  # its close, finishing in the background
     error: BaseException | None = None  # why its close failed
 
     @property
@@ -90,7 +90,9 @@ class TaskFiles:
                 entry.writer, entry.length, entry.commit = None, length, commit
                 entry.closing = None
 
-    def closing(self, path: str, writer: OpenWriter, future: concurrent.futures.Future) -> None:
+    def closing(
+        self, path: str, writer: OpenWriter, future: concurrent.futures.Future[None]
+    ) -> None:
         """``writer`` was closed; ``future`` finishes its close in the background."""
         with self._lock:
             entry = self._files.get(path)

@@ -32,7 +32,7 @@ def test_ruff(command):
 
 
 def test_mypy_finds_no_type_errors():
-    # Settings in pyproject.toml ([tool.mypy]): the magicfs package, default strictness.
+    # Settings in pyproject.toml ([tool.mypy]): the magicfs package, strict mode.
     result = run("mypy")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout

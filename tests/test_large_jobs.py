@@ -7,6 +7,7 @@ files in the temporary directory, the requests the store saw, the refusals.
 
 from __future__ import annotations
 
+import asyncio
 import glob
 import json
 import logging
@@ -21,8 +22,9 @@ import magicfs
 from magicfs.errors import InvalidCommitData, JobCommitError
 from magicfs.records import PendingSet, SinglePendingCommit
 from magicfs.s3.commit_ops import Progress
+from magicfs.s3.rate import RateControl
 from magicfs.s3.retry import RetryPolicy
-from magicfs.s3.spool import CommitSpool, KeySet
+from magicfs.s3.spool import CommitSpool, KeySet, OrderedPaths
 
 FAST = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
 
@@ -92,6 +94,20 @@ def test_key_set_on_disk():
     finally:
         keys.discard()
     assert not os.path.exists(keys.path)
+
+
+def test_ordered_paths_come_back_rank_by_rank_never_two_ranks_in_a_batch():
+    paths = OrderedPaths()
+    try:
+        paths.add([(3, "j/journal"), (1, "j/t2"), (2, "j/page-1"), (1, "j/t1")])
+        paths.add((1, f"j/r{n:04d}") for n in range(2500))
+        batches = list(paths.batches(1000))
+    finally:
+        paths.discard()
+    assert [len(b) for b in batches] == [1000, 1000, 502, 1, 1]
+    assert batches[0][:2] == ["j/r0000", "j/r0001"] and batches[2][-2:] == ["j/t1", "j/t2"]
+    assert batches[3:] == [["j/page-1"], ["j/journal"]]
+    assert not os.path.exists(paths.path)
 
 
 # -- job commit through the spool ------------------------------------------------------------
@@ -174,7 +190,7 @@ def test_failed_validation_leaves_no_spool_and_nothing_visible(
 def committer_via(front, bucket, **options):
     storage = {**front.storage_options, "skip_instance_cache": True}
     committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=storage, **options)
-    committer.store_fs.retries = 1  # s3fs's own SlowDown retries: let botocore's adapt
+    committer.store_fs.retries = 1  # s3fs's own SlowDown retries: leave them to botocore
     return committer
 
 
@@ -185,7 +201,8 @@ def test_a_throttled_commit_slows_down_and_loses_nothing(
     committer.setup_job()
     names = {t: [f"f{t}-{n}" for n in range(10)] for t in range(4)}
     messages = run_tasks(committer, names)
-    assert committer.store_fs.s3.meta.config.retries["mode"] == "adaptive"
+    assert committer.store_fs.s3.meta.config.retries["mode"] == "standard"
+    assert committer.store.rate.rate() is None  # no limit before the store throttles
     faults_front.add_rule("CompleteMultipartUpload", "503", rate=0.15)
     monkeypatch.setattr(Progress, "every", 0.0)  # a progress line per completion
     with caplog.at_level(logging.INFO, logger="magicfs.s3.commit"):
@@ -193,6 +210,7 @@ def test_a_throttled_commit_slows_down_and_loses_nothing(
     answered = faults_front.stats()["CompleteMultipartUpload"]["faults"]["503"]
     assert summary.files == 40 and answered >= 2
     assert committer.store.throttled == answered  # every SlowDown seen, retries included
+    assert committer.store.rate.cuts >= 1 and committer.store.rate.rate() is not None
     assert summary.counters["store_io_throttled"] == answered  # and in _SUCCESS's statistics
     keys = visible_keys(s3_client, bucket)
     assert sorted(keys) == sorted(
@@ -219,6 +237,64 @@ def test_max_request_rate_caps_the_calls_of_job_commit(faults_front, s3_client, 
     # e.g. the conflict check, are not: they are fewer than a tenth of the calls here).
     assert seconds >= (18 - 1) / rate
     assert len(visible_keys(s3_client, bucket)) == 19
+
+
+class Clock:
+    """A clock the test moves (RateControl's arithmetic, without waiting for it)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def start_calls(control: RateControl, clock: Clock, count: int, seconds: float) -> None:
+    """``count`` calls that start evenly over ``seconds`` (their slots are not waited for)."""
+    for _ in range(count):
+        control._next = -1.0  # the slot is the test's to give: start now
+        asyncio.run(control.acquire())
+        clock.now += seconds / count
+
+
+def test_the_adaptive_rate_cuts_to_90_percent_of_the_started_rate_then_grows():
+    clock = Clock()
+    control = RateControl(clock=clock)
+    start_calls(control, clock, 400, 2.0)  # 200 calls/s, unthrottled: no limit
+    assert control.rate() is None
+    assert len(control._starts) == 128  # the last calls only: flat memory at any job size
+    control.throttled()
+    assert control.rate() == pytest.approx(180.0, rel=0.02) and control.cuts == 1
+    control.throttled()  # an answer to a call started before the cut: no second cut
+    clock.now += 0.5
+    control.throttled()
+    assert control.cuts == 1
+    clock.now += 0.5  # clean replies: slow growth near the cut, faster further from it
+    assert control.rate() == pytest.approx(180.0 * 1.044, rel=0.02)
+    assert control.rate(clock.now + 5.0) == pytest.approx(180.0 * (1 + 0.24 + 0.864), rel=0.02)
+    start_calls(control, clock, 190, 1.0)
+    control.throttled()  # a new cut, from the rate the calls started at
+    assert control.cuts == 2 and control.rate() == pytest.approx(171.0, rel=0.02)
+
+
+def test_the_fixed_cap_bounds_the_adaptive_rate_and_spaces_calls():
+    clock = Clock()
+    control = RateControl(max_rate=50.0, clock=clock)
+    assert control.rate() == 50.0
+    start_calls(control, clock, 100, 1.0)  # 100 started in a second: cut from the cap
+    control.throttled()
+    assert control.rate() == pytest.approx(45.0)
+    clock.now += 10.0  # regrowing, but never above the cap
+    assert control.rate() == 50.0
+    # Idle for 10 s (too few calls to measure): a throttled reply cuts from the rate,
+    # not to nothing; the call repeated takes a slot of its own (the next waits 1/rate).
+    control._next = clock.now
+    control.throttled_call()
+    assert control.cuts == 2 and control.rate() == pytest.approx(45.0)
+    assert control._next == pytest.approx(clock.now + 1 / 45.0)
+    unthrottled = RateControl(clock=clock)
+    unthrottled.throttled()  # no call started: no rate to cut
+    assert unthrottled.rate() is None and unthrottled.cuts == 0
 
 
 def test_max_request_rate_must_be_positive(s3_options, bucket):

@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(args: argparse.Namespace) -> int:
     """Run the subcommand; expected failures become one line on stderr and an exit code."""
     try:
-        code = args.handler(args)
+        code: int = args.handler(args)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
         return code
     except CliError as e:

@@ -64,7 +64,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import fsspec
 
@@ -215,7 +215,7 @@ class OutputCommitter(ABC):
     @property
     def url(self) -> str:
         """The destination with its protocol, for messages and ``_SUCCESS``."""
-        return self.store_fs.unstrip_protocol(self.dest)
+        return cast(str, self.store_fs.unstrip_protocol(self.dest))
 
     @property
     def success_path(self) -> str:
@@ -224,7 +224,7 @@ class OutputCommitter(ABC):
     @property
     def protocol(self) -> str:
         """The store's protocol name, as chained URLs key their options by it."""
-        protocol = self.store_fs.protocol
+        protocol: str | tuple[str, ...] | list[str] = self.store_fs.protocol
         return protocol[0] if isinstance(protocol, (tuple, list)) else protocol
 
     @property
@@ -255,7 +255,7 @@ class OutputCommitter(ABC):
 
     def work_url_for(self, attempt_id: str) -> str:
         """:meth:`work_path_for` as a URL (default: the store's own URL of it)."""
-        return self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+        return cast(str, self.store_fs.unstrip_protocol(self.work_path_for(attempt_id)))
 
     @abstractmethod
     def _setup_job(self, resume: bool) -> None:
@@ -392,7 +392,8 @@ class OutputCommitter(ABC):
         except (FileNotFoundError, OSError):
             return False
         try:
-            return json.loads(data).get("jobId") == self.job_id
+            job_id: object = json.loads(data).get("jobId")
+            return job_id == self.job_id
         except (ValueError, AttributeError):
             return False
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 
@@ -151,7 +151,7 @@ class FileOutputCommitter(OutputCommitter):
         self.store.mkdirs(task.work_path)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
-        return self.store.fs.exists(task.work_path)
+        return cast(bool, self.store.fs.exists(task.work_path))
 
     def _commit_task(self, task: TaskAttempt, files_known: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
@@ -221,4 +221,5 @@ class FileOutputCommitter(OutputCommitter):
 
 
 def _name(entry: dict[str, Any]) -> str:
-    return entry["name"].rstrip("/").rsplit("/", 1)[-1]
+    name: str = entry["name"]
+    return name.rstrip("/").rsplit("/", 1)[-1]

@@ -46,8 +46,8 @@ from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUF
 from ..paths import is_deferred_write
 from ..progress import batches
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
-from ..s3.spool import KeySet
-from ..s3.store import DELETE_BATCH
+from ..s3.spool import KeySet, OrderedPaths
+from ..s3.store import DELETE_BATCH, PendingUpload
 from ..s3.sweep import (
     abort_uploads,
     load_pending,
@@ -104,7 +104,8 @@ class MagicCommitter(PendingsetCommitter):
         return {"magic": magic, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:
-        return "magic::" + self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+        url: str = self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+        return "magic::" + url
 
     # -- job setup ----------------------------------------------------------------------------
 
@@ -133,7 +134,9 @@ class MagicCommitter(PendingsetCommitter):
         self.require_active_job(task)
         self._put(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
 
-    def _check_started(self, task: TaskAttempt, started: concurrent.futures.Future) -> None:
+    def _check_started(
+        self, task: TaskAttempt, started: concurrent.futures.Future[dict[str, Any]]
+    ) -> None:
         """A task attempt commits only if it was set up and has not been aborted."""
         try:
             started.result()
@@ -421,7 +424,7 @@ class MagicCommitter(PendingsetCommitter):
                         keys.update(tree_keys(self.store, page))
                     listed = uploads.result()
 
-                def sweep(progress: bool | None, uploads: list | None = None) -> int:
+                def sweep(progress: bool | None, uploads: list[PendingUpload] | None = None) -> int:
                     return sweep_job(
                         self.store,
                         self.bucket,
@@ -445,13 +448,16 @@ class MagicCommitter(PendingsetCommitter):
             self.stats.increment("committer_commits_aborted", aborted)
             # Task records go after the files, the journal last: a clean-up cut short must
             # not leave a tree that a retried commit would read as a job with fewer tasks.
-            records: list[str] = []
-            for page in batches(self.store.list_keys(tree_bucket, tree + "/"), DELETE_BATCH):
-                files = [self._key(p) for p in page if _deletion_order(p)[0] == 0]
-                records += [p for p in page if _deletion_order(p)[0] > 0]
-                self.store.delete_objects(self.bucket, files)
-            records.sort(key=_deletion_order)
-            self.store.delete_objects(self.bucket, [self._key(p) for p in records])
+            records = OrderedPaths()  # on disk: a job may have any number of tasks
+            try:
+                for page in batches(self.store.list_keys(tree_bucket, tree + "/"), DELETE_BATCH):
+                    files = [self._key(p) for p in page if _deletion_order(p)[0] == 0]
+                    records.add(_deletion_order(p) for p in page if _deletion_order(p)[0] > 0)
+                    self.store.delete_objects(self.bucket, files)
+                for batch in records.batches(DELETE_BATCH):
+                    self.store.delete_objects(self.bucket, [self._key(p) for p in batch])
+            finally:
+                records.discard()
             self.store_fs.invalidate_cache(self.layout.magic_dir)
 
     # -- helpers ----------------------------------------------------------------------------------

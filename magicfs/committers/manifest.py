@@ -32,7 +32,7 @@ import getpass
 import logging
 import time
 import traceback
-from typing import Any
+from typing import Any, cast
 
 from ..capabilities import is_s3
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
@@ -111,7 +111,7 @@ class ManifestCommitter(OutputCommitter):
         return {"magic": {}, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:
-        return "magic::" + self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+        return "magic::" + cast(str, self.store_fs.unstrip_protocol(self.work_path_for(attempt_id)))
 
     def _context(self) -> StageContext:
         return StageContext(self.store, self.layout, self.stats, self.threads, self.progress)

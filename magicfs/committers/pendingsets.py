@@ -45,8 +45,10 @@ class PendingsetCommitter(OutputCommitter):
     Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
     retried: :mod:`magicfs.s3.retry`) and ``max_request_rate`` (a fixed cap, in requests
     per second, on this job's calls: :mod:`magicfs.s3.rate`). Throttling is handled
-    without either: the committer's S3 client runs in botocore's ``adaptive`` retry mode
-    (unless ``storage_options`` configure ``retries`` themselves).
+    without either: every call starts through the store's adaptive rate control
+    (:mod:`magicfs.s3.rate`), and the S3 client retries in botocore's ``standard`` mode
+    (unless ``storage_options`` configure ``retries`` themselves: botocore's own
+    ``adaptive`` mode would cut the rate a second time, by more).
     """
 
     def __init__(
@@ -68,8 +70,8 @@ class PendingsetCommitter(OutputCommitter):
         config = dict(options.get("config_kwargs") or {})
         # Job commit runs `threads` requests at once: give the client enough connections.
         config.setdefault("max_pool_connections", max(10, self.threads * 2))
-        # Client-side rate control that engages at the first SlowDown (see magicfs.s3.rate).
-        config.setdefault("retries", {"mode": "adaptive", "total_max_attempts": 5})
+        # Retries with jittered backoff; the rate itself is magicfs.s3.rate's to control.
+        config.setdefault("retries", {"mode": "standard", "total_max_attempts": 5})
         options["config_kwargs"] = config
         return fsspec.filesystem("s3", **options)
 
@@ -197,4 +199,5 @@ class PendingsetCommitter(OutputCommitter):
         """The upload ids a clean-up after ``published`` must not abort (a container)."""
         if published is None or published.payload is None:
             return frozenset()
-        return published.payload
+        spool: CommitSpool = published.payload
+        return spool

@@ -41,7 +41,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 
@@ -328,7 +328,7 @@ class StagingCommitter(PendingsetCommitter):
         return self.wrapped.store.read_bytes(path, PendingSet.MAX_BYTES)
 
     def _display(self, path: str) -> str:
-        return self.wrapped.store.fs.unstrip_protocol(path)
+        return cast(str, self.wrapped.store.fs.unstrip_protocol(path))
 
     def _load_record(self, path: str) -> PendingSet:
         return PendingSet.from_json(self._read_record(path), source=self._display(path))

@@ -29,7 +29,7 @@ their constructor arguments, so they travel to Spark executors.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
@@ -149,7 +149,7 @@ class MagicFileSystem(ChainedFileSystem):
     def _inner(self, path: str) -> str:
         """``path`` as the wrapped filesystem names it (``bkt/key`` for S3); keeps a trailing /."""
         path = self._strip_protocol(path)
-        inner = self.fs._strip_protocol(path)
+        inner: str = self.fs._strip_protocol(path)
         return inner + "/" if path.endswith("/") and not inner.endswith("/") else inner
 
     def _task(self, path: Any) -> bool:
@@ -159,9 +159,11 @@ class MagicFileSystem(ChainedFileSystem):
         return isinstance(path, str) and is_magic_path(self._inner(path))
 
     def unstrip_protocol(self, name: str) -> str:
-        return self.fs.unstrip_protocol(name)
+        return cast(str, self.fs.unstrip_protocol(name))
 
     # -- leaves: the task view for task paths, the wrapped filesystem otherwise -------------------
+    # On a plain path a leaf returns what the wrapped filesystem's method returns (s3fs's
+    # pipe_file, touch and rm return S3's answers), hence ``Any``; on a task path, ``None``.
 
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
         path = self._strip_protocol(path)
@@ -175,7 +177,7 @@ class MagicFileSystem(ChainedFileSystem):
         mode: str = "rb",
         block_size: int | None = None,
         autocommit: bool = True,
-        cache_options: dict | None = None,
+        cache_options: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Any:
         """Only reached for task paths (see :meth:`open`)."""
@@ -187,17 +189,19 @@ class MagicFileSystem(ChainedFileSystem):
             kwargs["autocommit"] = False
         return self.view.open(self._inner(path), mode, **kwargs)
 
-    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw: Any):
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kw: Any
+    ) -> bytes:
         if not self._task(path):
-            return self.fs.cat_file(path, start=start, end=end, **kw)
+            return cast(bytes, self.fs.cat_file(path, start=start, end=end, **kw))
         return self.view.cat_file(self._inner(path), start=start, end=end, **kw)
 
-    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+    def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> Any:
         if not self._task(path):
             return self.fs.pipe_file(path, value, mode=mode, **kwargs)
         self.view.pipe_file(self._inner(path), value, mode=mode, **kwargs)
 
-    def put_file(self, lpath: str, rpath: str, callback: Any = None, **kwargs: Any) -> None:
+    def put_file(self, lpath: str, rpath: str, callback: Any = None, **kwargs: Any) -> Any:
         if callback is not None:
             kwargs["callback"] = callback
         if not self._task(rpath):
@@ -205,26 +209,26 @@ class MagicFileSystem(ChainedFileSystem):
         kwargs.pop("callback", None)
         self.view.put_file(lpath, self._inner(rpath), **kwargs)
 
-    def get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> None:
+    def get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> Any:
         if callback is not None:
             kwargs["callback"] = callback
         if not self._task(rpath):
             return self.fs.get_file(rpath, lpath, **kwargs)
         self.view.get_file(self._inner(rpath), lpath, **kwargs)
 
-    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> None:
+    def cp_file(self, path1: str, path2: str, **kwargs: Any) -> Any:
         if not (self._task(path1) or self._task(path2)):
             return self.fs.cp_file(path1, path2, **kwargs)
         self.view.cp_file(self._inner(path1), self._inner(path2), **kwargs)
 
-    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> None:
+    def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> Any:
         if not self._task(path):
             return self.fs.touch(path, truncate=truncate, **kwargs)
         self.view.touch(self._inner(path), truncate=truncate, **kwargs)
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         if not self._task(path):
-            return self.fs.info(path, **kwargs)
+            return cast(dict[str, Any], self.fs.info(path, **kwargs))
         return self.view.info(self._inner(path), **kwargs)
 
     def ls(self, path: str, detail: bool | None = None, **kwargs: Any) -> list[Any]:
@@ -232,7 +236,7 @@ class MagicFileSystem(ChainedFileSystem):
         if detail is None:
             detail = inspect.signature(self.fs.ls).parameters["detail"].default is True
         if not self._task(path):
-            return self.fs.ls(path, detail=detail, **kwargs)
+            return cast(list[Any], self.fs.ls(path, detail=detail, **kwargs))
         return self.view.ls(self._inner(path), detail=detail, **kwargs)
 
     def find(
@@ -249,7 +253,7 @@ class MagicFileSystem(ChainedFileSystem):
             self._inner(path), maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs
         )
 
-    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> Any:
         if not self._task(path):
             return self.fs.rm(path, recursive=recursive, maxdepth=maxdepth)
         paths = [self._inner(p) for p in (path if isinstance(path, list) else [path])]

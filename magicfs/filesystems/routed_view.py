@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from ..errors import TaskNotActiveError, UnsupportedTaskOperation
 from ..manifest.layout import AttemptRoute, route_for
@@ -54,7 +54,9 @@ class RoutedTaskView:
         return self.route(path)[0]
 
     @staticmethod
-    def _back_entries(entries: Iterable[dict[str, Any]], route: AttemptRoute | None) -> list:
+    def _back_entries(
+        entries: Iterable[dict[str, Any]], route: AttemptRoute | None
+    ) -> list[dict[str, Any]]:
         if route is None:
             return list(entries)
         return [{**e, "name": route.back(e["name"])} for e in entries]
@@ -142,8 +144,10 @@ class RoutedTaskView:
 
     # -- reads and listings -------------------------------------------------------------------
 
-    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw: Any):
-        return self.fs.cat_file(self.into(path), start=start, end=end, **kw)
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kw: Any
+    ) -> bytes:
+        return cast(bytes, self.fs.cat_file(self.into(path), start=start, end=end, **kw))
 
     def get_file(self, path: str, lpath: str, **kwargs: Any) -> None:
         routed = self.into(path)

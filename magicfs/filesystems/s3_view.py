@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from ..errors import DeferredFileError
 from ..layout import job_marker_for
@@ -140,10 +140,12 @@ class S3TaskView:
 
     # -- reads: a deferred file has no bytes before job commit --------------------------------
 
-    def cat_file(self, path: str, start: int | None = None, end: int | None = None, **kw: Any):
+    def cat_file(
+        self, path: str, start: int | None = None, end: int | None = None, **kw: Any
+    ) -> bytes:
         if is_deferred_write(path):
             raise self.no_bytes(path, "read")
-        return self.fs.cat_file(path, start=start, end=end, **kw)
+        return cast(bytes, self.fs.cat_file(path, start=start, end=end, **kw))
 
     def get_file(self, path: str, lpath: str, **kwargs: Any) -> None:
         if is_deferred_write(path) and self._is_file(path):
@@ -242,7 +244,7 @@ class S3TaskView:
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         if not is_deferred_write(path):
-            return self.fs.info(path, **kwargs)
+            return cast(dict[str, Any], self.fs.info(path, **kwargs))
         entry = self.registry.get(path)
         if entry is not None:
             return {"name": path, "size": entry.length, "type": "file"}
@@ -251,7 +253,8 @@ class S3TaskView:
         if head is None:
             if self.registry.under(path.rstrip("/") + "/"):  # files just written here
                 return {"name": path.rstrip("/"), "size": 0, "type": "directory"}
-            return self.fs.info(path, **kwargs)  # a directory of task files, or nothing
+            # A directory of task files, or nothing.
+            return cast(dict[str, Any], self.fs.info(path, **kwargs))
         return {
             "name": path,
             "size": self._recorded_length(path) or 0,

@@ -21,7 +21,7 @@ import contextlib
 import io
 import logging
 import sys
-from typing import Any
+from typing import Any, cast
 
 from ..task_files import TaskFiles
 
@@ -52,30 +52,30 @@ class TrackedWrite(io.IOBase):
     def seekable(self) -> bool:
         return bool(getattr(self._raw, "seekable", lambda: False)())
 
-    def write(self, data: Any) -> int:
+    def write(self, data: Any) -> int | None:
         self._check_open()
-        written = self._raw.write(data)
+        written: int | None = self._raw.write(data)  # None: a raw stream that reports nothing
         self._written += written if written is not None else len(data)
         self._registry.wrote(self.path, self, self._written)
         return written
 
     def read(self, size: int = -1) -> bytes:
         self._check_open()
-        return self._raw.read(size)
+        return cast(bytes, self._raw.read(size))
 
     def seek(self, offset: int, whence: int = 0) -> int:
         self._check_open()
-        return self._raw.seek(offset, whence)
+        return cast(int, self._raw.seek(offset, whence))
 
     def tell(self) -> int:
-        return self._raw.tell()
+        return cast(int, self._raw.tell())
 
     def flush(self) -> None:
         if self._state == "open":
             self._raw.flush()
 
     def fileno(self) -> int:
-        return self._raw.fileno()
+        return cast(int, self._raw.fileno())
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._raw, name)

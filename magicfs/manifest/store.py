@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from typing import Any
+from typing import Any, cast
 
 import fsspec
 
@@ -58,14 +58,14 @@ class RenameStore:
 
     def path(self, uri: str) -> str:
         """The fsspec path of a manifest URI."""
-        return self.fs._strip_protocol(uri_to_path(uri))
+        return cast(str, self.fs._strip_protocol(uri_to_path(uri)))
 
     # -- reading ----------------------------------------------------------------------------
 
     def info(self, path: str) -> dict[str, Any] | None:
         """``info(path)``, or ``None`` when nothing is there."""
         try:
-            return self.fs.info(path)
+            return cast(dict[str, Any], self.fs.info(path))
         except (FileNotFoundError, NotADirectoryError):  # a file stands where a parent should
             return None
 
@@ -95,7 +95,7 @@ class RenameStore:
         return sorted(e["name"] for e in entries if e.get("type") == "file")
 
     def read_bytes(self, path: str, limit: int) -> bytes:
-        return self.fs.cat_file(path, start=0, end=limit + 1)
+        return cast(bytes, self.fs.cat_file(path, start=0, end=limit + 1))
 
     # -- small records (the RecordIO of magicfs.committers.journal) -------------------------
 
@@ -111,7 +111,7 @@ class RenameStore:
         self.save_atomically(path, data, path + ".tmp")
 
     def display(self, path: str) -> str:
-        return self.fs.unstrip_protocol(path)
+        return cast(str, self.fs.unstrip_protocol(path))
 
     # -- writing ------------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, cast
 
 from fsspec import AbstractFileSystem
 
@@ -74,7 +74,7 @@ class Record:
 def _display(fs: AbstractFileSystem, path: str) -> str:
     """``path`` with its protocol, for error messages."""
     try:
-        return fs.unstrip_protocol(path)
+        return cast(str, fs.unstrip_protocol(path))
     except Exception:  # unstrip_protocol is best-effort cosmetics only
         return path
 

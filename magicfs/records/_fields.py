@@ -212,7 +212,9 @@ class FieldReader:
                 self.fail(where, "contains control characters")
         return list(values)
 
-    def objects(self, key: str, *, required: bool = True, max_items: int = 10_000_000):
+    def objects(
+        self, key: str, *, required: bool = True, max_items: int = 10_000_000
+    ) -> list[FieldReader]:
         """The list under ``key`` as one :class:`FieldReader` per element."""
         values = self._list(key, required, max_items)
         if values is None:

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fsspec.asyn import sync
 
@@ -95,7 +95,7 @@ class CommitOperations:
                 raise
             return True
 
-        def settle(done: Iterable[concurrent.futures.Future]) -> None:
+        def settle(done: Iterable[concurrent.futures.Future[bool]]) -> None:
             nonlocal failure, failed
             for future in done:
                 commit = running.pop(future)
@@ -112,7 +112,7 @@ class CommitOperations:
 
         # `threads` completions in flight, as coroutines on the store's IO loop (no thread
         # per call); this thread feeds them from `commits` and settles the finished ones.
-        running: dict[concurrent.futures.Future, SinglePendingCommit] = {}
+        running: dict[concurrent.futures.Future[bool], SinglePendingCommit] = {}
         with progress_bar(total, "completing uploads", self.progress) as bar:
             for commit in commits:
                 if stop.is_set():
@@ -160,7 +160,7 @@ class CommitOperations:
             raise
 
     def _made_by_this_job(self, commit: SinglePendingCommit) -> bool:
-        return sync(self.store.fs.loop, self._amade_by_this_job, commit)
+        return cast(bool, sync(self.store.fs.loop, self._amade_by_this_job, commit))
 
     async def _amade_by_this_job(self, commit: SinglePendingCommit) -> bool:
         head = await self.store.ahead_object(commit.bucket, commit.destination_key)

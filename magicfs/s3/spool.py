@@ -12,6 +12,8 @@ records stream in and read back in batches:
   came from, so a refusal still names the record and the field. Duplicate destinations
   are found by one indexed query, not by a dict in memory.
 * :class:`KeySet`: a set of strings on disk (the destination keys a job's markers name).
+* :class:`OrderedPaths`: paths to delete in an order (a job's task records after its
+  files, its journal last), however many tasks the job had.
 
 Memory: SQLite's page cache (capped at :data:`CACHE_KIB`) plus one batch of rows. The
 file is deleted by :meth:`discard`; the file of a process that was killed (its name
@@ -93,6 +95,28 @@ class KeySet(_SqliteFile):
 
     def __bool__(self) -> bool:
         return self.size > 0
+
+
+class OrderedPaths(_SqliteFile):
+    """Paths on disk, each with a rank: ``add`` many, then read back lowest rank first."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "magicfs-paths-", "CREATE TABLE paths (rank INTEGER NOT NULL, path TEXT NOT NULL)"
+        )
+
+    def add(self, ranked: Iterable[tuple[int, str]]) -> None:
+        self.db.executemany("INSERT INTO paths VALUES (?, ?)", ranked)
+
+    def batches(self, size: int) -> Iterator[list[str]]:
+        """Every path, by rank then name, at most ``size`` at a time; a batch never holds
+        two ranks (so all of one rank is gone before the first of the next goes)."""
+        self._commit()
+        ranks = [rank for (rank,) in self.db.execute("SELECT DISTINCT rank FROM paths")]
+        for rank in sorted(ranks):
+            rows = self.db.execute("SELECT path FROM paths WHERE rank = ? ORDER BY path", (rank,))
+            while batch := rows.fetchmany(size):
+                yield [path for (path,) in batch]
 
 
 class CommitSpool(_SqliteFile):

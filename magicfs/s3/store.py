@@ -20,12 +20,12 @@ import logging
 from collections.abc import Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from fsspec.asyn import sync
 
 from ..errors import StoreCallError
-from .rate import RateLimit
+from .rate import RateControl
 from .retry import (
     DEFAULT_POLICY,
     THROTTLING_CODES,
@@ -38,6 +38,8 @@ from .retry import (
 __all__ = ["DELETE_BATCH", "PendingUpload", "S3Store", "error_code"]
 
 log = logging.getLogger("magicfs.s3.store")
+
+_T = TypeVar("_T")
 
 #: Keys per DeleteObjects request (the S3 maximum).
 DELETE_BATCH = 1000
@@ -64,8 +66,8 @@ class S3Store:
         self.retry_waits = 0.0
         #: Requests the store answered with throttling (``SlowDown``, 503), retries included.
         self.throttled = 0
-        #: A fixed cap on calls per second (``None``: none); see :mod:`.rate`.
-        self.rate_limit = RateLimit(max_rate) if max_rate is not None else None
+        #: When calls start: adaptive to throttling, capped at ``max_rate``; see :mod:`.rate`.
+        self.rate = RateControl(max_rate)
         self._watched: set[int] = set()
 
     def split(self, path: str) -> tuple[str, str]:
@@ -82,17 +84,17 @@ class S3Store:
 
     def call(self, operation: str, **params: Any) -> dict[str, Any]:
         """Run one S3 operation and wait for it (retried: :mod:`.retry`)."""
-        return sync(self.fs.loop, self.acall, operation, **params)
+        return cast(dict[str, Any], sync(self.fs.loop, self.acall, operation, **params))
 
     async def acall(self, operation: str, **params: Any) -> dict[str, Any]:
         """:meth:`call` for coroutines running on s3fs's IO loop."""
         retry = 0
         while True:
-            if self.rate_limit is not None:
-                await self.rate_limit.acquire()
+            await self.rate.acquire()
             try:
                 await self._watch_throttling()
-                return await self.fs._call_s3(operation, **params)
+                response: dict[str, Any] = await self.fs._call_s3(operation, **params)
+                return response
             except Exception as error:
                 if not is_transient(error):
                     raise
@@ -122,6 +124,9 @@ class S3Store:
 
     async def _watch_throttling(self) -> None:
         """Count every throttled reply, including those botocore retries by itself."""
+        client = getattr(self.fs, "_s3", None)  # the client s3fs made (cheaper than asking)
+        if client is not None and id(client) in self._watched:
+            return
         client = await self.fs.set_session()
         if id(client) in self._watched:
             return
@@ -135,12 +140,13 @@ class S3Store:
         code = (parsed or {}).get("Error", {}).get("Code")
         if code in THROTTLING_CODES or getattr(http, "status_code", None) == 503:
             self.throttled += 1
+            self.rate.throttled_call()
 
-    def run_background(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future:
+    def run_background(self, coroutine: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
         """Run ``coroutine`` on s3fs's IO loop; returns at once with a future."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
 
-    def submit(self, operation: str, **params: Any) -> concurrent.futures.Future:
+    def submit(self, operation: str, **params: Any) -> concurrent.futures.Future[dict[str, Any]]:
         """Start one S3 operation in the background; returns at once with a future."""
         return self.run_background(self.acall(operation, **params))
 
@@ -157,7 +163,8 @@ class S3Store:
                 return b""
             raise
         try:
-            return await response["Body"].read()
+            data: bytes = await response["Body"].read()
+            return data
         finally:
             response["Body"].close()
 
@@ -178,7 +185,7 @@ class S3Store:
     def display(path: str) -> str:
         return path if "://" in path else f"s3://{path}"
 
-    def submit_read(self, bucket: str, key: str, limit: int) -> concurrent.futures.Future:
+    def submit_read(self, bucket: str, key: str, limit: int) -> concurrent.futures.Future[bytes]:
         """:meth:`aread` in the background; the future's result is the bytes."""
         return self.run_background(self.aread(bucket, key, limit))
 
@@ -201,7 +208,7 @@ class S3Store:
 
     def head_object(self, bucket: str, key: str) -> dict[str, Any] | None:
         """The object's headers, or ``None`` when it does not exist."""
-        return sync(self.fs.loop, self.ahead_object, bucket, key)
+        return cast(dict[str, Any] | None, sync(self.fs.loop, self.ahead_object, bucket, key))
 
     async def ahead_object(self, bucket: str, key: str) -> dict[str, Any] | None:
         """:meth:`head_object` for coroutines running on s3fs's IO loop."""
@@ -243,11 +250,12 @@ class S3Store:
         params: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if metadata:
             params["Metadata"] = metadata
-        return self.call("create_multipart_upload", **params)["UploadId"]
+        upload_id: str = self.call("create_multipart_upload", **params)["UploadId"]
+        return upload_id
 
     def submit_part(
         self, bucket: str, key: str, upload_id: str, number: int, body: bytes
-    ) -> concurrent.futures.Future:
+    ) -> concurrent.futures.Future[dict[str, Any]]:
         """Upload part ``number`` in the background; the future's result has its ``ETag``."""
         return self.submit(
             "upload_part",
@@ -300,7 +308,7 @@ class S3Store:
         if_none_match: bool = False,
     ) -> dict[str, Any]:
         """:meth:`acomplete_upload`, waited for."""
-        return sync(
+        result: dict[str, Any] = sync(
             self.fs.loop,
             self.acomplete_upload,
             bucket,
@@ -310,6 +318,7 @@ class S3Store:
             length=length,
             if_none_match=if_none_match,
         )
+        return result
 
     def abort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
         """Abort; ``False`` if the upload no longer exists (already aborted or completed)."""

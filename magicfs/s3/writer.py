@@ -128,7 +128,7 @@ class MagicS3Writer(io.BufferedIOBase):
         self._in_memory = in_memory and bool(self._job_id and self._attempt_id)
         # Only a task attempt's file has a commit to wait for it.
         self._background_close = background_close and bool(self._job_id and self._attempt_id)
-        self._closing: concurrent.futures.Future | None = None
+        self._closing: concurrent.futures.Future[None] | None = None
         self.bucket, self.marker_key = store.split(path)
         destination_bucket, self.destination_key = store.split(magic_path.destination)
         assert destination_bucket == self.bucket
@@ -138,7 +138,7 @@ class MagicS3Writer(io.BufferedIOBase):
         self._lock = threading.RLock()
         self._slots = threading.BoundedSemaphore(parts_in_flight)
         self._buffer = bytearray()
-        self._parts: dict[int, concurrent.futures.Future] = {}
+        self._parts: dict[int, concurrent.futures.Future[dict[str, Any]]] = {}
         self._written = 0
         self._failure: BaseException | None = None
         self._state = "open"
@@ -337,7 +337,11 @@ class MagicS3Writer(io.BufferedIOBase):
                 super().close()
                 return
             try:
-                concurrent.futures.wait([*self._parts.values(), self._checking])
+                calls: list[concurrent.futures.Future[Any]] = [
+                    *self._parts.values(),
+                    self._checking,
+                ]
+                concurrent.futures.wait(calls)
                 # The job check first: when it found the job gone it aborted the upload,
                 # and the parts' failures are only the consequence.
                 self._checking.result()
@@ -499,7 +503,7 @@ class MagicS3Writer(io.BufferedIOBase):
             Body=body,
         )
 
-    def _part_done(self, future: concurrent.futures.Future, size: int) -> None:
+    def _part_done(self, future: concurrent.futures.Future[dict[str, Any]], size: int) -> None:
         BUFFER_BUDGET.give(size)
         self._slots.release()
         error = future.exception()
@@ -543,7 +547,12 @@ class MagicS3Writer(io.BufferedIOBase):
         self._registry.discarded(self.path, self)
         # Let in-flight requests finish first: an abort racing a part upload can leave
         # the part behind (S3 asks callers to repeat the abort in that case).
-        concurrent.futures.wait([*self._parts.values(), self._start, self._checking])
+        calls: list[concurrent.futures.Future[Any]] = [
+            *self._parts.values(),
+            self._start,
+            self._checking,
+        ]
+        concurrent.futures.wait(calls)
         try:
             if self.upload_id is not None:
                 self._store.abort_upload(self.bucket, self.destination_key, self.upload_id)

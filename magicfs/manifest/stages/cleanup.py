@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
 
 from ...names import JOURNAL_FILE
 from .context import StageContext
@@ -70,7 +71,7 @@ def cleanup(context: StageContext, enabled: bool = True) -> CleanupOutcome:
     return CleanupOutcome(outcome, deleted + 1)
 
 
-def _children(context: StageContext, directory: str):
+def _children(context: StageContext, directory: str) -> list[tuple[str, dict[str, Any]]]:
     fs = context.store.fs
     fs.invalidate_cache(directory)
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from ...records import FileEntry
 from .context import StageContext
@@ -101,7 +102,7 @@ def unrename(context: StageContext, loaded: LoadedManifests, since: float) -> in
     return reverted
 
 
-def _modified(info: dict) -> float | None:
+def _modified(info: dict[str, Any]) -> float | None:
     """A listing entry's modification time, as seconds since the epoch (stores differ)."""
     for key in ("mtime", "last_modified", "LastModified", "updated", "modified"):
         value = info.get(key)
