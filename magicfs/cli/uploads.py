@@ -450,23 +450,17 @@ def abort(
             yield upload
         return
     log.info("aborting the selected uploads")
-    with contextlib.closing(in_order(uploads, lambda u: _submit_abort(store, u))) as done:
+    with contextlib.closing(
+        in_order(uploads, lambda u: store.submit_abort(u.bucket, u.key, u.upload_id))
+    ) as done:
         for upload, future in done:
             try:
-                future.result()
-                upload.status = "aborted"
-            except FileNotFoundError:  # NoSuchUpload: completed or aborted meanwhile
-                upload.status = "already gone"
+                # False: NoSuchUpload, completed or aborted meanwhile
+                upload.status = "aborted" if future.result() else "already gone"
             except OSError as e:
                 upload.status, upload.error = "failed", str(e)
                 log.warning("could not abort %s upload %s: %s", upload.url, upload.upload_id, e)
             yield upload
-
-
-def _submit_abort(store: S3Store, upload: Upload) -> concurrent.futures.Future[dict[str, Any]]:
-    return store.submit(
-        "abort_multipart_upload", Bucket=upload.bucket, Key=upload.key, UploadId=upload.upload_id
-    )
 
 
 # -- output -----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from typing import Any
 
 import fsspec
 
+from ..capabilities import capabilities
 from .base import (
     CONFLICT_MODES,
     JobSummary,
@@ -31,8 +32,6 @@ __all__ = [
     "committer_for",
 ]
 
-_S3_PROTOCOLS = ("s3", "s3a")
-
 
 def committer_for(
     dest: str,
@@ -42,16 +41,21 @@ def committer_for(
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> OutputCommitter:
-    """The committer for ``dest``: ``magic`` for S3, ``manifest`` for every other store
-    (local files, memory, Azure, GCS), or the one named by ``committer``.
+    """The committer for ``dest``: ``magic`` for a store with deferred writes (S3),
+    ``manifest`` for every other store (local files, memory, Azure, GCS), or the one
+    named by ``committer``. The store is judged by its capabilities
+    (:mod:`magicfs.capabilities`), not by its protocol's name.
 
     ``options``: ``threads`` (8), ``conflict_mode`` (``append``/``fail``/``replace``),
     ``success_file`` (True), ``fs`` (an fsspec filesystem for the store, instead of
     ``storage_options``), ``progress`` (None = on a terminal), and committer-specific
     ones such as ``in_memory`` for ``magic``.
     """
-    protocol = fsspec.core.split_protocol(dest)[0] or "file"
-    name = committer or ("magic" if protocol in _S3_PROTOCOLS else "manifest")
+    if committer is None:
+        protocol = fsspec.core.split_protocol(dest)[0] or "file"
+        store_class = fsspec.get_filesystem_class(protocol)
+        committer = "magic" if capabilities(store_class).deferred_writes else "manifest"
+    name = committer
     classes: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
         "magic": (MagicCommitter, {}),
         "manifest": (ManifestCommitter, {}),

@@ -171,7 +171,7 @@ class MagicCommitter(PendingsetCommitter):
         try:
             data = pendingset.to_bytes()
             saves = [
-                self.store.submit("put_object", Bucket=self.bucket, Key=self._key(path), Body=data)
+                self.store.submit_put(self.bucket, self._key(path), data)
                 for path in (attempt_record, self.layout.pendingset(task.task_id))
             ]
             for save in saves:

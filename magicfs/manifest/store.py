@@ -24,16 +24,10 @@ from typing import Any, cast
 
 import fsspec
 
+from ..capabilities import capabilities
 from ..records import path_to_uri, uri_to_path
 
 log = logging.getLogger("magicfs.manifest.store")
-
-_LOCAL_PROTOCOLS = {"file", "local"}
-
-
-def _protocols(fs: fsspec.AbstractFileSystem) -> set[str]:
-    protocol = fs.protocol
-    return set(protocol if isinstance(protocol, (tuple, list)) else (protocol,))
 
 
 class RenameStore:
@@ -43,12 +37,13 @@ class RenameStore:
         self.fs = fs
         #: Files copied at once when a directory is "renamed" on an object store.
         self.threads = threads
+        found = capabilities(fs)  # probed in one place for every store
         #: Capability: a rename is one atomic operation (else copy, then delete).
-        self.supports_atomic_rename = bool(_protocols(fs) & _LOCAL_PROTOCOLS)
+        self.supports_atomic_rename = found.atomic_rename
         #: Capability: files need their parent directories to exist (a real filesystem).
-        self.needs_parent_directories = bool(_protocols(fs) & _LOCAL_PROTOCOLS)
+        self.needs_parent_directories = found.needs_directories
         #: Capability: a renamed file keeps its etag (true where rename is a real rename).
-        self.etags_preserved_in_rename = self.supports_atomic_rename
+        self.etags_preserved_in_rename = found.etag_preserved_in_rename
 
     # -- paths and URIs -------------------------------------------------------------------
 

@@ -197,12 +197,36 @@ class S3Store:
         metadata: dict[str, str] | None = None,
         if_none_match: bool = False,
     ) -> dict[str, Any]:
+        """One PUT, waited for (:meth:`aput_object`)."""
+        return self.submit_put(bucket, key, body, metadata, if_none_match).result()
+
+    def submit_put(
+        self,
+        bucket: str,
+        key: str,
+        body: bytes,
+        metadata: dict[str, str] | None = None,
+        if_none_match: bool = False,
+    ) -> concurrent.futures.Future[dict[str, Any]]:
+        """:meth:`aput_object` in the background; returns at once with a future."""
+        return self.run_background(self.aput_object(bucket, key, body, metadata, if_none_match))
+
+    async def aput_object(
+        self,
+        bucket: str,
+        key: str,
+        body: bytes,
+        metadata: dict[str, str] | None = None,
+        if_none_match: bool = False,
+    ) -> dict[str, Any]:
+        """PUT ``body`` at ``key`` (``if_none_match``: only if no object is there), then
+        forget what s3fs's listing cache knew of it."""
         params: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": body}
         if metadata:
             params["Metadata"] = metadata
         if if_none_match:
             params["IfNoneMatch"] = "*"
-        result = self.call("put_object", **params)
+        result = await self.acall("put_object", **params)
         self.fs.invalidate_cache(f"{bucket}/{key}")
         return result
 
@@ -321,9 +345,20 @@ class S3Store:
         return result
 
     def abort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
-        """Abort; ``False`` if the upload no longer exists (already aborted or completed)."""
+        """:meth:`aabort_upload`, waited for."""
+        return self.submit_abort(bucket, key, upload_id).result()
+
+    def submit_abort(
+        self, bucket: str, key: str, upload_id: str
+    ) -> concurrent.futures.Future[bool]:
+        """:meth:`aabort_upload` in the background; returns at once with a future."""
+        return self.run_background(self.aabort_upload(bucket, key, upload_id))
+
+    async def aabort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
+        """Abort an upload; ``False`` if it no longer exists (already aborted or completed:
+        ``NoSuchUpload``). Every abort in magicfs goes through here."""
         try:
-            self.call("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
+            await self.acall("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
         except FileNotFoundError:
             return False
         return True

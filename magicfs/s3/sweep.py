@@ -64,20 +64,14 @@ def abort_uploads(
 
     Raises ``OSError`` naming how many could not be aborted and the first failure.
     """
-    futures = {
-        store.submit("abort_multipart_upload", Bucket=u.bucket, Key=u.key, UploadId=u.upload_id): u
-        for u in uploads
-    }
+    futures = {store.submit_abort(u.bucket, u.key, u.upload_id): u for u in uploads}
     aborted = 0
     errors: list[str] = []
     with progress_bar(len(futures), "aborting uploads", progress) as bar:
         for future in concurrent.futures.as_completed(futures):
             bar.update()
             try:
-                future.result()
-                aborted += 1
-            except FileNotFoundError:
-                pass  # NoSuchUpload: already aborted or completed
+                aborted += future.result()  # False: already aborted or completed
             except OSError as e:
                 upload = futures[future]
                 errors.append(f"s3://{upload.bucket}/{upload.key} (upload {upload.upload_id}): {e}")

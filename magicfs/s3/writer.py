@@ -248,13 +248,7 @@ class MagicS3Writer(io.BufferedIOBase):
             return
         # The job has ended: its sweep may have missed this upload, so abort it now,
         # whatever this writer does next (it may be a zombie that never writes again).
-        with contextlib.suppress(FileNotFoundError):  # already aborted
-            await self._store.acall(
-                "abort_multipart_upload",
-                Bucket=self.bucket,
-                Key=self.destination_key,
-                UploadId=upload_id,
-            )
+        await self._store.aabort_upload(self.bucket, self.destination_key, upload_id)
         await self._store.acall("delete_object", Bucket=self.bucket, Key=self.marker_key)
         self._marker_written = False
         raise JobNotActiveError(
@@ -387,14 +381,8 @@ class MagicS3Writer(io.BufferedIOBase):
 
     async def _abort_async(self) -> None:
         """:meth:`_abort` on the IO loop (the parts have all finished)."""
-        with contextlib.suppress(FileNotFoundError):
-            if self.upload_id is not None:
-                await self._store.acall(
-                    "abort_multipart_upload",
-                    Bucket=self.bucket,
-                    Key=self.destination_key,
-                    UploadId=self.upload_id,
-                )
+        if self.upload_id is not None:
+            await self._store.aabort_upload(self.bucket, self.destination_key, self.upload_id)
         if self._marker_written:
             await self._store.acall("delete_object", Bucket=self.bucket, Key=self.marker_key)
             self._marker_written = False
