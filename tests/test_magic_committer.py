@@ -58,30 +58,6 @@ def success_of(client, bucket: str, dest: str = "out") -> SuccessData:
 # --- the lifecycle ------------------------------------------------------------------------
 
 
-def test_commit_lifecycle(make_committer, s3_client, bucket):
-    committer = make_committer()
-    committer.setup_job()
-    task = committer.task_attempt(0)
-    committer.setup_task(task)
-    assert committer.needs_task_commit(task)
-    write_text(committer, task)
-    message = committer.commit_task(task)
-
-    assert visible_keys(s3_client, bucket) == []  # nothing visible after task commit
-    assert [u["Key"] for u in pending_uploads(s3_client, bucket)] == ["out/part-m-00000"]
-    assert (message.files, message.bytes) == (1, len(EXPECTED_TEXT))
-
-    summary = committer.commit_job([message])
-    assert read(s3_client, bucket, "out/part-m-00000") == EXPECTED_TEXT
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-m-00000"]
-    assert pending_uploads(s3_client, bucket) == []
-    assert object_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-m-00000"]  # tree gone
-    success = success_of(s3_client, bucket)
-    assert (success.job_id, success.committer, success.success) == (committer.job_id, "magic", True)
-    assert success.filenames == ["/out/part-m-00000"]
-    assert (summary.files, summary.bytes, summary.tasks) == (1, len(EXPECTED_TEXT), 1)
-
-
 def test_commit_job_without_messages_lists_the_committed_tasks(make_committer, s3_client, bucket):
     committer = make_committer()
     committer.setup_job()
@@ -189,37 +165,6 @@ def test_duplicate_task_commit_is_harmless(make_committer, s3_client, bucket):
     with pytest.raises(JobNotActiveError):
         committer.commit_task(task)
     assert read(s3_client, bucket, "out/part-m-00000") == EXPECTED_TEXT
-    assert pending_uploads(s3_client, bucket) == []
-
-
-def two_attempts(committer):
-    committer.setup_job()
-    attempts = [committer.task_attempt(0, 0), committer.task_attempt(0, 1)]
-    messages = []
-    for number, task in enumerate(attempts):
-        committer.setup_task(task)
-        write_text(committer, task, f"part-from-attempt-{number}", f"attempt {number}\n")
-        messages.append(committer.commit_task(task))
-    return messages
-
-
-def test_two_attempts_of_one_task_last_committed_wins(make_committer, s3_client, bucket):
-    # HADOOP-17258: commit TA0, then TA1, then the job (which lists the tasks)
-    committer = make_committer()
-    two_attempts(committer)
-    summary = committer.commit_job()
-    assert summary.filenames == ["/out/part-from-attempt-1"]
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-from-attempt-1"]
-    assert pending_uploads(s3_client, bucket) == []
-
-
-def test_job_commits_the_attempt_its_messages_name(make_committer, s3_client, bucket):
-    # Spark's commit coordinator may authorise the first attempt although a
-    # speculative second one also committed: the messages decide, the loser is aborted.
-    committer = make_committer()
-    first, _second = two_attempts(committer)
-    committer.commit_job([first])
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-from-attempt-0"]
     assert pending_uploads(s3_client, bucket) == []
 
 
@@ -335,20 +280,6 @@ def test_aborts_are_idempotent(make_committer, s3_client, bucket):
     assert pending_uploads(s3_client, bucket) == []
 
 
-def test_abort_job_not_task(make_committer, s3_client, bucket):
-    committer = make_committer()
-    committer.setup_job()
-    for index in range(2):
-        task = committer.task_attempt(index)
-        committer.setup_task(task)
-        write_text(committer, task, f"part-{index}")
-        if index == 0:
-            committer.commit_task(task)
-    committer.abort_job()
-    assert object_keys(s3_client, bucket) == []
-    assert pending_uploads(s3_client, bucket) == []
-
-
 def test_abort_task_with_nothing_written(make_committer, s3_client, bucket):
     committer = make_committer()
     committer.abort_job()  # never set up: fine
@@ -357,19 +288,6 @@ def test_abort_task_with_nothing_written(make_committer, s3_client, bucket):
     committer.abort_task(task)
     committer.abort_job()
     assert object_keys(s3_client, bucket) == []
-
-
-def test_commit_with_no_outputs(make_committer, s3_client, bucket):
-    committer = make_committer()
-    committer.setup_job()
-    task = committer.task_attempt(0)
-    committer.setup_task(task)
-    message = committer.commit_task(task)
-    assert (message.files, message.bytes) == (0, 0)
-    summary = committer.commit_job([message])
-    assert summary.files == 0
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS"]
-    assert object_keys(s3_client, bucket) == ["out/_SUCCESS"]
 
 
 def test_task_cannot_start_in_a_job_that_was_not_set_up(make_committer, s3_client, bucket):
@@ -382,15 +300,6 @@ def test_task_cannot_start_in_a_job_that_was_not_set_up(make_committer, s3_clien
     other.abort_task(task)  # still allowed
     with pytest.raises(ValueError, match="belongs to job"):
         committer.commit_task(task)
-
-
-def test_repeated_commit_job_fails_cleanly(make_committer, s3_client, bucket):
-    committer = make_committer()
-    committer.setup_job()
-    committer.commit_job()
-    with pytest.raises(FileNotFoundError, match="already been committed"):
-        committer.commit_job()
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS"]
 
 
 # --- concurrency -----------------------------------------------------------------------------
@@ -554,24 +463,6 @@ def test_no_progress_bar_when_disabled(make_committer, capfd):
     committer.fs.pipe_file(task.path("f"), b"x")
     committer.commit_job([committer.commit_task(task)])
     assert "completing uploads" not in capfd.readouterr().err
-
-
-def test_an_aborted_attempt_cannot_commit(make_committer, s3_client, bucket):
-    committer = make_committer()
-    committer.setup_job()
-    first = committer.task_attempt(0, 0)
-    committer.setup_task(first)
-    write_text(committer, first, "from-first")
-    committer.commit_task(first)
-    second = committer.task_attempt(0, 1)
-    committer.setup_task(second)
-    write_text(committer, second, "from-second")
-    committer.abort_task(second)
-    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
-        committer.commit_task(second)
-    committer.commit_job()  # the first attempt's record is untouched
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/from-first"]
-    assert pending_uploads(s3_client, bucket) == []
 
 
 def test_credentials_are_never_logged_or_written(bucket, s3_options, s3, s3_client, caplog):

@@ -23,11 +23,9 @@ from helpers.faulty_fs import faulty
 import magicfs
 from magicfs import ManifestCommitter
 from magicfs.errors import (
-    CommitConflictError,
     CommitFailedError,
     InvalidCommitData,
     JobNotActiveError,
-    NothingToCommitError,
 )
 from magicfs.manifest.stages import (
     StageContext,
@@ -184,49 +182,6 @@ def test_task_manifest_contents(store):
 # --- attempts ---------------------------------------------------------------------------------
 
 
-def two_attempts(committer):
-    committer.setup_job()
-    messages = []
-    for number in (0, 1):
-        task = committer.task_attempt(0, number)
-        committer.setup_task(task)
-        committer.fs.pipe_file(task.path(f"part-from-attempt-{number}"), b"x")
-        messages.append(committer.commit_task(task))
-    return messages
-
-
-def test_two_attempts_of_one_task_last_wins(store):
-    committer = store.committer()
-    two_attempts(committer)
-    summary = committer.commit_job()
-    assert store.visible() == ["part-from-attempt-1"]
-    assert len(summary.filenames) == 1
-
-
-def test_messages_commit_the_named_attempt(store):
-    committer = store.committer()
-    first, _ = two_attempts(committer)
-    committer.commit_job([first])
-    assert store.visible() == ["part-from-attempt-0"]
-
-
-def test_an_aborted_attempt_cannot_commit_and_leaves_the_earlier_manifest(store):
-    committer = store.committer()
-    committer.setup_job()
-    first = committer.task_attempt(0, 0)
-    committer.setup_task(first)
-    committer.fs.pipe_file(first.path("first"), b"1")
-    committer.commit_task(first)
-    second = committer.task_attempt(0, 1)
-    committer.setup_task(second)
-    committer.fs.pipe_file(second.path("second"), b"2")
-    committer.abort_task(second)
-    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
-        committer.commit_task(second)
-    committer.commit_job()
-    assert store.visible() == ["first"]
-
-
 def test_duplicate_task_commit_succeeds(store):
     committer = store.committer()
     committer.setup_job()
@@ -238,46 +193,6 @@ def test_duplicate_task_commit_succeeds(store):
     assert store.visible() == ["a"]
     with pytest.raises(JobNotActiveError):
         committer.commit_task(task)
-
-
-def test_empty_task_and_empty_job(store):
-    committer = store.committer()
-    committer.setup_job()
-    task = committer.task_attempt(0)
-    committer.setup_task(task)
-    message = committer.commit_task(task)
-    assert (message.files, message.bytes) == (0, 0)
-    committer.commit_job([message])
-    assert store.files() == ["_SUCCESS"]
-    assert ManifestSuccessData.from_json(store.read("_SUCCESS")).filenames == []
-
-
-def test_abort_job_leaves_nothing(store):
-    committer = store.committer()
-    run_tasks(committer, {0: ["a", "b/c"], 1: ["d"]})
-    committer.abort_job()
-    committer.abort_job()
-    assert store.files() == []
-
-
-def test_repeated_commit_fails_cleanly(store):
-    committer = store.committer()
-    run_tasks(committer, {0: ["a"]})
-    committer.commit_job()
-    with pytest.raises(FileNotFoundError, match="already been committed"):
-        committer.commit_job()
-    assert store.visible() == ["a"]
-
-
-def test_a_retried_commit_with_the_same_messages_says_it_was_committed(store):
-    # The driver's reply was lost after the commit finished; it retries with its messages.
-    committer = store.committer()
-    messages = run_tasks(committer, {0: ["a"], 1: ["b"]})
-    committer.commit_job(messages)
-    again = store.committer(job_id=committer.job_id)
-    with pytest.raises(NothingToCommitError, match="already been committed"):
-        again.commit_job(messages)
-    assert store.visible() == ["a", "b"]
 
 
 def test_task_commit_after_the_job_ended_is_withdrawn(store):
@@ -365,21 +280,6 @@ def test_manifest_save_is_retried(store):
         committer.commit_task(task)
 
 
-def test_tampered_manifest_fails_the_job(store):
-    committer = store.committer()
-    messages = run_tasks(committer, {0: ["a"]})
-    record = messages[0].record
-    document = json.loads(store.fs.cat_file(record))
-    document["files"][0]["d"] = document["files"][0]["d"].replace("/out/", "/elsewhere/")
-    store.fs.pipe_file(record, json.dumps(document).encode())
-    with pytest.raises(
-        CommitFailedError, match=r"files\[0\].d: .* outside the job destination"
-    ) as caught:
-        committer.commit_job(messages)
-    assert isinstance(caught.value.__cause__, InvalidCommitData)
-    assert store.files() == []
-
-
 def test_manifest_source_outside_its_attempt_is_refused(store):
     # A manifest edited to name another file as a source must not move it into the
     # destination: sources must lie in the attempt's own working directory.
@@ -399,17 +299,6 @@ def test_manifest_source_outside_its_attempt_is_refused(store):
     assert isinstance(caught.value.__cause__, InvalidCommitData)
     assert store.fs.cat_file(outside) == b"not the job's"  # still where it was
     assert store.visible() == []
-
-
-def test_manifest_of_another_job_is_refused(store):
-    committer = store.committer()
-    messages = run_tasks(committer, {0: ["a"]})
-    record = messages[0].record
-    document = json.loads(store.fs.cat_file(record))
-    document["jobId"] = "another-job"
-    store.fs.pipe_file(record, json.dumps(document).encode())
-    with pytest.raises(CommitFailedError, match="Mismatch in Job ID"):
-        committer.commit_job(messages)
 
 
 def test_summary_report_is_written_for_success_and_failure(store, tmp_path):
@@ -434,19 +323,6 @@ def test_summary_report_is_written_for_success_and_failure(store, tmp_path):
 
 
 # --- conflict modes and dirty trees --------------------------------------------------------------
-
-
-def test_conflict_modes(store):
-    store.fs.makedirs(store.root, exist_ok=True)
-    store.fs.pipe_file(f"{store.root}/old.csv", b"old")
-    with pytest.raises(CommitConflictError):
-        store.committer(conflict_mode="fail").setup_job()
-    appending = store.committer()
-    appending.commit_job(run_tasks(appending, {0: ["new.csv"]}))
-    assert store.visible() == ["new.csv", "old.csv"]
-    replacing = store.committer(conflict_mode="replace")
-    replacing.commit_job(run_tasks(replacing, {0: ["newer.csv"]}))
-    assert store.visible() == ["newer.csv"]
 
 
 def visible_directories(fs, root: str) -> list[str]:

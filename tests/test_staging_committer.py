@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 
 import pytest
-from helpers import object_keys, pending_uploads, visible_keys
+from helpers import pending_uploads, visible_keys
 from helpers.faults import Faults
 
 from magicfs import committer_for
 from magicfs.committers.staging import StagingCommitter, add_uuid, partitions_of
 from magicfs.errors import CommitConflictError, CommitFailedError
-from magicfs.records import PendingSet, SuccessData
+from magicfs.records import PendingSet
 
 
 @pytest.fixture
@@ -159,19 +158,6 @@ def test_buffer_directory_is_private(make_committer, tmp_path):
     assert stat.S_IMODE(os.stat(tmp_path / "buffer").st_mode) == 0o700
 
 
-def test_a_later_attempt_replaces_an_earlier_one(make_committer, s3_client, bucket):
-    committer = make_committer()
-    committer.setup_job()
-    for attempt in (0, 1):
-        task = committer.task_attempt(0, attempt)
-        committer.setup_task(task)
-        write(committer, task, {f"from-attempt-{attempt}": b"x"})
-        committer.commit_task(task)
-    committer.commit_job()
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/from-attempt-1"]
-    assert pending_uploads(s3_client, bucket) == []  # the replaced attempt's upload was aborted
-
-
 # --- job commit and abort ----------------------------------------------------------------------
 
 
@@ -179,18 +165,6 @@ def four_tasks_three_files(committer):
     return run_tasks(
         committer, {t: {f"t{t}/f{n}": f"{t}{n}".encode() for n in range(3)} for t in range(4)}
     )
-
-
-def test_job_commit(make_committer, s3_client, bucket, tmp_path):
-    committer = make_committer()
-    summary = committer.commit_job(four_tasks_three_files(committer))
-    assert summary.files == 12 and len(visible_keys(s3_client, bucket)) == 13
-    assert pending_uploads(s3_client, bucket) == []
-    assert not os.path.exists(committer.staging_dir.removeprefix("file://"))  # staging cleaned
-    success = SuccessData.from_json(
-        s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read()
-    )
-    assert (success.committer, success.job_id) == ("directory", committer.job_id)
 
 
 def test_job_commit_from_listing(make_committer, s3_client, bucket):
@@ -211,31 +185,6 @@ def test_job_commit_failure_reverts_and_aborts(make_committer, s3_client, bucket
     assert pending_uploads(s3_client, bucket) == []
 
 
-def test_job_abort(make_committer, s3_client, bucket):
-    committer = make_committer()
-    four_tasks_three_files(committer)
-    assert len(pending_uploads(s3_client, bucket)) == 12
-    committer.abort_job()
-    committer.abort_job()
-    assert object_keys(s3_client, bucket) == []
-    assert pending_uploads(s3_client, bucket) == []
-
-
-def test_tampered_pendingset_fails_before_completion(make_committer, s3_client, bucket):
-    committer = make_committer()
-    messages = four_tasks_three_files(committer)
-    store = committer.wrapped.store
-    document = json.loads(store.read_bytes(messages[0].record, 1 << 20))
-    document["commits"][0]["destinationKey"] = "elsewhere/x"
-    store.write_bytes(messages[0].record, json.dumps(document).encode())
-    with pytest.raises(
-        Exception, match=r"commits\[0\].destinationKey: .*outside the job destination"
-    ):
-        committer.commit_job(messages)
-    assert visible_keys(s3_client, bucket) == []
-    assert pending_uploads(s3_client, bucket) == []
-
-
 # --- conflict modes -------------------------------------------------------------------------------
 
 
@@ -250,21 +199,6 @@ def test_directory_append_and_default(make_committer, s3_client, bucket):
     assert committer.conflict_mode == "append"
     committer.commit_job(run_tasks(committer, {0: {"new": b"n"}}))
     assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/new", "out/old"]
-
-
-def test_directory_fail_at_setup(make_committer, s3_client, bucket):
-    s3_client.put_object(Bucket=bucket, Key="out/old", Body=b"old")
-    with pytest.raises(CommitConflictError, match="conflict_mode is 'fail'"):
-        make_committer(conflict_mode="fail").setup_job()
-
-
-def test_directory_replace_at_job_commit(make_committer, s3_client, bucket):
-    s3_client.put_object(Bucket=bucket, Key="out/old/x", Body=b"old")
-    committer = make_committer(conflict_mode="replace")
-    messages = run_tasks(committer, {0: {"new": b"n"}})
-    assert "out/old/x" in visible_keys(s3_client, bucket)  # untouched before job commit
-    committer.commit_job(messages)
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/new"]
 
 
 PARTITIONED_FILES = {
@@ -315,10 +249,3 @@ def test_partitioned_replace_deletes_exactly_the_written_partitions(
             *[f"out/{k}" for k in PARTITIONED_FILES],
         ]
     )
-
-
-def test_partitioned_append_keeps_existing_partitions(make_committer, s3_client, bucket):
-    s3_client.put_object(Bucket=bucket, Key="out/dateint=20161115/hour=14/old", Body=b"old")
-    committer = make_committer("partitioned")
-    committer.commit_job(run_tasks(committer, {0: PARTITIONED_FILES}))
-    assert "out/dateint=20161115/hour=14/old" in visible_keys(s3_client, bucket)

@@ -1,0 +1,362 @@
+"""The contract suite's adapter: one (committer, store) pair as a :class:`Target`.
+
+``tests/test_contract.py`` writes each protocol scenario once and runs it over every
+pair that supports it. A pair is a committer of :data:`COMMITTERS` on one of its stores;
+what a committer promises (README "Choosing a committer", "Guarantees and failure
+behaviour") is declared on its :class:`Committer`, and a scenario is generated only for
+the pairs whose declarations it needs (:func:`pairs`). Nothing is skipped at run time.
+
+:data:`GAPS` lists the pairs a scenario is *not* generated for although the README or the
+code's documentation promises it: behaviour found wrong when this suite was written,
+each with what goes wrong. A fix removes its line, and the scenario then runs there too.
+
+A :class:`Target` observes the store the way a reader would: the destination's visible
+files (no element starting with ``_`` or ``.``), every file, their bytes, what is still
+*pending* on the store (S3: the multipart uploads in the bucket; rename stores: whatever
+hidden entry is left under the destination) and what is left of a job's temporary
+tree (hidden entries under the destination, and the staging committers' local tree).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+import pytest
+
+import magicfs
+from magicfs.committers import OutputCommitter
+from magicfs.records import MANIFEST_COMMITTER_CLASS
+
+
+@dataclass(frozen=True)
+class Committer:
+    """What one committer promises, whatever the store."""
+
+    name: str
+    stores: tuple[str, ...]
+    #: Nothing a task writes is visible before job commit (all but ``file-v2``).
+    hides_output: bool = True
+    #: ``abort_job`` after task commits leaves nothing visible (all but ``file-v2``).
+    abortable: bool = True
+    #: Two committed attempts of one task: ``"named"``, the job publishes the attempt its
+    #: message names; ``"last"``, the last committed attempt, whichever message names the
+    #: task (README: staging "the last committed attempt wins"; v1 renames over it);
+    #: ``None``, attempts can mix (``file-v2``).
+    speculation: str | None = "named"
+    #: Task output waits as multipart uploads on their final keys (visible in a listing of
+    #: uploads) from task commit until job commit.
+    deferred_writes: bool = False
+    #: The ``committer`` field of the JSON ``_SUCCESS``; ``None``: a zero-byte ``_SUCCESS``
+    #: (the classic committers, as Hadoop's FileOutputCommitter).
+    success_committer: str | None = None
+    #: Task commit saves a JSON record (pendingset, manifest) that job commit validates.
+    task_records: bool = True
+    #: The README's failure table applies ("for the magic, manifest and staging
+    #: committers"); the classic committers are "deliberately classic".
+    guarantees: bool = True
+    #: Two tasks writing one file fail the job (S3 committers); elsewhere one of them wins.
+    detects_duplicate_destinations: bool = False
+    #: Jobs with different ids to one destination never touch each other (the classic
+    #: committers share ``_temporary/<app attempt>`` and collide, as in Hadoop).
+    isolates_jobs: bool = True
+    #: ``conflict_mode`` applies to the whole destination, or per partition directory
+    #: (``partitioned``: ``fail`` at task commit, ``replace`` of the partitions written,
+    #: files at the top always appended).
+    conflict_scope: str = "destination"
+
+    @property
+    def speculation_safe(self) -> bool:
+        """Two committed attempts of one task never mix (all but ``file-v2``)."""
+        return self.speculation is not None
+
+
+COMMITTERS = {
+    c.name: c
+    for c in (
+        Committer(
+            "magic",
+            ("s3",),
+            deferred_writes=True,
+            success_committer="magic",
+            detects_duplicate_destinations=True,
+        ),
+        Committer(
+            "directory",
+            ("s3",),
+            speculation="last",
+            deferred_writes=True,
+            success_committer="directory",
+            detects_duplicate_destinations=True,
+        ),
+        Committer(
+            "partitioned",
+            ("s3",),
+            speculation="last",
+            deferred_writes=True,
+            success_committer="partitioned",
+            detects_duplicate_destinations=True,
+            conflict_scope="partition",
+        ),
+        Committer(
+            "file-v1",
+            ("s3", "file"),
+            speculation="last",
+            task_records=False,
+            guarantees=False,
+            isolates_jobs=False,
+        ),
+        Committer(
+            "file-v2",
+            ("s3", "file"),
+            hides_output=False,
+            abortable=False,
+            speculation=None,
+            task_records=False,
+            guarantees=False,
+            isolates_jobs=False,
+        ),
+        Committer(
+            "manifest",
+            ("file", "memory", "abfs", "gcs"),
+            success_committer=MANIFEST_COMMITTER_CLASS,
+        ),
+    )
+}
+
+_STAGING = ("directory", "partitioned")
+_CLASSIC = ("file-v1", "file-v2")
+
+
+def _gaps(names: tuple[str, ...], store: str, scenario: str, wrong: str) -> dict:
+    return {(name, store, scenario): wrong for name in names}
+
+
+#: (committer, store or "*", scenario) -> what goes wrong. See the module docstring.
+GAPS: dict[tuple[str, str, str], str] = {
+    # The staging committers' tasks write plain local files that nothing tracks.
+    **_gaps(_STAGING, "s3", "open_file", "task commit uploads a file still open"),
+    **_gaps(_STAGING, "s3", "failed_write", "a file closed by an exception is published"),
+    **_gaps(_STAGING, "s3", "write_after_commit", "a write after commit_task is not refused"),
+    **_gaps(
+        _STAGING,
+        "s3",
+        "dead_attempt",
+        "commit_task after abort_task (or without setup_task) succeeds with an empty record "
+        "that replaces the earlier attempt's, whose uploads are aborted: its output is lost",
+    ),
+    # README "Writing a job": pandas with task.url(...) and storage_options.
+    **_gaps(_STAGING, "s3", "pandas_task_url", "pandas 3 opens file:// URLs with urllib"),
+    **_gaps(_CLASSIC, "file", "pandas_task_url", "pandas 3 opens file:// URLs with urllib"),
+    # committers/base.py: "A job id that is active, mid-commit or already committed at the
+    # destination is refused by setup_job" ("Decisions shared by all committers").
+    **_gaps(_CLASSIC, "s3", "active_job_id", "setup_job of an active job id succeeds on S3"),
+    **_gaps(
+        _CLASSIC,
+        "*",
+        "repeated_commit",
+        "a second commit_job succeeds and writes _SUCCESS again; setup_job of the committed "
+        "job's id succeeds",
+    ),
+    ("file-v1", "*", "foreign_message"): "moves another job's committed files into this one",
+    ("file-v2", "*", "foreign_message"): "accepts another job's message, counts its files",
+    ("file-v2", "*", "fail_mode_empty"): "job commit counts the job's own output as a conflict",
+    ("file-v2", "*", "conflict-replace"): "job commit deletes the job's own output",
+}
+
+
+@dataclass(frozen=True)
+class Pair:
+    committer: Committer
+    store: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.committer.name}-{self.store}"
+
+    def gap(self, scenario: str) -> str | None:
+        name = self.committer.name
+        return GAPS.get((name, self.store, scenario)) or GAPS.get((name, "*", scenario))
+
+
+ALL_PAIRS = [Pair(c, store) for c in COMMITTERS.values() for store in c.stores]
+
+
+#: Every scenario :func:`pairs` was asked for (to check :data:`GAPS` against).
+SCENARIOS: set[str] = set()
+
+
+def pairs(scenario: str, when=lambda committer: True) -> list[Any]:
+    """``pytest.param`` of every pair ``scenario`` applies to (``when(committer)``), minus gaps."""
+    SCENARIOS.add(scenario)
+    return [
+        pytest.param(pair, id=pair.id)
+        for pair in ALL_PAIRS
+        if when(pair.committer) and pair.gap(scenario) is None
+    ]
+
+
+def _hidden(relative: str) -> bool:
+    return any(element.startswith(("_", ".")) for element in relative.split("/"))
+
+
+@dataclass
+class Target:
+    """One pair, bound to a fresh destination on a running store."""
+
+    pair: Pair
+    fs: fsspec.AbstractFileSystem  # the store's own filesystem, to observe it
+    dest: str  # URL of the destination
+    options: dict[str, Any] = field(default_factory=dict)  # committer options of this store
+    s3_client: Any = None
+    bucket: str | None = None
+    local_dirs: list[str] = field(default_factory=list)  # staging: buffer directory
+
+    @property
+    def kind(self) -> Committer:
+        return self.pair.committer
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    @property
+    def root(self) -> str:
+        return self.fs._strip_protocol(self.dest)
+
+    def committer(self, **options: Any) -> OutputCommitter:
+        return magicfs.committer_for(self.dest, committer=self.name, **{**self.options, **options})
+
+    def elsewhere(self) -> Target:
+        """The same pair on a sibling destination (``.../out-elsewhere``) of the same store."""
+        return dataclasses.replace(self, dest=self.dest + "-elsewhere")
+
+    # -- what readers see ---------------------------------------------------------------
+
+    def entries(self, withdirs: bool = True) -> list[str]:
+        """Everything under the destination, relative, hidden entries included."""
+        self.fs.invalidate_cache()
+        try:
+            found = self.fs.find(self.root, withdirs=withdirs)
+        except FileNotFoundError:
+            return []
+        return sorted(
+            {p.rstrip("/")[len(self.root) + 1 :] for p in found if p.rstrip("/") != self.root}
+        )
+
+    def files(self) -> list[str]:
+        """Every file under the destination, relative, hidden ones included."""
+        return self.entries(withdirs=False)
+
+    def visible(self) -> list[str]:
+        """The files readers see: no element starting with ``_`` or ``.``."""
+        return [f for f in self.files() if not _hidden(f)]
+
+    def read(self, relative: str) -> bytes:
+        return self.fs.cat_file(f"{self.root}/{relative}")
+
+    def contents(self) -> dict[str, bytes]:
+        """Every visible file and its bytes."""
+        return {name: self.read(name) for name in self.visible()}
+
+    def put(self, relative: str, data: bytes) -> None:
+        """A file already at the destination (data of an earlier job)."""
+        path = f"{self.root}/{relative}"
+        self.fs.makedirs(self.fs._parent(path), exist_ok=True)
+        self.fs.pipe_file(path, data)
+
+    def success(self) -> dict[str, Any] | None:
+        """The ``_SUCCESS`` JSON (``{}`` for a zero-byte one), ``None`` if there is none."""
+        try:
+            data = self.read("_SUCCESS")
+        except FileNotFoundError:
+            return None
+        return json.loads(data) if data else {}
+
+    def success_name(self, relative: str) -> str:
+        """How ``_SUCCESS``'s ``filenames`` names a committed file."""
+        if self.pair.store == "s3":  # S3A: the key as an absolute path, no bucket
+            return "/" + f"{self.root}/{relative}".partition("/")[2]
+        return self.fs.unstrip_protocol(f"{self.root}/{relative}")  # manifest: URIs
+
+    # -- what is left ----------------------------------------------------------------------
+
+    def pending(self) -> list[str]:
+        """S3: the keys of the bucket's multipart uploads (relative to the destination);
+        rename stores: the hidden entries left under the destination (but ``_SUCCESS``)."""
+        if self.pair.store == "s3":
+            uploads = self.s3_client.list_multipart_uploads(Bucket=self.bucket)
+            prefix = self.root.partition("/")[2] + "/"
+            return sorted(u["Key"].removeprefix(prefix) for u in uploads.get("Uploads", []))
+        return self.hidden()
+
+    def hidden(self) -> list[str]:
+        """Hidden entries under the destination (the job's tree), but ``_SUCCESS``."""
+        return [e for e in self.entries() if _hidden(e) and e != "_SUCCESS"]
+
+    def temporary(self, hidden: list[str] | None = None) -> list[str]:
+        """What is left of jobs' temporary trees: in the destination (``hidden``, if
+        already listed), and on local disk (the staging committers' buffer directory)."""
+        local = [
+            os.path.join(top, name)
+            for directory in self.local_dirs
+            for top, dirs, names in os.walk(directory)
+            for name in dirs + names
+        ]
+        return (self.hidden() if hidden is None else hidden) + sorted(local)
+
+    def leftovers(self) -> tuple[list[str], list[str]]:
+        """(:meth:`pending`, :meth:`temporary`), listing the destination once."""
+        pending = self.pending()
+        hidden = None if self.pair.store == "s3" else pending
+        return pending, self.temporary(hidden)
+
+    def record_fs(self, committer: OutputCommitter) -> fsspec.AbstractFileSystem:
+        """The filesystem holding the task records that commit messages name."""
+        if self.name in _STAGING:  # records travel through the (local) staging directory
+            return fsspec.core.url_to_fs(committer.staging_dir)[0]
+        return committer.store_fs
+
+
+def make_target(request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Target:
+    """A :class:`Target` for ``pair`` on a fresh destination (conftest.py's store fixtures)."""
+    store = pair.store
+    if store == "s3":
+        bucket = request.getfixturevalue("bucket")
+        options = {**request.getfixturevalue("s3_options"), "skip_instance_cache": True}
+        # One s3fs for the committers and the observer: a client costs 0.1-0.4 s to make.
+        fs = fsspec.filesystem("s3", **options)
+        target = Target(
+            pair,
+            fs,
+            f"s3://{bucket}/out",
+            {"fs": fs},
+            s3_client=request.getfixturevalue("s3_client"),
+            bucket=bucket,
+        )
+        if pair.committer.name in _STAGING:
+            buffer = str(tmp_path / "buffer")
+            target.options["buffer_dir"] = buffer
+            target.local_dirs.append(buffer)
+        return target
+    if store == "file":
+        fs = fsspec.filesystem("file")
+        return Target(pair, fs, f"file://{tmp_path}/out", {"fs": fs})
+    if store == "memory":
+        fs = fsspec.filesystem("memory")
+        root = f"/contract-{os.getpid()}-{tmp_path.name}"
+        request.addfinalizer(lambda: fs.rm(root, recursive=True) if fs.exists(root) else None)
+        return Target(pair, fs, f"memory://{root}/out", {"fs": fs})
+    if store == "abfs":
+        container = request.getfixturevalue("azure_container")
+        fs = request.getfixturevalue("abfs")
+        return Target(pair, fs, f"abfs://{container}/out", {"fs": fs})
+    if store == "gcs":
+        bucket = request.getfixturevalue("gcs_bucket")
+        fs = request.getfixturevalue("gcs")
+        return Target(pair, fs, f"gs://{bucket}/out", {"fs": fs})
+    raise ValueError(f"unknown store {store!r}")

@@ -1,0 +1,589 @@
+"""The commit protocol's contract, written once, run over every (committer, store) pair.
+
+Pairs: ``magic``, ``directory`` and ``partitioned`` on S3 (moto); ``file-v1`` and
+``file-v2`` on S3 and a local disk; ``manifest`` on a local disk, memory, Azure Blob
+(Azurite) and GCS (the GCS emulator). Each scenario is generated for the pairs whose
+committer promises what it checks (``tests/helpers/contract.py``: the declarations,
+and the few pairs left out because they do not keep a documented promise yet).
+
+Every test asserts what a reader of the store sees: the destination's exact listing and
+bytes, the ``_SUCCESS`` JSON, what is still pending (S3 multipart uploads; leftover
+hidden entries on rename stores) and what is left of the job's temporary tree; and for
+failures, the error's type and that its message names the job, stage or file.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+
+import fsspec
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers.contract import COMMITTERS, GAPS, SCENARIOS, Target, make_target, pairs
+
+import magicfs
+from magicfs.errors import (
+    CommitConflictError,
+    CommitFailedError,
+    InvalidCommitData,
+    JobAlreadyActiveError,
+    JobCommitError,
+    NothingToCommitError,
+    TaskNotActiveError,
+)
+
+
+@pytest.fixture
+def target(request, tmp_path) -> Target:
+    return make_target(request, request.param, tmp_path)
+
+
+def scenario(name: str, when=lambda committer: True):
+    """Run the test over every pair ``name`` applies to."""
+    return pytest.mark.parametrize("target", pairs(name, when), indirect=True)
+
+
+def write(committer, task, files: dict[str, bytes]) -> None:
+    for name, data in files.items():
+        with committer.fs.open(task.path(name), "wb") as f:
+            f.write(data)
+
+
+def run_task(committer, index: int, files: dict[str, bytes], attempt: int = 0):
+    task = committer.task_attempt(index, attempt)
+    committer.setup_task(task)
+    write(committer, task, files)
+    return committer.commit_task(task)
+
+
+def assert_nothing_left(target: Target) -> None:
+    """No upload parked, no temporary tree left (in the destination or on local disk)."""
+    assert target.leftovers() == ([], [])
+
+
+TASKS = {
+    0: {"part-0.csv": b"task 0\n", "year=2024/part-0.csv": b"2024 rows of task 0\n"},
+    1: {"part-1.csv": b"task 1 wrote this\n"},
+}
+EXPECTED = {name: data for files in TASKS.values() for name, data in files.items()}
+ONE_FILE = {"part-0.csv": b"task 0\n"}
+
+
+# --- 1. nothing visible before job commit, then exactly the job's files -----------------------
+
+
+@scenario("lifecycle")
+def test_output_appears_at_job_commit_exactly(target):
+    committer = target.committer()
+    committer.setup_job()
+    committed: dict[str, bytes] = {}
+    messages = []
+    for index, files in TASKS.items():
+        task = committer.task_attempt(index)
+        committer.setup_task(task)
+        write(committer, task, files)
+        assert committer.needs_task_commit(task)
+        assert target.visible() == sorted(committed if not target.kind.hides_output else [])
+        message = committer.commit_task(task)
+        assert (message.files, message.bytes) == (len(files), sum(map(len, files.values())))
+        messages.append(message)
+        committed.update(files)
+        if target.kind.hides_output:
+            assert target.visible() == []  # committed tasks wait for the job
+        else:
+            assert target.contents() == committed  # file-v2: published at task commit
+        if target.kind.deferred_writes:
+            assert target.pending() == sorted(committed)  # uploads on their final keys
+
+    summary = committer.commit_job(messages)
+    assert target.contents() == EXPECTED
+    assert target.files() == sorted(["_SUCCESS", *EXPECTED])
+    assert_nothing_left(target)
+    total = sum(map(len, EXPECTED.values()))
+    assert (summary.files, summary.bytes, summary.tasks) == (len(EXPECTED), total, len(TASKS))
+    success = target.success()
+    if target.kind.success_committer is None:
+        assert success == {}  # zero bytes, as Hadoop's FileOutputCommitter writes it
+    else:
+        assert success["committer"] == target.kind.success_committer
+        assert (success["success"], success["jobId"]) == (True, committer.job_id)
+        assert sorted(success["filenames"]) == sorted(map(target.success_name, EXPECTED))
+        assert sorted(summary.filenames) == sorted(success["filenames"])
+
+
+# --- 2. a failed attempt, then a retry ---------------------------------------------------------
+
+
+@scenario("retry_after_abort")
+def test_an_aborted_attempt_leaves_nothing_and_the_retry_commits(target):
+    committer = target.committer()
+    committer.setup_job()
+    first = committer.task_attempt(0, 0)
+    committer.setup_task(first)
+    write(committer, first, {"part-0.csv": b"first attempt", "only-first.csv": b"1"})
+    committer.abort_task(first)
+    assert target.visible() == []
+    if target.kind.deferred_writes:
+        assert target.pending() == []  # its uploads were aborted with it
+    message = run_task(committer, 0, {"part-0.csv": b"second attempt"}, attempt=1)
+    committer.commit_job([message])
+    assert target.contents() == {"part-0.csv": b"second attempt"}
+    assert_nothing_left(target)
+
+
+# --- 3. speculation: two attempts of one task both commit ------------------------------------
+
+
+def attempt_output(n: int) -> dict[str, bytes]:
+    return {f"from-attempt-{n}.csv": b"x", "part-0.csv": f"attempt {n}".encode()}
+
+
+def two_committed_attempts(committer) -> list:
+    committer.setup_job()
+    return [run_task(committer, 0, attempt_output(n), attempt=n) for n in (0, 1)]
+
+
+def assert_published_names(target: Target, summary, files: dict[str, bytes]) -> None:
+    """``_SUCCESS`` and the summary name exactly ``files`` (committers writing a JSON one)."""
+    if target.kind.success_committer is not None:
+        expected = sorted(map(target.success_name, files))
+        assert sorted(target.success()["filenames"]) == expected
+        assert sorted(summary.filenames) == expected
+
+
+@scenario("speculation", lambda c: c.speculation_safe)
+def test_the_job_publishes_one_attempt_of_a_speculated_task(target):
+    committer = target.committer()
+    messages = two_committed_attempts(committer)
+    # "named": the job publishes the attempt its message names (here the first, as a
+    # commit coordinator may choose); "last": the last committed attempt, the one to name.
+    winner = 0 if target.kind.speculation == "named" else 1
+    summary = committer.commit_job([messages[winner]])
+    assert target.contents() == attempt_output(winner)
+    assert (summary.files, summary.tasks) == (2, 1)
+    assert_published_names(target, summary, attempt_output(winner))
+    assert_nothing_left(target)  # the other attempt's uploads and files are gone
+
+
+@scenario("last_attempt_wins", lambda c: c.speculation_safe)
+def test_without_messages_the_last_committed_attempt_wins(target):
+    committer = target.committer()
+    two_committed_attempts(committer)
+    summary = committer.commit_job()  # lists the committed tasks (HADOOP-17258)
+    assert target.contents() == attempt_output(1)
+    assert_published_names(target, summary, attempt_output(1))
+    assert_nothing_left(target)
+
+
+# --- 4. abort_job ----------------------------------------------------------------------------
+
+
+@scenario("abort_job", lambda c: c.abortable)
+def test_abort_job_after_task_commits_leaves_nothing(target):
+    committer = target.committer()
+    committer.setup_job()
+    run_task(committer, 0, TASKS[0])
+    run_task(committer, 1, TASKS[1])
+    running = committer.task_attempt(2)
+    committer.setup_task(running)
+    write(committer, running, {"part-2.csv": b"never committed"})
+    committer.abort_job()
+    committer.abort_job()  # idempotent
+    assert target.files() == []  # no data, no _SUCCESS
+    assert_nothing_left(target)
+
+
+# --- 5. commit_job twice, and the committed job's id -------------------------------------------
+
+
+@scenario("repeated_commit")
+def test_a_committed_job_refuses_a_second_commit_and_its_id(target):
+    committer = target.committer()
+    committer.setup_job()
+    messages = [run_task(committer, 0, ONE_FILE)]
+    committer.commit_job(messages)
+    before = (target.files(), target.contents(), target.read("_SUCCESS"))
+    with pytest.raises(NothingToCommitError, match="already been committed") as again:
+        committer.commit_job()
+    assert committer.job_id in str(again.value)
+    # A new driver retrying with the same messages (the first reply was lost).
+    retry = target.committer(job_id=committer.job_id)
+    with pytest.raises(NothingToCommitError, match="already been committed") as again:
+        retry.commit_job(messages)
+    assert committer.job_id in str(again.value) and committer.url in str(again.value)
+    # One job id, one job: a new job cannot reuse it.
+    with pytest.raises(JobAlreadyActiveError, match="already committed") as refused:
+        target.committer(job_id=committer.job_id).setup_job()
+    assert committer.job_id in str(refused.value)
+    assert (target.files(), target.contents(), target.read("_SUCCESS")) == before
+    assert_nothing_left(target)
+
+
+# --- 6. one job id, one job ------------------------------------------------------------------
+
+
+@scenario("active_job_id")
+def test_setup_job_refuses_the_id_of_an_active_job(target):
+    committer = target.committer()
+    committer.setup_job()
+    second_driver = target.committer(job_id=committer.job_id)
+    with pytest.raises(JobAlreadyActiveError, match="already active") as refused:
+        second_driver.setup_job()
+    assert committer.job_id in str(refused.value)
+    # The refusal changed nothing: the job goes on.
+    committer.commit_job([run_task(committer, 0, ONE_FILE)])
+    assert target.contents() == ONE_FILE
+    assert_nothing_left(target)
+
+
+# --- 7. tampered task records ------------------------------------------------------------------
+
+
+def tamper(document: dict, how: str) -> str:
+    """Edit a pendingset or task manifest; returns what job commit's error must say."""
+    if how == "job id":
+        document["jobId"] = "another-job"
+        return r"jobId: Mismatch in Job ID: the \w+ is for job another-job"
+    # "escape": out of the destination by "..", "outside": into a sibling directory.
+    elsewhere = "/out/../escaped.csv" if how == "escape" else "/elsewhere/escaped.csv"
+    if "commits" in document:  # a .pendingset: S3 keys ("out/a.csv")
+        commit = document["commits"][0]
+        commit["destinationKey"] = ("/" + commit["destinationKey"]).replace(
+            "/out/a.csv", elsewhere
+        )[1:]
+        field = r"commits\[0\]\.destinationKey: "
+        if how == "escape":  # refused for its form alone
+            return field + r"has an empty, '\.' or '\.\.' path element"
+    else:  # a task manifest: destination URIs
+        document["files"][0]["d"] = document["files"][0]["d"].replace("/out/a.csv", elsewhere)
+        field = r"files\[0\]\.d: "
+    return field + r".*is outside the job destination"
+
+
+@pytest.mark.parametrize("how", ["job id", "escape", "outside"])
+@scenario("tampered_record", lambda c: c.task_records)
+def test_a_tampered_task_record_fails_the_job_before_anything_is_visible(target, how):
+    committer = target.committer()
+    committer.setup_job()
+    tampered = run_task(committer, 0, {"a.csv": b"a"})
+    intact = run_task(committer, 1, {"b.csv": b"b"})
+    fs = target.record_fs(committer)
+    document = json.loads(fs.cat_file(tampered.record))
+    problem = tamper(document, how)
+    fs.pipe_file(tampered.record, json.dumps(document).encode())
+
+    with pytest.raises(JobCommitError) as failed:
+        committer.commit_job([tampered, intact])
+    error = failed.value
+    assert isinstance(error.__cause__, InvalidCommitData)
+    assert error.stage in ("load", "validate") and error.job_id == committer.job_id
+    message = str(error)
+    assert f"job {committer.job_id}" in message and f"failed in stage {error.stage}" in message
+    assert posixpath.basename(tampered.record) in message and re.search(problem, message)
+    assert "nothing of it is visible" in message
+    assert target.files() == []  # not even the intact task's file
+    parent = target.fs._parent(target.root)
+    assert not target.fs.exists(f"{parent}/escaped.csv")
+    assert not target.fs.exists(f"{parent}/elsewhere/escaped.csv")
+    assert_nothing_left(target)  # the job was aborted
+
+
+# --- the messages job commit is given --------------------------------------------------------
+
+
+@scenario("missing_message", lambda c: c.abortable)
+def test_a_missing_task_message_fails_the_job(target):
+    # Spark hands None for a task that never reported.
+    committer = target.committer()
+    committer.setup_job()
+    message = run_task(committer, 0, ONE_FILE)
+    with pytest.raises(JobCommitError, match="message 1 is missing: a task did not report"):
+        committer.commit_job([message, None])
+    assert target.files() == []
+    assert_nothing_left(target)
+
+
+@scenario("foreign_message")
+def test_a_message_of_another_job_fails_the_job_and_touches_neither(target):
+    other = target.elsewhere()
+    foreign_job = other.committer()
+    foreign_job.setup_job()
+    foreign = run_task(foreign_job, 0, {"foreign.csv": b"of another job"})
+    committer = target.committer()
+    committer.setup_job()
+    message = run_task(committer, 0, ONE_FILE)
+    with pytest.raises(JobCommitError, match=f"comes from job {foreign_job.job_id}") as failed:
+        committer.commit_job([message, foreign])
+    assert failed.value.stage == "load" and committer.job_id in str(failed.value)
+    assert target.files() == []
+    foreign_job.commit_job([foreign])  # the other job is intact
+    assert other.contents() == {"foreign.csv": b"of another job"}
+    assert_nothing_left(target)
+    assert_nothing_left(other)
+
+
+# --- 8. empty tasks and jobs ---------------------------------------------------------------------
+
+
+def assert_empty_success(target: Target, committer) -> None:
+    assert target.files() == ["_SUCCESS"]
+    success = target.success()
+    if target.kind.success_committer is not None:
+        assert (success["success"], success["jobId"], success["filenames"]) == (
+            True,
+            committer.job_id,
+            [],
+        )
+    assert_nothing_left(target)
+
+
+@scenario("empty")
+def test_an_empty_task_and_a_job_without_tasks_commit_cleanly(target):
+    committer = target.committer()
+    committer.setup_job()
+    message = run_task(committer, 0, {})
+    assert (message.files, message.bytes) == (0, 0)
+    summary = committer.commit_job([message])
+    assert (summary.files, summary.bytes, summary.tasks) == (0, 0, 1)
+    assert_empty_success(target, committer)
+    no_tasks = target.committer()  # a second job, to the same destination
+    no_tasks.setup_job()
+    assert no_tasks.commit_job([]).files == 0
+    assert_empty_success(target, no_tasks)
+
+
+# --- 9. conflict modes --------------------------------------------------------------------------
+
+EXISTING = {"top.csv": b"top", "year=2022/keep.csv": b"keep", "year=2023/old.csv": b"old"}
+NEW = {"year=2023/new.csv": b"new"}
+
+
+def conflict_pairs() -> list:
+    return [
+        pytest.param(mode, pair.values[0], id=f"{mode}-{pair.id}")
+        for mode in ("fail", "append", "replace")
+        for pair in pairs(f"conflict-{mode}")
+    ]
+
+
+@pytest.mark.parametrize(("mode", "target"), conflict_pairs(), indirect=["target"])
+def test_conflict_modes_against_existing_data(target, mode):
+    for name, data in EXISTING.items():
+        target.put(name, data)
+    committer = target.committer(conflict_mode=mode)
+    partitioned = target.kind.conflict_scope == "partition"
+    if mode == "fail" and not partitioned:
+        with pytest.raises(CommitConflictError, match="conflict_mode is 'fail'") as refused:
+            committer.setup_job()
+        assert committer.url in str(refused.value) and "job setup" in str(refused.value)
+        assert target.contents() == EXISTING
+        assert_nothing_left(target)
+        return
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    write(committer, task, NEW)
+    if mode == "fail":  # partitioned: each partition written, at task commit, before uploads
+        with pytest.raises(CommitConflictError, match="year=2023: partition already exists"):
+            committer.commit_task(task)
+        committer.abort_job()
+        assert target.contents() == EXISTING
+        assert_nothing_left(target)
+        return
+    message = committer.commit_task(task)
+    if target.kind.hides_output:
+        assert target.contents() == EXISTING  # untouched until job commit
+    committer.commit_job([message])
+    if mode == "append":
+        expected = {**EXISTING, **NEW}
+    elif partitioned:  # exactly the partitions written are replaced; the top is appended
+        expected = {"top.csv": b"top", "year=2022/keep.csv": b"keep", **NEW}
+    else:
+        expected = NEW
+    assert target.contents() == expected
+    assert_nothing_left(target)
+
+
+@scenario("fail_mode_empty")
+def test_conflict_mode_fail_commits_into_an_empty_destination(target):
+    committer = target.committer(conflict_mode="fail")
+    committer.setup_job()
+    committer.commit_job([run_task(committer, 0, ONE_FILE)])
+    assert target.contents() == ONE_FILE
+    assert_nothing_left(target)
+
+
+# --- 10. failures inside a task ----------------------------------------------------------------
+
+
+@scenario("open_file", lambda c: c.guarantees)
+def test_a_file_still_open_fails_the_task_commit(target):
+    committer = target.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    write(committer, task, {"closed.csv": b"closed"})
+    still_open = committer.fs.open(task.path("open.csv"), "wb")
+    still_open.write(b"half a file")
+    with pytest.raises(CommitFailedError, match="1 files are still open") as refused:
+        committer.commit_task(task)
+    message = str(refused.value)
+    assert task.attempt_id in message and "open.csv" in message
+    assert "the attempt has been aborted" in message
+    with pytest.raises(OSError, match="aborted"):  # the writer learns it was discarded
+        still_open.close()
+    retry = run_task(committer, 0, {"retried.csv": b"retried"}, attempt=1)
+    committer.commit_job([retry])
+    assert target.contents() == {"retried.csv": b"retried"}
+    assert_nothing_left(target)
+
+
+@scenario("failed_write", lambda c: c.guarantees)
+def test_a_file_closed_by_an_exception_is_never_published(target):
+    committer = target.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    write(committer, task, {"good.csv": b"good"})
+    with (
+        pytest.raises(ValueError, match="writer failed"),
+        committer.fs.open(task.path("truncated.csv"), "wb") as f,
+    ):
+        f.write(b"half")
+        raise ValueError("writer failed")
+    message = committer.commit_task(task)
+    assert message.files == 1
+    committer.commit_job([message])
+    assert target.contents() == {"good.csv": b"good"}
+    assert_nothing_left(target)
+
+
+@scenario("write_after_commit", lambda c: c.guarantees)
+def test_a_write_after_task_commit_is_refused(target):
+    committer = target.committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    write(committer, task, {"a.csv": b"a"})
+    message = committer.commit_task(task)
+    with pytest.raises(TaskNotActiveError, match="already committed") as refused:
+        write(committer, task, {"late.csv": b"late"})
+    assert task.attempt_id in str(refused.value) and "late.csv" in str(refused.value)
+    committer.commit_job([message])
+    assert target.contents() == {"a.csv": b"a"}
+    assert_nothing_left(target)
+
+
+@scenario("dead_attempt", lambda c: c.guarantees)
+def test_aborted_or_unset_attempts_cannot_commit(target):
+    committer = target.committer()
+    committer.setup_job()
+    run_task(committer, 0, {"first.csv": b"first"})
+    aborted = committer.task_attempt(0, 1)
+    committer.setup_task(aborted)
+    write(committer, aborted, {"second.csv": b"second"})
+    committer.abort_task(aborted)
+    with pytest.raises(FileNotFoundError, match="never set up, or was aborted") as refused:
+        committer.commit_task(aborted)
+    assert aborted.attempt_id in str(refused.value)
+    never_set_up = committer.task_attempt(1)
+    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
+        committer.commit_task(never_set_up)
+    committer.commit_job()  # lists: the earlier attempt's record stays
+    assert target.contents() == {"first.csv": b"first"}
+    assert_nothing_left(target)
+
+
+# --- two tasks, one file; two jobs, one destination -----------------------------------------------
+
+
+def two_tasks_writing_one_file(committer) -> list:
+    committer.setup_job()
+    return [run_task(committer, i, {"same.csv": f"task {i}".encode()}) for i in (0, 1)]
+
+
+@scenario("duplicate_destination", lambda c: c.detects_duplicate_destinations)
+def test_two_tasks_writing_one_file_fail_the_job(target):
+    committer = target.committer()
+    messages = two_tasks_writing_one_file(committer)
+    with pytest.raises(JobCommitError, match="two tasks write the same file") as failed:
+        committer.commit_job(messages)
+    assert failed.value.stage == "validate" and "same.csv" in str(failed.value)
+    assert isinstance(failed.value.__cause__, InvalidCommitData)
+    assert target.files() == []
+    assert_nothing_left(target)
+
+
+@scenario("duplicate_destination_wins", lambda c: not c.detects_duplicate_destinations)
+def test_two_tasks_writing_one_file_one_of_them_wins(target):
+    committer = target.committer()
+    committer.commit_job(two_tasks_writing_one_file(committer))
+    assert target.visible() == ["same.csv"]
+    assert target.read("same.csv") in (b"task 0", b"task 1")
+    assert_nothing_left(target)
+
+
+@scenario("concurrent_jobs", lambda c: c.isolates_jobs)
+def test_two_jobs_to_one_destination_do_not_touch_each_other(target):
+    first, second = target.committer(), target.committer()
+    first.setup_job()
+    second.setup_job()
+    message1 = run_task(first, 0, {"from-job-1.csv": b"1"})
+    message2 = run_task(second, 0, {"from-job-2.csv": b"2"})
+    first.commit_job([message1])
+    assert target.contents() == {"from-job-1.csv": b"1"}
+    if target.kind.deferred_writes:
+        assert target.pending() == ["from-job-2.csv"]  # job 2's upload survives
+    second.commit_job([message2])
+    assert target.contents() == {"from-job-1.csv": b"1", "from-job-2.csv": b"2"}
+    assert_nothing_left(target)
+
+
+# --- 11. pandas and pyarrow through committer.fs (README "Writing a job") ------------------------
+
+FRAME = pd.DataFrame({"year": [2023, 2024, 2024], "amount": [1.5, 2.0, 3.25]})
+
+
+@scenario("pandas_pyarrow")
+def test_pandas_and_pyarrow_write_through_the_committer(target):
+    with magicfs.write_job(target.dest, committer=target.name, **target.options) as job:
+        with job.task(0) as task:
+            FRAME.to_parquet(task.path("pandas/part-0.parquet"), filesystem=job.fs, index=False)
+            pq.write_table(
+                pa.Table.from_pandas(FRAME, preserve_index=False),
+                task.path("arrow/part-0.parquet"),
+                filesystem=job.fs,
+            )
+            with fsspec.open(task.url("csv/part-0.csv"), "wt", **job.storage_options) as f:
+                FRAME.to_csv(f, index=False)
+        if target.kind.hides_output:
+            assert target.visible() == []
+    assert target.visible() == ["arrow/part-0.parquet", "csv/part-0.csv", "pandas/part-0.parquet"]
+    for name in ("pandas/part-0.parquet", "arrow/part-0.parquet"):
+        back = pd.read_parquet(f"{target.root}/{name}", filesystem=target.fs)
+        pd.testing.assert_frame_equal(back, FRAME)
+    with target.fs.open(f"{target.root}/csv/part-0.csv", "rt") as f:
+        pd.testing.assert_frame_equal(pd.read_csv(f), FRAME)
+    assert job.summary.files == 3
+    assert_nothing_left(target)
+
+
+@scenario("pandas_task_url")
+def test_pandas_writes_task_urls_with_the_committers_storage_options(target):
+    job = magicfs.write_job(target.dest, committer=target.name, **target.options)
+    with job, job.task(0) as task:
+        FRAME.to_csv(task.url("frame.csv"), storage_options=job.storage_options, index=False)
+    with target.fs.open(f"{target.root}/frame.csv", "rt") as f:
+        pd.testing.assert_frame_equal(pd.read_csv(f), FRAME)
+    assert target.visible() == ["frame.csv"]
+    assert_nothing_left(target)
+
+
+def test_every_gap_names_a_pair_and_a_scenario_of_this_suite():
+    for (name, store, scenario_name), wrong in GAPS.items():
+        assert store == "*" or store in COMMITTERS[name].stores, (name, store)
+        assert scenario_name in SCENARIOS, (scenario_name, wrong)
