@@ -58,3 +58,8 @@ def capabilities(fs: Any) -> Capabilities:
 def is_s3(fs: Any) -> bool:
     """Does ``fs`` speak S3 multipart uploads (an s3fs filesystem)?"""
     return capabilities(fs).deferred_writes
+
+
+def is_local(fs: Any) -> bool:
+    """Is ``fs`` the local disk (fsspec's ``file``/``local`` filesystem)?"""
+    return bool(protocols(fs) & _LOCAL)

@@ -1,4 +1,4 @@
-"""A local filesystem for tasks that write plain local paths (staging and classic committers).
+"""A local filesystem for task files on local disk (classic committers; staging under magic).
 
 Two differences from fsspec's ``LocalFileSystem``: writing a file creates its parent
 directories (as writing an object-store key does, so task code behaves the same on

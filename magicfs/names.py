@@ -33,6 +33,10 @@ MANIFEST_SUFFIX = "-manifest.json"
 
 #: The job marker: while it exists the job is active (the zombie handshake).
 JOB_MARKER = "_magicfs_job.json"
+#: The classic committers' job marker, ``_temporary/<app attempt>/_magicfs_job-<job id>.json``:
+#: their jobs share that directory, so each marker's name carries its job id.
+CLASSIC_JOB_MARKER_PREFIX = "_magicfs_job-"
+CLASSIC_JOB_MARKER_SUFFIX = ".json"
 #: Written by task set-up, deleted by task abort: only a started attempt may commit.
 STARTED_SUFFIX = ".started"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.

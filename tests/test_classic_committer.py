@@ -8,7 +8,13 @@ import fsspec
 import pytest
 
 from magicfs import committer_for
-from magicfs.errors import CommitFailedError
+from magicfs.errors import (
+    CommitConflictError,
+    CommitFailedError,
+    JobAlreadyActiveError,
+    JobCommitError,
+    NothingToCommitError,
+)
 
 
 @pytest.fixture(params=["file", "memory", "s3"])
@@ -134,3 +140,79 @@ def test_a_missing_task_message_is_refused_by_name_and_publishes_nothing(dest):
     with pytest.raises(CommitFailedError, match="message 1 is missing: a task did not report"):
         committer.commit_job([message, None])
     assert visible(dest) == []
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_the_job_marker_says_which_job_is_active_on_every_store(dest, algorithm):
+    committer = make(dest, algorithm)
+    committer.setup_job()
+    assert committer.job_active()
+    marker = f"_temporary/0/_magicfs_job-{committer.job_id}.json"
+    assert marker in files(dest)
+    with pytest.raises(JobAlreadyActiveError, match="already active"):
+        make(dest, algorithm, job_id=committer.job_id).setup_job()
+    assert not make(dest, algorithm).job_active()  # another job id: not this marker
+    committer.commit_job([committer.commit_task(write_task(committer, 0))])
+    assert not committer.job_active() and marker not in files(dest)
+    aborted = make(dest, algorithm)
+    aborted.setup_job()
+    aborted.abort_job()
+    assert not aborted.job_active()
+    assert [f for f in files(dest) if f.startswith("_temporary")] == []
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_second_commit_is_refused_and_changes_nothing(dest, algorithm):
+    committer = make(dest, algorithm)
+    committer.setup_job()
+    messages = [committer.commit_task(write_task(committer, 0))]
+    assert committer.commit_job(messages).files == 2
+    before = files(dest)
+    for again in (lambda: committer.commit_job(), lambda: committer.commit_job(messages)):
+        with pytest.raises(NothingToCommitError, match="already been committed") as refused:
+            again()
+        assert committer.job_id in str(refused.value)
+    never_set_up = make(dest, algorithm)
+    with pytest.raises(NothingToCommitError, match="never set up"):
+        never_set_up.commit_job()
+    assert files(dest) == before
+
+
+@pytest.mark.parametrize("algorithm", [1, 2])
+def test_a_message_of_another_job_is_refused_and_the_log_says_what_happened(
+    dest, algorithm, caplog
+):
+    other = make(dest, algorithm)
+    other.setup_job()
+    foreign = other.commit_task(write_task(other, 7))
+    committer = make(dest, algorithm)
+    committer.setup_job()
+    message = committer.commit_task(write_task(committer, 0))
+    with pytest.raises(JobCommitError, match=f"comes from job {other.job_id}") as failed:
+        committer.commit_job([message, foreign])
+    assert failed.value.stage == "load"
+    assert f"the {committer.name} committer cannot take them back" in str(failed.value)
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert errors and all("rolled back" not in e and "job was aborted" in e for e in errors)
+
+
+def test_v2_refuses_conflict_mode_replace_and_names_the_alternatives(dest):
+    fs, url = dest
+    root = fs._strip_protocol(url)
+    fs.makedirs(root, exist_ok=True)
+    fs.pipe_file(f"{root}/old.csv", b"old")
+    with pytest.raises(ValueError, match="conflict_mode 'replace' is not supported") as refused:
+        make(dest, 2, conflict_mode="replace")
+    assert "file-v1" in str(refused.value) and "manifest" in str(refused.value)
+    assert files(dest) == ["old.csv"]
+
+
+def test_v2_checks_conflict_mode_fail_at_job_setup_only(dest):
+    committer = make(dest, 2, conflict_mode="fail")
+    committer.setup_job()
+    messages = [committer.commit_task(write_task(committer, 0))]
+    assert len(visible(dest)) == 2  # published by the task: not a conflict at job commit
+    committer.commit_job(messages)
+    assert len(visible(dest)) == 2
+    with pytest.raises(CommitConflictError, match="checked at job setup"):
+        make(dest, 2, conflict_mode="fail").setup_job()

@@ -98,7 +98,7 @@ def test_task_commit_uploads_without_completing(make_committer, s3_client, bucke
     uploads = pending_uploads(s3_client, bucket)
     assert len(uploads) == len(files)
     assert visible_keys(s3_client, bucket) == []
-    assert not os.path.exists(task.work_path)  # local data removed after upload
+    assert not os.path.exists(committer.local_attempt_dir(task.attempt_id))  # uploaded: removed
     pendingset = PendingSet.from_json(committer.wrapped.store.read_bytes(message.record, 1 << 20))
     assert message.record.endswith(f"/{task.task_id}/{task.task_id}.pendingset")
     keys = sorted(c.destination_key for c in pendingset.commits)
@@ -137,7 +137,7 @@ def test_upload_failure_aborts_every_upload_and_removes_local_data(
     with pytest.raises(OSError, match="injected"):
         committer.commit_task(task)
     assert pending_uploads(s3_client, bucket) == []
-    assert not os.path.exists(task.work_path)
+    assert not os.path.exists(committer.local_attempt_dir(task.attempt_id))
 
 
 def test_task_abort_removes_local_data(make_committer, s3_client, bucket):
@@ -147,8 +147,27 @@ def test_task_abort_removes_local_data(make_committer, s3_client, bucket):
     committer.setup_task(task)
     write(committer, task, {"a": b"1"})
     committer.abort_task(task)
-    assert not os.path.exists(task.work_path)
+    assert not os.path.exists(committer.local_attempt_dir(task.attempt_id))
     assert pending_uploads(s3_client, bucket) == []
+
+
+def test_task_files_are_local_and_an_attempt_commits_once(make_committer, s3_client, bucket):
+    committer = make_committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    write(committer, task, {"year=2024/a.csv": b"a"})
+    local = os.path.join(committer.local_attempt_dir(task.attempt_id), "year=2024", "a.csv")
+    with open(local, "rb") as f:  # a plain local file (task.path is routed to it)
+        assert f.read() == b"a"
+    assert committer.fs.cat_file(task.path("year=2024/a.csv")) == b"a"  # read back
+    message = committer.commit_task(task)
+    # Its local files were uploaded and removed: a second commit would replace its record
+    # with an empty one.
+    with pytest.raises(FileNotFoundError, match="has already committed"):
+        committer.commit_task(task)
+    committer.commit_job([message])
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/year=2024/a.csv"]
 
 
 def test_buffer_directory_is_private(make_committer, tmp_path):

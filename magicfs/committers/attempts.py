@@ -41,9 +41,16 @@ class TaskAttempt:
         return join(self.work_path, check_relative(relative))
 
     def url(self, relative: str) -> str:
-        """:meth:`path` as a fully qualified URL (``magic::s3://...`` where needed).
+        """:meth:`path` as a fully qualified URL, for writers that take a URL and options.
 
         ``df.to_csv(task.url("x.csv"), storage_options=committer.storage_options)``.
+        Chained ``magic::<store URL>`` for the magic and manifest committers,
+        ``magic::file://...`` for the staging committers (task files on local disk,
+        tracked as ``committer.fs``'s), the store's own URL for the classic committers —
+        ``local://...`` on a local disk (see :meth:`OutputCommitter.work_url_for`): never
+        ``file://``, which pandas opens with urllib. These URLs go through fsspec;
+        pyarrow's own filesystems do not know them: give pyarrow :meth:`path` and
+        ``filesystem=committer.fs``.
         """
         return join(self.work_url or self.work_path, check_relative(relative))
 

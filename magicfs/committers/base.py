@@ -39,13 +39,15 @@ Decisions shared by all committers:
 * **Job ids** are a fresh UUID unless given, never derived from a clock (two jobs
   started in the same second must not collide: SPARK-33402, HADOOP-17318). A job id that
   is active, mid-commit or already committed at the destination is refused by
-  ``setup_job`` (``setup_job(resume=True)`` continues an active job).
+  ``setup_job`` (``setup_job(resume=True)`` continues an active job). The classic
+  committers cannot recognise a committed one: their zero-byte ``_SUCCESS`` names no job.
 * **Conflict modes** (``conflict_mode``): ``append`` (default) adds files, replacing
   same-named ones; ``fail`` refuses a destination that already holds visible data
   (checked at job setup and again just before anything is made visible); ``replace``
   deletes the destination's visible data at job commit, after every task's record has
   loaded and validated, just before the new files are made visible. Replace is not
-  atomic: readers see an empty destination for the moment in between.
+  atomic: readers see an empty destination for the moment in between. ``file-v2``, whose
+  tasks publish at task commit, checks ``fail`` at job setup only and refuses ``replace``.
 * **Visible data** is any entry of the destination whose name does not start with
   ``_`` or ``.`` — the convention by which Spark, Hive and pyarrow skip ``_SUCCESS``,
   ``__magic_job-*`` and ``_temporary``.
@@ -68,6 +70,7 @@ from typing import Any, ClassVar, cast
 
 import fsspec
 
+from ..capabilities import is_local
 from ..errors import (
     CommitConflictError,
     CommitFailedError,
@@ -254,8 +257,19 @@ class OutputCommitter(ABC):
         """Where the attempt writes (what ``task.path(...)`` builds on)."""
 
     def work_url_for(self, attempt_id: str) -> str:
-        """:meth:`work_path_for` as a URL (default: the store's own URL of it)."""
-        return cast(str, self.store_fs.unstrip_protocol(self.work_path_for(attempt_id)))
+        """:meth:`work_path_for` as a URL (what ``task.url(...)`` builds on).
+
+        Default: the store's own URL of it; on a local disk ``local://<path>`` (fsspec's
+        other name for its local filesystem), not ``file://``: pandas opens ``file://``
+        URLs with urllib, which cannot write them, while ``local://`` goes to fsspec with
+        :attr:`storage_options` like any store's URL. (A plain path would not do: pandas
+        refuses ``storage_options`` with one.) Committers whose tasks write through
+        ``magic::`` URLs override this.
+        """
+        path = self.work_path_for(attempt_id)
+        if is_local(self.store_fs):
+            return "local://" + path
+        return cast(str, self.store_fs.unstrip_protocol(path))
 
     @abstractmethod
     def _setup_job(self, resume: bool) -> None:
@@ -518,10 +532,16 @@ class OutputCommitter(ABC):
             )
 
     def not_started_error(self, task: TaskAttempt) -> Exception:
-        """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set up."""
+        """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set
+        up, or aborted (or, staging committers, already committed: its files are gone)."""
         if not self.job_active():
             return JobNotActiveError(
                 f"job {self.job_id} is not active: task attempt {task.attempt_id} cannot commit"
+            )
+        if TASK_FILES.finished(self.job_id, task.attempt_id) == "committed":
+            return FileNotFoundError(
+                f"task attempt {task.attempt_id} of job {self.job_id} has already committed: "
+                "it cannot commit again"
             )
         return FileNotFoundError(
             f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
@@ -782,16 +802,17 @@ class OutputCommitter(ABC):
                 stage=stage,
                 recoverable=True,
             )
-        detail = f" ({undone} files it had made visible were deleted again)" if undone else ""
-        log.error("%s; the job was rolled back%s", what, detail)
         if not self.can_roll_back:
             detail = (
                 ": files it had already moved into the destination stay there (the "
                 f"{self.name} committer cannot take them back)"
             )
+            log.error("%s; the job was aborted%s", what, detail)
             return JobCommitError(
                 f"{what}. The job was aborted{detail}", job_id=self.job_id, stage=stage
             )
+        detail = f" ({undone} files it had made visible were deleted again)" if undone else ""
+        log.error("%s; the job was rolled back%s", what, detail)
         return JobCommitError(
             f"{what}. The job was aborted: nothing of it is visible{detail}",
             job_id=self.job_id,

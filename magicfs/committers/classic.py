@@ -18,8 +18,21 @@ Both follow the seed document's ``mergePaths`` pseudo-code, run by the base clas
 job-commit stages (publish = merge). Neither can roll back: a v1 commit that fails
 half-way leaves the files it merged visible, as Hadoop's does. Tasks write plain paths
 (``task.path(...)`` is under the attempt directory); ``committer.fs`` is the store's own
-filesystem. Deliberately classic: no job marker, no records, no validation; two jobs
-writing to one destination share ``_temporary/<app attempt>`` and collide, as in Hadoop.
+filesystem. Deliberately classic: no records, no journal, no validation, a zero-byte
+``_SUCCESS``; two jobs writing to one destination share ``_temporary/<app attempt>`` and
+collide, as in Hadoop.
+
+What they share with the other committers (:mod:`magicfs.committers.base`):
+
+* a **job marker**, ``_temporary/<app attempt>/_magicfs_job-<job id>.json``, written by
+  ``setup_job`` and deleted when the job ends (commit, abort, clean-up): the job is
+  active while it exists, on every store (a directory cannot say so: S3 has none), so
+  ``setup_job`` refuses the id of an active job;
+* job commit refuses a message of another job, and a job that is not active (never
+  set up, already committed or aborted: :class:`~magicfs.errors.NothingToCommitError`,
+  nothing changed). Unlike the others they cannot refuse ``setup_job`` for the id of a
+  job that *committed* here: Hadoop's zero-byte ``_SUCCESS`` names no job, and nothing
+  else of a committed job is left.
 """
 
 from __future__ import annotations
@@ -30,9 +43,10 @@ from typing import Any, cast
 
 import fsspec
 
+from ..errors import NothingToCommitError
 from ..local import TaskLocalFileSystem
 from ..manifest.store import RenameStore
-from ..names import TEMPORARY
+from ..names import CLASSIC_JOB_MARKER_PREFIX, CLASSIC_JOB_MARKER_SUFFIX, TEMPORARY
 from ..paths import join
 from ..task_files import TaskFile
 from .attempts import Messages
@@ -42,7 +56,20 @@ log = logging.getLogger("magicfs.committer.classic")
 
 
 class FileOutputCommitter(OutputCommitter):
-    """``committer="file-v1"`` (``algorithm=1``) or ``"file-v2"`` (``algorithm=2``)."""
+    """``committer="file-v1"`` (``algorithm=1``) or ``"file-v2"`` (``algorithm=2``).
+
+    Conflict modes: v1 keeps the shared rules (``fail`` checked at job setup and again at
+    job commit, ``replace`` deletes the old data at job commit), as nothing of the job is
+    visible before its commit. v2 publishes every task's files at *task* commit, so by
+    job commit the job's own output cannot be told from old data:
+
+    * ``fail`` is checked at job setup only, before any task publishes (data that
+      appears in the destination later is not detected);
+    * ``replace`` is refused (``ValueError`` when the committer is made): old data could
+      only be deleted before the tasks run, and a failed job would then have lost it.
+      Use ``file-v1``, or the ``magic`` (S3) or ``manifest`` committer, which delete it
+      at job commit.
+    """
 
     name = "file-v1"
     can_roll_back = False
@@ -51,6 +78,14 @@ class FileOutputCommitter(OutputCommitter):
         if algorithm not in (1, 2):
             raise ValueError(f"FileOutputCommitter algorithm must be 1 or 2, not {algorithm}")
         super().__init__(dest, **options)
+        if algorithm == 2 and self.conflict_mode == "replace":
+            raise ValueError(
+                "conflict_mode 'replace' is not supported by the file-v2 committer: its tasks "
+                "publish into the destination at task commit, so at job commit the job's own "
+                "output cannot be told from old data, and deleting old data before the tasks "
+                "run would lose it if the job failed. Use committer='file-v1', or the magic "
+                "(S3) or manifest committer, which delete old data at job commit"
+            )
         self.algorithm = algorithm
         self.name = f"file-v{algorithm}"
         self.store = RenameStore(self.store_fs, self.threads)
@@ -84,23 +119,50 @@ class FileOutputCommitter(OutputCommitter):
 
     # -- job ---------------------------------------------------------------------------------
 
+    @property
+    def job_marker(self) -> str:
+        """``_temporary/<app attempt>/_magicfs_job-<job id>.json``: the job is active."""
+        name = f"{CLASSIC_JOB_MARKER_PREFIX}{self.job_id}{CLASSIC_JOB_MARKER_SUFFIX}"
+        return join(self.job_attempt_dir, name)
+
     def _setup_job(self, resume: bool) -> None:
         self.store.mkdirs(self.job_attempt_dir)
+        if not resume:
+            self.store.write_bytes(self.job_marker, self.job_marker_document())
 
     def job_active(self) -> bool:
-        """Set up and not yet ended: its job attempt directory exists."""
-        return self.store.info(self.job_attempt_dir) is not None
+        """Set up and not yet ended: its job marker exists."""
+        return self.store.info(self.job_marker) is not None
 
     def _end_job(self, check: bool = True) -> bool:
-        return self.job_active() if check else False
+        """Delete the job marker; returns whether it was there.
+
+        Always looked up, ``check`` or not: with no task records to load, the marker is
+        what tells a job to commit from one never set up or already ended.
+        """
+        was_active = self.job_active()
+        self.store.delete_file(self.job_marker)
+        return was_active
+
+    def check_no_conflict(self, stage: str) -> None:
+        """``fail`` mode; v2 checks at job setup only (see the class docstring)."""
+        if self.algorithm == 2 and stage != "job setup":
+            return  # its tasks have published by now: the job's own files are no conflict
+        super().check_no_conflict(stage)
 
     def _journal(self) -> None:
         """The classic committers keep no journal: a commit that dies is not resumable."""
         return None
 
     def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
+        if not was_active:
+            raise NothingToCommitError(
+                f"job {self.job_id}: nothing to commit at {self.url}: it was never set up, or "
+                f"has already been committed or aborted (no job marker; the {self.name} "
+                "committer's zero-byte _SUCCESS names no job, so which cannot be told)"
+            )
         if messages is not None:
-            return [m.record for m in self.reported(messages)]
+            return self.check_messages(messages, self.job_attempt_dir)
         if self.algorithm == 2:
             return []
         return [

@@ -1,14 +1,26 @@
 """The staging committers (Netflix's, in Hadoop's S3A): tasks write to local disk.
 
 ``committer="directory"`` and ``committer="partitioned"``, S3 only. A task attempt
-writes plain local files under its staging directory (``buffer_dir``, private to the
-user: mode 0700); ``committer.fs`` is the local filesystem. Task commit uploads every
-file as a multipart upload to its final key *without completing it* and hands the
-pending uploads to the job as a ``.pendingset`` committed through FileOutputCommitter
-v1 on a consistent store with rename (``staging_dir``: a local directory by default —
-on a multi-machine cluster, a shared filesystem every executor and the driver see).
-Job commit completes the uploads exactly as the magic committer does
-(:mod:`magicfs.s3.commit_ops`).
+writes plain local files under the job's local directory (``<buffer_dir>/<job id>``,
+``buffer_dir`` private to the user: mode 0700). ``committer.fs`` is a
+:class:`~magicfs.MagicFileSystem` over the local disk and ``task.path(...)`` a magic
+path that it routes into the attempt's local directory
+(``<buffer_dir>/<job>/_temporary/<job>/<NN>/tasks/<attempt>/``), exactly as the manifest
+committer's paths on a local disk (:mod:`magicfs.filesystems.routed_view`): this
+process's task files are tracked (:mod:`magicfs.task_files`), so task commit refuses an
+attempt with a file still open, a file closed by an exception is deleted (never
+uploaded), and a write to an attempt that has committed or aborted in this process is
+refused at ``open()``. Task setup writes ``<attempt>.started`` next to the attempt's
+directory (the manifest committer's layout); task commit without it (never set up,
+aborted, or already committed: its local files are gone) raises ``FileNotFoundError``
+and changes nothing — the task's earlier committed attempt keeps its record.
+
+Task commit uploads every file as a multipart upload to its final key *without
+completing it* and hands the pending uploads to the job as a ``.pendingset`` committed
+through FileOutputCommitter v1 on a consistent store with rename (``staging_dir``: a
+local directory by default — on a multi-machine cluster, a shared filesystem every
+executor and the driver see). Job commit completes the uploads exactly as the magic
+committer does (:mod:`magicfs.s3.commit_ops`).
 
 Conflict modes, as Hadoop applies them:
 
@@ -43,11 +55,11 @@ import time
 from collections.abc import Iterator
 from typing import Any, cast
 
-import fsspec
-
 from ..capabilities import is_s3
 from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitError
+from ..filesystems import MagicFileSystem
 from ..local import TaskLocalFileSystem
+from ..manifest.layout import ManifestJobLayout
 from ..names import PENDINGSET_SUFFIX
 from ..paths import join
 from ..records import (
@@ -120,9 +132,15 @@ class StagingCommitter(PendingsetCommitter):
         self.unique_filenames = unique_filenames
         self.part_size = part_size
         user = _user()
-        self.buffer_dir = buffer_dir or os.path.join(
-            tempfile.gettempdir(), f"magicfs-staging-{user}"
+        self.buffer_dir = os.path.abspath(
+            buffer_dir or os.path.join(tempfile.gettempdir(), f"magicfs-staging-{user}")
         )
+        #: Where tasks' magic paths go on local disk: the manifest committer's layout,
+        #: rooted at this job's local directory (``<buffer_dir>/<job id>``).
+        self.local_layout = ManifestJobLayout(
+            os.path.join(self.buffer_dir, self.job_id), self.job_id, self.app_attempt
+        )
+        self._fs = MagicFileSystem(fs=TaskLocalFileSystem())
         self.staging_dir = staging_dir or (
             "file://" + os.path.join(self.buffer_dir, self.job_id, "staging-uploads")
         )
@@ -136,17 +154,23 @@ class StagingCommitter(PendingsetCommitter):
         )
 
     @property
-    def fs(self) -> fsspec.AbstractFileSystem:
-        """Tasks write to local disk (directories are made as needed)."""
-        return TaskLocalFileSystem()
+    def fs(self) -> MagicFileSystem:
+        """Tasks write to local disk, their task paths routed to the attempt's directory
+        (parent directories are made as needed)."""
+        return self._fs
 
     @property
     def storage_options(self) -> dict[str, Any]:
-        """Task URLs are plain local files; parent directories are made as needed."""
-        return {"auto_mkdir": True}
+        """The options of :meth:`work_url_for`'s chained URLs: ``magic`` over ``file``."""
+        return {"magic": {}, "file": {}}
 
     def work_url_for(self, attempt_id: str) -> str:
-        return "file://" + self.work_path_for(attempt_id)
+        """``magic::file://<work path>``, as the manifest committer's on a local disk.
+
+        Not a plain ``file://`` URL: pandas opens those with urllib (which cannot write),
+        and the chained URL's writes are tracked like ``committer.fs``'s.
+        """
+        return "magic::file://" + self.work_path_for(attempt_id)
 
     # -- job ------------------------------------------------------------------------------------
 
@@ -171,23 +195,33 @@ class StagingCommitter(PendingsetCommitter):
     # -- tasks -----------------------------------------------------------------------------------
 
     def work_path_for(self, attempt_id: str) -> str:
-        """A private local directory: tasks write plain local files."""
-        return os.path.join(self.buffer_dir, self.job_id, "tasks", attempt_id)
+        """The magic path tasks write to; ``committer.fs`` routes it to
+        :meth:`local_attempt_dir`."""
+        return self.local_layout.magic_work_path(attempt_id)
+
+    def local_attempt_dir(self, attempt_id: str) -> str:
+        """The private local directory where the attempt's files really are."""
+        return self.local_layout.task_attempt_dir(attempt_id)
 
     def _setup_task(self, task: TaskAttempt) -> None:
         _private_directory(self.buffer_dir)
-        os.makedirs(task.work_path, mode=0o700, exist_ok=True)
+        os.makedirs(self.local_attempt_dir(task.attempt_id), mode=0o700, exist_ok=True)
         self.wrapped.setup_task(self._wrapped_task(task))
+        with open(self.local_layout.started_marker(task.attempt_id), "wb") as marker:
+            marker.write(task.attempt_id.encode())
+
+    def _check_started(self, task: TaskAttempt) -> None:
+        """A task attempt commits only if it was set up, and has not aborted or committed."""
+        if not os.path.exists(self.local_layout.started_marker(task.attempt_id)):
+            raise self.not_started_error(task)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
-        if not os.path.isdir(task.work_path):
-            raise FileNotFoundError(
-                f"task attempt {task.attempt_id}: no staging directory {task.work_path}"
-            )
+        self._check_started(task)
         return bool(self._local_files(task))
 
     def _commit_task(self, task: TaskAttempt, known: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
+        self._check_started(task)  # before anything: an earlier attempt's record stays
         files = self._local_files(task)
         commits: list[SinglePendingCommit] = []
         try:
@@ -215,7 +249,7 @@ class StagingCommitter(PendingsetCommitter):
             self._operations().abort(commits)
             self.abort_task(task)
             raise
-        shutil.rmtree(task.work_path, ignore_errors=True)
+        self._remove_local(task)  # uploaded; the attempt cannot commit again
         record = self._committed_record(task.task_id)
         return self.task_committed(
             task, record, len(commits), pendingset.total_bytes, start, "uploaded"
@@ -225,19 +259,27 @@ class StagingCommitter(PendingsetCommitter):
         return join(self.wrapped.job_attempt_dir, INTENTS_DIR, task.attempt_id + ".json")
 
     def _abort_task(self, task: TaskAttempt, known: list[TaskFile]) -> None:
-        """Delete the local data; nothing was uploaded before task commit."""
-        shutil.rmtree(task.work_path, ignore_errors=True)
+        """Delete the local data and the started marker; nothing was uploaded before
+        task commit. An aborted attempt cannot commit."""
+        self._remove_local(task)
         self.wrapped.abort_task(self._wrapped_task(task))
+
+    def _remove_local(self, task: TaskAttempt) -> None:
+        """Delete the attempt's started marker (it can commit no more), then its files."""
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(self.local_layout.started_marker(task.attempt_id))
+        shutil.rmtree(self.local_attempt_dir(task.attempt_id), ignore_errors=True)
 
     def _local_files(self, task: TaskAttempt) -> list[tuple[str, str]]:
         """(local path, relative path) of every file, skipping hidden names (``_x``, ``.x``)."""
+        top = self.local_attempt_dir(task.attempt_id)
         found = []
-        for root, directories, names in os.walk(task.work_path):
+        for root, directories, names in os.walk(top):
             directories[:] = sorted(d for d in directories if not d.startswith(("_", ".")))
             for name in sorted(names):
                 if not name.startswith(("_", ".")):
                     path = os.path.join(root, name)
-                    found.append((path, os.path.relpath(path, task.work_path).replace(os.sep, "/")))
+                    found.append((path, os.path.relpath(path, top).replace(os.sep, "/")))
         return found
 
     def _destination_key(self, relative: str) -> str:

@@ -68,6 +68,17 @@ class Committer:
     #: (``partitioned``: ``fail`` at task commit, ``replace`` of the partitions written,
     #: files at the top always appended).
     conflict_scope: str = "destination"
+    #: The ``conflict_mode`` values it accepts (``file-v2`` refuses ``replace``: its tasks
+    #: publish at task commit, so job commit cannot tell its own output from old data).
+    conflict_modes: tuple[str, ...] = ("append", "fail", "replace")
+
+    @property
+    def remembers_committed_jobs(self) -> bool:
+        """``setup_job`` refuses the id of a job committed at the destination: its JSON
+        ``_SUCCESS`` names the job. Not the classic committers: Hadoop's zero-byte
+        ``_SUCCESS`` names none, and nothing else of a committed job is left (decided:
+        the format stays Hadoop's; README "Choosing a committer")."""
+        return self.success_committer is not None
 
     @property
     def speculation_safe(self) -> bool:
@@ -119,6 +130,7 @@ COMMITTERS = {
             task_records=False,
             guarantees=False,
             isolates_jobs=False,
+            conflict_modes=("append", "fail"),
         ),
         Committer(
             "manifest",
@@ -138,34 +150,8 @@ def _gaps(names: tuple[str, ...], store: str, scenario: str, wrong: str) -> dict
 
 #: (committer, store or "*", scenario) -> what goes wrong. See the module docstring.
 GAPS: dict[tuple[str, str, str], str] = {
-    # The staging committers' tasks write plain local files that nothing tracks.
-    **_gaps(_STAGING, "s3", "open_file", "task commit uploads a file still open"),
-    **_gaps(_STAGING, "s3", "failed_write", "a file closed by an exception is published"),
-    **_gaps(_STAGING, "s3", "write_after_commit", "a write after commit_task is not refused"),
-    **_gaps(
-        _STAGING,
-        "s3",
-        "dead_attempt",
-        "commit_task after abort_task (or without setup_task) succeeds with an empty record "
-        "that replaces the earlier attempt's, whose uploads are aborted: its output is lost",
-    ),
-    # README "Writing a job": pandas with task.url(...) and storage_options.
-    **_gaps(_STAGING, "s3", "pandas_task_url", "pandas 3 opens file:// URLs with urllib"),
-    **_gaps(_CLASSIC, "file", "pandas_task_url", "pandas 3 opens file:// URLs with urllib"),
     # committers/base.py: "A job id that is active, mid-commit or already committed at the
     # destination is refused by setup_job" ("Decisions shared by all committers").
-    **_gaps(_CLASSIC, "s3", "active_job_id", "setup_job of an active job id succeeds on S3"),
-    **_gaps(
-        _CLASSIC,
-        "*",
-        "repeated_commit",
-        "a second commit_job succeeds and writes _SUCCESS again; setup_job of the committed "
-        "job's id succeeds",
-    ),
-    ("file-v1", "*", "foreign_message"): "moves another job's committed files into this one",
-    ("file-v2", "*", "foreign_message"): "accepts another job's message, counts its files",
-    ("file-v2", "*", "fail_mode_empty"): "job commit counts the job's own output as a conflict",
-    ("file-v2", "*", "conflict-replace"): "job commit deletes the job's own output",
 }
 
 

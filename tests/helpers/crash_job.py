@@ -95,8 +95,6 @@ def main(spec: dict[str, Any]) -> None:
         task = committer.task_attempt(index)
         committer.setup_task(task)
         for name, text in files.items():
-            if committer.name in ("directory", "partitioned"):  # local files, plain paths
-                os.makedirs(os.path.dirname(task.path(name)), exist_ok=True)
             committer.fs.pipe_file(task.path(name), text.encode())
         if die_at and die_at.get("during") == "task_commit" and index == die_at.get("task", 0):
             _ARMED.append(True)  # count this task commit's calls
