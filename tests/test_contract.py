@@ -53,9 +53,14 @@ def write(committer, task, files: dict[str, bytes]) -> None:
             f.write(data)
 
 
-def run_task(committer, index: int, files: dict[str, bytes], attempt: int = 0):
+def started_task(committer, index: int = 0, attempt: int = 0):
     task = committer.task_attempt(index, attempt)
     committer.setup_task(task)
+    return task
+
+
+def run_task(committer, index: int, files: dict[str, bytes], attempt: int = 0):
+    task = started_task(committer, index, attempt)
     write(committer, task, files)
     return committer.commit_task(task)
 
@@ -395,8 +400,7 @@ def test_conflict_modes_against_existing_data(target, mode):
         assert_nothing_left(target)
         return
     committer.setup_job()
-    task = committer.task_attempt(0)
-    committer.setup_task(task)
+    task = started_task(committer)
     write(committer, task, NEW)
     if mode == "fail":  # partitioned: each partition written, at task commit, before uploads
         with pytest.raises(CommitConflictError, match="year=2023: partition already exists"):
@@ -435,8 +439,7 @@ def test_conflict_mode_fail_commits_into_an_empty_destination(target):
 def test_a_file_still_open_fails_the_task_commit(target):
     committer = target.committer()
     committer.setup_job()
-    task = committer.task_attempt(0)
-    committer.setup_task(task)
+    task = started_task(committer)
     write(committer, task, {"closed.csv": b"closed"})
     still_open = committer.fs.open(task.path("open.csv"), "wb")
     still_open.write(b"half a file")
@@ -457,8 +460,7 @@ def test_a_file_still_open_fails_the_task_commit(target):
 def test_a_file_closed_by_an_exception_is_never_published(target):
     committer = target.committer()
     committer.setup_job()
-    task = committer.task_attempt(0)
-    committer.setup_task(task)
+    task = started_task(committer)
     write(committer, task, {"good.csv": b"good"})
     with (
         pytest.raises(ValueError, match="writer failed"),
@@ -477,8 +479,7 @@ def test_a_file_closed_by_an_exception_is_never_published(target):
 def test_a_write_after_task_commit_is_refused(target):
     committer = target.committer()
     committer.setup_job()
-    task = committer.task_attempt(0)
-    committer.setup_task(task)
+    task = started_task(committer)
     write(committer, task, {"a.csv": b"a"})
     message = committer.commit_task(task)
     with pytest.raises(TaskNotActiveError, match="already committed") as refused:

@@ -451,8 +451,9 @@ class MagicCommitter(PendingsetCommitter):
             records = OrderedPaths()  # on disk: a job may have any number of tasks
             try:
                 for page in batches(self.store.list_keys(tree_bucket, tree + "/"), DELETE_BATCH):
-                    files = [self._key(p) for p in page if _deletion_order(p)[0] == 0]
-                    records.add(_deletion_order(p) for p in page if _deletion_order(p)[0] > 0)
+                    ranked = [_deletion_order(p) for p in page]
+                    records.add(r for r in ranked if r[0] > 0)
+                    files = [self._key(p) for rank, p in ranked if rank == 0]
                     self.store.delete_objects(self.bucket, files)
                 for batch in records.batches(DELETE_BATCH):
                     self.store.delete_objects(self.bucket, [self._key(p) for p in batch])
