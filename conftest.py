@@ -69,7 +69,7 @@ _bucket_numbers = itertools.count()
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator:
-    from magicfs.embedded_s3 import EmbeddedS3Server
+    from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
     server = EmbeddedS3Server()
     with server:

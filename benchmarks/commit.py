@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 from helpers.servers import AZURITE_BLOB, AzuriteServer  # noqa: E402
 
 from magicfs import committer_for  # noqa: E402
-from magicfs.embedded_s3 import EmbeddedS3Server  # noqa: E402
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
 
 FILE = b"x" * 1024
 BUCKET = "bench"

@@ -23,7 +23,7 @@ messages. Variants, each on an empty bucket of the same server, in the same run:
 * ``file-v1``: Hadoop's classic FileOutputCommitter v1 (rename = copy + delete on S3).
 
 The server is moto on 127.0.0.1, in its own process, made as costly as S3 where it
-matters (``magicfs.embedded_s3``): ``--latency-ms`` (20) added to every request, and
+matters (``magicfs.integrations.embedded_s3``): ``--latency-ms`` (20) added to every request, and
 server-side copies at ``--copy-mb-per-s`` (10: the seed documents' S3 copy speed) — moto
 itself copies at memory speed, which would hide what a rename costs. Reported: wall
 seconds of the whole job (median of ``--repeat`` runs), the ratio to ``direct`` in the
@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import s3fs  # noqa: E402
 
 from magicfs import committer_for  # noqa: E402
-from magicfs.embedded_s3 import EmbeddedS3Server  # noqa: E402
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 VARIANTS = (

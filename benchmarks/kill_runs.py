@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
 from helpers.kill_harness import ROWS, KillHarness, RunResult  # noqa: E402
 
-from magicfs.embedded_s3 import EmbeddedS3Server  # noqa: E402
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
 
 
 def table(rows: list[list[str]], header: list[str]) -> list[str]:

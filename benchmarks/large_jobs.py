@@ -16,7 +16,7 @@ a cheap S3-compatible endpoint in its own process; moto would spend ~6 ms of CPU
 request, hours at this scale). The job is set up for real (``committer_for(...,
 committer="magic")`` and ``setup_job()``); then what its tasks would have left is
 written with bare boto3 PUTs from worker processes, built with magicfs's own classes
-(:class:`~magicfs.layout.MagicJobLayout`, :class:`~magicfs.records.PendingSet`): per task
+(:class:`~magicfs.layouts.magic.MagicJobLayout`, :class:`~magicfs.records.PendingSet`): per task
 attempt the ``.started`` marker and the ``.pendingset`` a task commit saves twice
 (``tasks/<attempt>.pendingset`` and ``<task id>.pendingset``, which job commit without
 messages lists and reads). Every commit names a *synthetic* upload (``synthetic-...``:
@@ -42,14 +42,15 @@ record. ``ratio`` = commit seconds / floor seconds, measured in the same run.
 while the job commits ``--throttle-files`` files; reported: the completions per second
 achieved against the configured rate (between the first and the last completion the
 stub accepted), the 503s answered, how many times the committer's adaptive rate was cut
-(:mod:`magicfs.s3.rate`) and whether every file arrived (``commit_job`` returned, no file
+(:mod:`magicfs.stores.s3.rate`) and whether every file arrived (``commit_job`` returned, no file
 missing). The floor (bare boto3, its default retries) is throttled the same way for
 comparison. (A rate above what the client reaches unthrottled on this machine, the
 scale table's floor, cannot be reached by either and says nothing about the limiter.)
 
 **moto** (``--only moto`` or ``--moto``): the 10,000-file point against moto
-(:class:`~magicfs.embedded_s3.EmbeddedS3Server`), with real uploads (``CreateMultipartUpload``
-and one small ``UploadPart`` each) since moto has no synthetic ones, next to the stub:
+(:class:`~magicfs.integrations.embedded_s3.EmbeddedS3Server`), with real uploads
+(``CreateMultipartUpload`` and one small ``UploadPart`` each) since moto has no synthetic
+ones, next to the stub:
 the requests per file must agree.
 
 On this 2-core machine client and stub share the CPU: absolute seconds are this
@@ -153,7 +154,7 @@ def _write_tasks(spec: dict[str, Any], first: int, last: int) -> int:
     ``spec["real_uploads"]``: create each upload and one part for real (moto), instead of
     naming a synthetic upload. Returns the number of PUT requests made.
     """
-    from magicfs.layout import MagicJobLayout, task_attempt_id, task_id
+    from magicfs.layouts.magic import MagicJobLayout, task_attempt_id, task_id
     from magicfs.records import (
         TASK_ATTEMPT_ID_KEY,
         IOStatisticsSnapshot,
@@ -161,7 +162,7 @@ def _write_tasks(spec: dict[str, Any], first: int, last: int) -> int:
         SinglePendingCommit,
     )
     from magicfs.records.manifest import path_to_uri
-    from magicfs.s3.tracking import marker_metadata, upload_metadata
+    from magicfs.stores.s3.tracking import marker_metadata, upload_metadata
 
     job_id, point = spec["job_id"], Point(spec["files"], spec["per_task"])
     layout = MagicJobLayout(f"{BUCKET}/{DEST_KEY}", job_id)
@@ -265,7 +266,7 @@ def set_up_job(
 ) -> dict[str, Any]:
     """Create the bucket, set the job up for real, write its tasks' records; returns the spec."""
     from magicfs import committer_for
-    from magicfs.layout import MagicJobLayout
+    from magicfs.layouts.magic import MagicJobLayout
 
     start = time.perf_counter()
     job_id = str(uuid.uuid4())
@@ -402,7 +403,7 @@ def commit_child(spec: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-#: The stages of a job commit, in the order they run (magicfs.committers.base).
+#: The stages of a job commit, in the order they run (magicfs.protocol.committer).
 STAGES = (
     "end_job",
     "load",
@@ -629,7 +630,7 @@ def throttled_run(args: argparse.Namespace, rate: float) -> list[dict[str, Any]]
 
 
 def moto_run(args: argparse.Namespace, files: int) -> list[dict[str, Any]]:
-    from magicfs.embedded_s3 import EmbeddedS3Server
+    from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
     point = Point(files, 100)
     results = []

@@ -6,7 +6,8 @@
 
 Why it exists: measuring a job commit of 1,000,000 files needs a server that answers a
 million ``CompleteMultipartUpload`` calls in minutes on a 2-core machine. moto (the
-project's test server, :mod:`magicfs.embedded_s3`) spends about 6 ms of CPU per request:
+project's test server, :mod:`magicfs.integrations.embedded_s3`) spends about 6 ms of CPU
+per request:
 over an hour and a half of server CPU for such a commit, which then measures moto. This
 stub answers the same requests for a small fraction of that, so what a scale benchmark
 measures is the client. It is **not** S3 and not a test double for correctness: it

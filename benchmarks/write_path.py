@@ -128,7 +128,7 @@ def main() -> None:
         return
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from magicfs.embedded_s3 import EmbeddedS3Server
+    from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
     sizes = (64 * MiB, 128 * MiB) if args.quick else (256 * MiB, 1024 * MiB)
     runs = 1 if args.quick else args.runs

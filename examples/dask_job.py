@@ -9,7 +9,7 @@ import dask.dataframe as dd
 import pandas as pd
 
 import magicfs.dask
-from magicfs.embedded_s3 import EmbeddedS3Server
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
 sales = pd.DataFrame(
     {

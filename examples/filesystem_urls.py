@@ -8,7 +8,7 @@ import json
 
 import pandas as pd
 
-from magicfs.embedded_s3 import EmbeddedS3Server
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
 with EmbeddedS3Server() as server:
     client = server.boto3_client()

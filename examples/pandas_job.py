@@ -7,7 +7,7 @@ store (e.g. ``{"profile": "prod"}``) to use it for real.
 import pandas as pd
 
 import magicfs
-from magicfs.embedded_s3 import EmbeddedS3Server
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
 with EmbeddedS3Server() as server:
     server.boto3_client().create_bucket(Bucket="bkt")

@@ -21,7 +21,7 @@ import ray  # noqa: E402
 import ray.data  # noqa: E402
 
 import magicfs.ray  # noqa: E402
-from magicfs.embedded_s3 import EmbeddedS3Server  # noqa: E402
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
 
 sales = pd.DataFrame(
     {

@@ -16,8 +16,8 @@ from .committers import (
 )
 from .errors import InvalidCommitData
 from .filesystems import MagicFileSystem
-from .install import install, uninstall
-from .job import JobWriter, write_job
+from .filesystems.install import install, uninstall
+from .integrations.job import JobWriter, write_job
 
 __version__ = "0.1.0"
 

@@ -1,5 +1,5 @@
 """``python -m magicfs`` is the ``magicfs`` command."""
 
-from .cli import main
+from .integrations.cli import main
 
 raise SystemExit(main())

@@ -102,7 +102,7 @@ class JobCommitError(CommitFailedError):
 
 
 class StoreCallError(MagicFSError, OSError):
-    """A store request that kept failing through every retry (``magicfs.s3.retry``).
+    """A store request that kept failing through every retry (``magicfs.stores.s3.retry``).
 
     The message names the operation, the object, how many times it was tried and the
     last error (also ``__cause__``); ``operation`` and ``target`` carry the first two.

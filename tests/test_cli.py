@@ -19,8 +19,8 @@ from helpers.reference_documents import MANIFEST_SUCCESS, SUCCESS
 
 import magicfs
 from magicfs import MagicFileSystem
-from magicfs.cli.common import duration, redact, remember_secrets, scrub
-from magicfs.cli.uploads import Selection, measure, select
+from magicfs.integrations.cli.common import duration, redact, remember_secrets, scrub
+from magicfs.integrations.cli.uploads import Selection, measure, select
 from magicfs.records import (
     DirEntry,
     EntryStatus,
@@ -28,7 +28,7 @@ from magicfs.records import (
     SuccessData,
     TaskManifest,
 )
-from magicfs.s3.store import S3Store
+from magicfs.stores.s3.store import S3Store
 
 #: What moto reports as the initiation time of every upload.
 MOTO_INITIATED = "2010-11-10T20:48:33Z"

@@ -471,7 +471,7 @@ def test_committers_and_attempts_pickle_with_unique_attempt_numbers(s3_dest):
     committer = magicfs.committer_for(s3_dest.url, storage_options=s3_dest.storage_options)
     clone = pickle.loads(pickle.dumps(committer))
     assert (clone.job_id, clone.url) == (committer.job_id, committer.url)
-    from magicfs._engine_support import new_attempt_number
+    from magicfs.integrations.engines import new_attempt_number
 
     numbers = {new_attempt_number() for _ in range(10_000)}
     assert len(numbers) == 10_000 and all(0 < n < 2**48 for n in numbers)

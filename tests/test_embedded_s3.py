@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import urllib.parse
 
-from magicfs.embedded_s3 import EmbeddedS3Server
+from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
 
 def test_server_is_on_loopback_and_speaks_s3(s3_server, s3, bucket):
@@ -95,7 +95,7 @@ def test_started_by_hand_it_serves_until_interrupted_and_says_how_to_connect():
     import sys
 
     process = subprocess.Popen(
-        [sys.executable, "-m", "magicfs.embedded_s3", "--port", "0"],
+        [sys.executable, "-m", "magicfs.integrations.embedded_s3", "--port", "0"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         text=True,

@@ -14,32 +14,23 @@ import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "magicfs"
 
-#: (layer, members): a member ending in "/" is a folder; the longest match wins.
+#: (layer, members), lowest first: every layer but the foundations is a folder of its own
+#: (a member ending in "/"); the top-level files are the foundations, which the public API
+#: names (``magicfs.paths``, ``magicfs.errors``), and the public doors of the integrations.
 LAYERS = [
     (
         "foundations",
         ["names.py", "paths.py", "errors.py", "statistics.py", "progress.py", "task_files.py"],
     ),
     ("records", ["records/"]),
-    ("stores", ["capabilities.py", "s3/", "manifest/store.py", "local.py"]),
-    ("layouts", ["layout.py", "manifest/layout.py"]),
-    ("filesystems", ["filesystems/", "install.py"]),
-    ("protocol", ["committers/base.py", "committers/journal.py", "committers/attempts.py"]),
-    ("committers", ["committers/", "manifest/"]),
+    ("stores", ["stores/"]),
+    ("layouts", ["layouts/"]),
+    ("filesystems", ["filesystems/"]),
+    ("protocol", ["protocol/"]),
+    ("committers", ["committers/"]),
     (
         "integrations",
-        [
-            "__init__.py",
-            "__main__.py",
-            "job.py",
-            "spark/",
-            "dask.py",
-            "ray.py",
-            "_engine_support.py",
-            "cli/",
-            "demo.py",
-            "embedded_s3.py",
-        ],
+        ["integrations/", "__init__.py", "__main__.py", "dask.py", "ray.py", "spark.py"],
     ),
 ]
 
@@ -55,7 +46,7 @@ def layer_of(relative: str) -> int | None:
 
 
 def module_file(dotted: str) -> str | None:
-    """``magicfs.s3.store`` -> ``s3/store.py`` (or the package's ``__init__.py``)."""
+    """``magicfs.stores.s3.store`` -> ``s3/store.py`` (or the package's ``__init__.py``)."""
     path = PACKAGE.joinpath(*dotted.split(".")[1:])
     if path.with_suffix(".py").is_file():
         return str(path.with_suffix(".py").relative_to(PACKAGE))

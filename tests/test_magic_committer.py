@@ -20,7 +20,7 @@ import magicfs
 from magicfs import MagicCommitter, TaskCommitMessage, committer_for, write_job
 from magicfs.errors import CommitFailedError, JobNotActiveError
 from magicfs.records import SuccessData
-from magicfs.s3.retry import RetryPolicy
+from magicfs.stores.s3.retry import RetryPolicy
 from magicfs.task_files import TASK_FILES
 
 # The text Hadoop's protocol tests write and check (AbstractITCommitProtocol).

@@ -22,12 +22,7 @@ from helpers.faulty_fs import faulty
 
 import magicfs
 from magicfs import ManifestCommitter
-from magicfs.errors import (
-    CommitFailedError,
-    InvalidCommitData,
-    JobNotActiveError,
-)
-from magicfs.manifest.stages import (
+from magicfs.committers.manifest_stages import (
     StageContext,
     cleanup,
     create_directories,
@@ -36,8 +31,13 @@ from magicfs.manifest.stages import (
     unrename,
     validate_output,
 )
-from magicfs.manifest.stages.cleanup import Outcome
-from magicfs.manifest.stages.validate import OutputValidationError
+from magicfs.committers.manifest_stages.cleanup import Outcome
+from magicfs.committers.manifest_stages.validate import OutputValidationError
+from magicfs.errors import (
+    CommitFailedError,
+    InvalidCommitData,
+    JobNotActiveError,
+)
 from magicfs.records import (
     MANIFEST_COMMITTER_CLASS,
     EntryStatus,

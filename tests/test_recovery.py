@@ -183,7 +183,7 @@ def test_in_memory_killed_mid_publish_then_rolled_back(s3_job, s3_client, bucket
 
 
 def test_jobs_command_lists_and_recovers(s3_job, s3_options, s3_client, bucket, capsys):
-    from magicfs.cli import main
+    from magicfs.integrations.cli import main
 
     job = s3_job
     job.run({"op": "CompleteMultipartUpload", "nth": 3})
@@ -205,7 +205,7 @@ def test_jobs_command_lists_and_recovers(s3_job, s3_options, s3_client, bucket, 
 
 
 def test_jobs_command_rolls_back(s3_job, s3_options, s3_client, bucket, capsys):
-    from magicfs.cli import main
+    from magicfs.integrations.cli import main
 
     job = s3_job
     job.run({"op": "CompleteMultipartUpload", "nth": 3})
@@ -278,7 +278,7 @@ def test_manifest_killed_mid_rename_then_rolled_back(local_job):
 
 
 def test_manifest_jobs_command(local_job, capsys):
-    from magicfs.cli import main
+    from magicfs.integrations.cli import main
 
     job = local_job
     job.run({"op": "mv", "nth": 2})

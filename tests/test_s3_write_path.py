@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from magicfs import MagicFileSystem
 from magicfs.errors import JobNotActiveError
-from magicfs.s3.tracking import META_JOB_ID, META_TASK_ATTEMPT, META_WRITER
+from magicfs.stores.s3.tracking import META_JOB_ID, META_TASK_ATTEMPT, META_WRITER
 from magicfs.task_files import TASK_FILES
 
 MiB = 1 << 20

@@ -15,7 +15,7 @@ import pytest
 from helpers import object_keys, pending_uploads, visible_keys
 
 import magicfs
-from magicfs.spark.options import storage_options
+from magicfs.integrations.spark.options import storage_options
 
 pytestmark = pytest.mark.slow
 

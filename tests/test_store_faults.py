@@ -2,7 +2,7 @@
 
 The faults are injected on the wire by the fault front (``helpers.fault_front``) between
 s3fs and moto. Transient faults must leave the exact output of a clean run and nothing
-parked (magicfs's retry policy, :mod:`magicfs.s3.retry`, on top of botocore's); a fault
+parked (magicfs's retry policy, :mod:`magicfs.stores.s3.retry`, on top of botocore's); a fault
 that never goes away must end in an error that names what failed and what is left, and
 the command that finishes the job once the store is healthy again.
 """
@@ -16,7 +16,7 @@ from helpers import object_keys, pending_uploads, visible_keys
 
 import magicfs
 from magicfs.errors import JobCommitError
-from magicfs.s3.retry import RetryPolicy
+from magicfs.stores.s3.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
 TASKS = {t: {f"t{t}/f{n}.csv": f"{t},{n}\n".encode() for n in range(5)} for t in range(4)}
@@ -135,7 +135,7 @@ def test_every_completion_and_abort_failing(faults_front, s3_client, bucket, s3_
     assert len(pending_uploads(s3_client, bucket)) == 20  # parked, and recorded
 
     faults_front.clear()  # the store recovers; the operator runs the command
-    from magicfs.cli import main
+    from magicfs.integrations.cli import main
 
     endpoint = faults_front.storage_options["client_kwargs"]["endpoint_url"]
     store = ["--endpoint-url", endpoint, "-o", "key=testing", "-o", "secret=testing"]

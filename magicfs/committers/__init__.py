@@ -6,14 +6,14 @@ from typing import Any
 
 import fsspec
 
-from ..capabilities import capabilities
-from .base import (
+from ..protocol.committer import (
     CONFLICT_MODES,
     JobSummary,
     OutputCommitter,
     TaskAttempt,
     TaskCommitMessage,
 )
+from ..stores.capabilities import capabilities
 from .classic import FileOutputCommitter
 from .magic import MagicCommitter
 from .manifest import ManifestCommitter
@@ -44,7 +44,7 @@ def committer_for(
     """The committer for ``dest``: ``magic`` for a store with deferred writes (S3),
     ``manifest`` for every other store (local files, memory, Azure, GCS), or the one
     named by ``committer``. The store is judged by its capabilities
-    (:mod:`magicfs.capabilities`), not by its protocol's name.
+    (:mod:`magicfs.stores.capabilities`), not by its protocol's name.
 
     ``options``: ``threads`` (8), ``conflict_mode`` (``append``/``fail``/``replace``),
     ``success_file`` (True), ``fs`` (an fsspec filesystem for the store, instead of

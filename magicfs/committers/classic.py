@@ -22,7 +22,7 @@ filesystem. Deliberately classic: no records, no journal, no validation, a zero-
 ``_SUCCESS``; two jobs writing to one destination share ``_temporary/<app attempt>`` and
 collide, as in Hadoop.
 
-What they share with the other committers (:mod:`magicfs.committers.base`):
+What they share with the other committers (:mod:`magicfs.protocol.committer`):
 
 * a **job marker**, ``_temporary/<app attempt>/_magicfs_job-<job id>.json``, written by
   ``setup_job`` and deleted when the job ends (commit, abort, clean-up): the job is
@@ -44,13 +44,13 @@ from typing import Any, cast
 import fsspec
 
 from ..errors import NothingToCommitError
-from ..local import TaskLocalFileSystem
-from ..manifest.store import RenameStore
 from ..names import CLASSIC_JOB_MARKER_PREFIX, CLASSIC_JOB_MARKER_SUFFIX, TEMPORARY
 from ..paths import join
+from ..protocol.attempts import Messages
+from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
+from ..stores.local import TaskLocalFileSystem
+from ..stores.rename import RenameStore
 from ..task_files import TaskFile
-from .attempts import Messages
-from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 
 log = logging.getLogger("magicfs.committer.classic")
 

@@ -24,14 +24,14 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..capabilities import is_s3
 from ..errors import InvalidCommitData
-from ..layout import MagicJobLayout
-from ..manifest.layout import ManifestJobLayout
+from ..layouts.magic import MagicJobLayout
+from ..layouts.manifest import ManifestJobLayout
 from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SUFFIX, TEMPORARY
 from ..paths import join
+from ..protocol.committer import OutputCommitter
+from ..stores.capabilities import is_s3
 from . import committer_for
-from .base import OutputCommitter
 
 STATES = ("active", "committing", "committed", "ended")
 

@@ -1,12 +1,12 @@
 """The magic committer: task output streams to S3 as uploads that only job commit completes.
 
-Layout: see :mod:`magicfs.layout`. One job, start to end (the stages are the base
-class's, :mod:`magicfs.committers.base`):
+Layout: see :mod:`magicfs.layouts.magic`. One job, start to end (the stages are the base
+class's, :mod:`magicfs.protocol.committer`):
 
 * ``setup_job``: check the conflict mode, delete an old ``_SUCCESS``, write the job
   marker (from now on the job accepts writers).
 * tasks write through ``committer.fs`` under ``task.path(...)`` (deferred uploads, each
-  recorded by an intent marker and, once closed, a ``.pending``: :mod:`magicfs.s3.writer`).
+  recorded by an intent marker and, once closed, a ``.pending``: :mod:`magicfs.stores.s3.writer`).
 * ``commit_task``: list the attempt's directory (one paged listing), load and validate
   its ``.pending`` files (one GET each; in ``in_memory`` mode the commits come from this
   process), save them as one ``.pendingset`` twice: as ``tasks/<attempt>.pendingset``
@@ -20,7 +20,7 @@ class's, :mod:`magicfs.committers.base`):
   journal, apply the conflict mode, complete every upload in parallel, write
   ``_SUCCESS``, clean up.
 * clean-up (after commit or abort): list the job's tree once and sweep the uploads on
-  the keys its markers name (:func:`magicfs.s3.sweep.sweep_job`): everything not
+  the keys its markers name (:func:`magicfs.stores.s3.sweep.sweep_job`): everything not
   committed is aborted — failed, superseded, speculative and unreported attempts,
   killed writers, lost-reply duplicates. Then delete the tree, journal last.
 
@@ -38,17 +38,20 @@ import logging
 import time
 from typing import Any
 
-from ..capabilities import is_s3
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
-from ..layout import MagicJobLayout
+from ..layouts.magic import MagicJobLayout
 from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
 from ..paths import is_deferred_write
 from ..progress import batches
+from ..protocol.attempts import Messages
+from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage, elapsed
+from ..protocol.journal import JournalKeeper
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
-from ..s3.spool import KeySet, OrderedPaths
-from ..s3.store import DELETE_BATCH, PendingUpload
-from ..s3.sweep import (
+from ..stores.capabilities import is_s3
+from ..stores.s3.spool import KeySet, OrderedPaths
+from ..stores.s3.store import DELETE_BATCH, PendingUpload
+from ..stores.s3.sweep import (
     abort_uploads,
     load_pending,
     recorded_ids,
@@ -56,12 +59,9 @@ from ..s3.sweep import (
     tree_keys,
     uploads_of,
 )
-from ..s3.tracking import is_magicfs_marker
-from ..s3.validation import check_commit
+from ..stores.s3.tracking import is_magicfs_marker
+from ..stores.s3.validation import check_commit
 from ..task_files import TaskFile
-from .attempts import Messages
-from .base import Loaded, Published, TaskAttempt, TaskCommitMessage, elapsed
-from .journal import JournalKeeper
 from .pendingsets import PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.magic")
@@ -72,8 +72,8 @@ class MagicCommitter(PendingsetCommitter):
 
     Options beyond :class:`OutputCommitter`'s: ``in_memory`` (writers keep commit data
     in the task's process: fewer requests, but task commit must run in the process
-    that wrote the files; see :mod:`magicfs.s3.tracking`); ``retry_policy`` (how every
-    S3 call is retried: :mod:`magicfs.s3.retry`).
+    that wrote the files; see :mod:`magicfs.stores.s3.tracking`); ``retry_policy`` (how every
+    S3 call is retried: :mod:`magicfs.stores.s3.retry`).
     """
 
     name = "magic"

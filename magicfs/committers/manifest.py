@@ -3,8 +3,8 @@
 Tasks write the same magic paths as on S3 (``task.path(...)`` through
 ``committer.fs``); the filesystem sends them into the attempt's working directory
 (:mod:`magicfs.filesystems.routed_view`). Task commit saves a manifest of the files
-(:mod:`magicfs.manifest.task_commit`); job commit runs the base class's stages with
-the manifest stages as hooks (:mod:`magicfs.manifest.stages`): load the manifests,
+(:mod:`magicfs.committers.manifest_tasks`); job commit runs the base class's stages with
+the manifest stages as hooks (:mod:`magicfs.committers.manifest_stages`): load the manifests,
 create directories and rename every file into place (publish), optionally validate,
 save ``_SUCCESS``, clean up.
 
@@ -14,7 +14,7 @@ Decisions (Hadoop's choices in parentheses):
   that finds it gone after saving withdraws its manifest — the same handshake as the
   magic committer (Hadoop has none).
 * A failed commit moves nothing back but deletes every file it had renamed into the
-  destination (:func:`~magicfs.manifest.stages.unrename`), so a failed job leaves
+  destination (:func:`~magicfs.committers.manifest_stages.unrename`), so a failed job leaves
   nothing visible; a commit whose driver died is finished by ``commit_job()`` or rolled
   back by ``abort_job()`` (Hadoop leaves renamed files in place and cannot resume).
 * Output validation, when enabled, runs *before* ``_SUCCESS`` is written (after).
@@ -34,11 +34,25 @@ import time
 import traceback
 from typing import Any, cast
 
-from ..capabilities import is_s3
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
-from ..manifest.layout import ManifestJobLayout
-from ..manifest.stages import (
+from ..layouts.manifest import ManifestJobLayout
+from ..names import MANIFEST_SUFFIX
+from ..protocol.attempts import Messages
+from ..protocol.committer import (
+    Loaded,
+    OutputCommitter,
+    Published,
+    TaskAttempt,
+    TaskCommitMessage,
+    elapsed,
+)
+from ..protocol.journal import JournalKeeper
+from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
+from ..stores.capabilities import is_s3
+from ..stores.rename import RenameStore
+from ..task_files import TaskFile
+from .manifest_stages import (
     LoadedManifests,
     StageContext,
     cleanup,
@@ -50,15 +64,8 @@ from ..manifest.stages import (
     unrename,
     validate_output,
 )
-from ..manifest.stages.cleanup import Outcome
-from ..manifest.store import RenameStore
-from ..manifest.task_commit import build_manifest, save_manifest
-from ..names import MANIFEST_SUFFIX
-from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
-from ..task_files import TaskFile
-from .attempts import Messages
-from .base import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage, elapsed
-from .journal import JournalKeeper
+from .manifest_stages.cleanup import Outcome
+from .manifest_tasks import build_manifest, save_manifest
 
 log = logging.getLogger("magicfs.committer.manifest")
 

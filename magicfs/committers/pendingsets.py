@@ -5,13 +5,13 @@ with completing every upload those name. This is that job commit, the hooks of t
 base class's stages (:mod:`.base`), written once and run in flat memory:
 
 * **load**: the task records are read ``threads`` at a time and in order; each one's
-  commits go to a :class:`~magicfs.s3.spool.CommitSpool` on local disk and the record
+  commits go to a :class:`~magicfs.stores.s3.spool.CommitSpool` on local disk and the record
   is dropped. Memory holds a few records per thread, however many files the job has.
 * **validate**: one pass over the spool: every record is this job's, every commit
-  lands inside the destination where its own magic path says (:mod:`magicfs.s3.validation`),
+  lands inside the destination where its own magic path says (:mod:`magicfs.stores.s3.validation`),
   no destination is written twice (one indexed query). Nothing has been completed yet.
 * **publish**: the spool streams into the completions, ``threads`` at once, with the
-  progress and rate control of :mod:`magicfs.s3.commit_ops`.
+  progress and rate control of :mod:`magicfs.stores.s3.commit_ops`.
 * **roll back** streams the same spool; ``_SUCCESS`` lists the first
   :data:`~magicfs.records.MAX_FILENAMES` destinations in order, as Hadoop does.
 
@@ -29,24 +29,24 @@ from typing import Any
 import fsspec
 
 from ..errors import InvalidCommitData
+from ..protocol.attempts import Messages
+from ..protocol.committer import Loaded, OutputCommitter, Published
 from ..records import MAX_FILENAMES, PendingSet, SuccessData
-from ..s3.commit_ops import CommitOperations
-from ..s3.retry import DEFAULT_POLICY, RetryPolicy
-from ..s3.spool import CommitSpool
-from ..s3.store import S3Store
-from ..s3.validation import check_commit
-from .attempts import Messages
-from .base import Loaded, OutputCommitter, Published
+from ..stores.s3.commit_ops import CommitOperations
+from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
+from ..stores.s3.spool import CommitSpool
+from ..stores.s3.store import S3Store
+from ..stores.s3.validation import check_commit
 
 
 class PendingsetCommitter(OutputCommitter):
     """A committer whose task records are pendingsets of S3 multipart uploads.
 
     Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
-    retried: :mod:`magicfs.s3.retry`) and ``max_request_rate`` (a fixed cap, in requests
-    per second, on this job's calls: :mod:`magicfs.s3.rate`). Throttling is handled
+    retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in requests
+    per second, on this job's calls: :mod:`magicfs.stores.s3.rate`). Throttling is handled
     without either: every call starts through the store's adaptive rate control
-    (:mod:`magicfs.s3.rate`), and the S3 client retries in botocore's ``standard`` mode
+    (:mod:`magicfs.stores.s3.rate`), and the S3 client retries in botocore's ``standard`` mode
     (unless ``storage_options`` configure ``retries`` themselves: botocore's own
     ``adaptive`` mode would cut the rate a second time, by more).
     """
@@ -70,7 +70,7 @@ class PendingsetCommitter(OutputCommitter):
         config = dict(options.get("config_kwargs") or {})
         # Job commit runs `threads` requests at once: give the client enough connections.
         config.setdefault("max_pool_connections", max(10, self.threads * 2))
-        # Retries with jittered backoff; the rate itself is magicfs.s3.rate's to control.
+        # Retries with jittered backoff; the rate itself is magicfs.stores.s3.rate's to control.
         config.setdefault("retries", {"mode": "standard", "total_max_attempts": 5})
         options["config_kwargs"] = config
         return fsspec.filesystem("s3", **options)

@@ -20,7 +20,7 @@ completing it* and hands the pending uploads to the job as a ``.pendingset`` com
 through FileOutputCommitter v1 on a consistent store with rename (``staging_dir``: a
 local directory by default — on a multi-machine cluster, a shared filesystem every
 executor and the driver see). Job commit completes the uploads exactly as the magic
-committer does (:mod:`magicfs.s3.commit_ops`).
+committer does (:mod:`magicfs.stores.s3.commit_ops`).
 
 Conflict modes, as Hadoop applies them:
 
@@ -55,28 +55,28 @@ import time
 from collections.abc import Iterator
 from typing import Any, cast
 
-from ..capabilities import is_s3
 from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitError
 from ..filesystems import MagicFileSystem
-from ..local import TaskLocalFileSystem
-from ..manifest.layout import ManifestJobLayout
+from ..layouts.manifest import ManifestJobLayout
 from ..names import PENDINGSET_SUFFIX
 from ..paths import join
+from ..protocol.attempts import Messages
+from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.journal import JournalKeeper
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
     PendingSet,
     SinglePendingCommit,
 )
-from ..s3.spool import KeySet
-from ..s3.sweep import sweep_job
-from ..s3.tracking import upload_metadata
-from ..s3.upload import upload_pending
+from ..stores.capabilities import is_s3
+from ..stores.local import TaskLocalFileSystem
+from ..stores.s3.spool import KeySet
+from ..stores.s3.sweep import sweep_job
+from ..stores.s3.tracking import upload_metadata
+from ..stores.s3.upload import upload_pending
 from ..task_files import TaskFile
-from .attempts import Messages
-from .base import Loaded, Published, TaskAttempt, TaskCommitMessage
 from .classic import FileOutputCommitter
-from .journal import JournalKeeper
 from .pendingsets import PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.staging")

@@ -5,7 +5,7 @@ Two rules:
 * a path with no magic element goes straight to the wrapped filesystem, unchanged —
   every method, with the wrapped filesystem's own behaviour and speed;
 * a path with one (a *task path*, ``task.path(...)``) goes to the **task view** chosen
-  once, by what the store can do (:mod:`magicfs.capabilities`):
+  once, by what the store can do (:mod:`magicfs.stores.capabilities`):
 
   - S3 (multipart uploads): :class:`~.s3_view.S3TaskView`, deferred writes that only
     job commit completes;
@@ -34,9 +34,9 @@ from typing import Any, cast
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 
-from ..capabilities import capabilities
 from ..paths import is_magic_path
-from ..s3.retry import DEFAULT_POLICY, RetryPolicy
+from ..stores.capabilities import capabilities
+from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
 from .routed_view import RoutedTaskView
 from .s3_view import S3TaskView
 
@@ -73,13 +73,13 @@ class MagicFileSystem(ChainedFileSystem):
     * ``parts_in_flight`` (4): parts uploading at once per file; memory per open
       file is about ``(parts_in_flight + 1) * part_size``.
     * ``in_memory`` (False): keep commit data in this process instead of writing a
-      ``.pending`` per file (HADOOP-19047; see :mod:`magicfs.s3.tracking`).
+      ``.pending`` per file (HADOOP-19047; see :mod:`magicfs.stores.s3.tracking`).
     * ``check_job_active`` (True): writers in a ``__magic_job-<id>`` directory check
       that the job is still active after creating their upload.
     * ``background_close`` (True): ``close()`` of a task attempt's file returns at once
       and finishes in the background; the task's commit waits for it (and fails if it
       failed). False: ``close()`` waits, and raises what failed.
-    * ``retry_policy``: how S3 calls are retried (:class:`magicfs.s3.retry.RetryPolicy`).
+    * ``retry_policy``: how S3 calls are retried (:class:`magicfs.stores.s3.retry.RetryPolicy`).
     """
 
     protocol = "magic"

@@ -2,7 +2,7 @@
 
 Nothing can be written invisibly at its final name on these stores, so a task path is
 *routed* to the task attempt's working directory of the manifest committer
-(:class:`magicfs.manifest.layout.AttemptRoute`), and paths in results are mapped back:
+(:class:`magicfs.layouts.manifest.AttemptRoute`), and paths in results are mapped back:
 the task sees its files at the paths it used, and job commit renames them into place.
 Every operation works as on the wrapped filesystem (reads included), with the
 additions of :mod:`.tracked` for writes: open files are known to task commit, a failed
@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from ..errors import TaskNotActiveError, UnsupportedTaskOperation
-from ..manifest.layout import AttemptRoute, route_for
+from ..layouts.manifest import AttemptRoute, route_for
 from ..paths import split_magic_path
 from ..task_files import TASK_FILES, TaskFile, TaskFiles
 from .tracked import TrackedWrite

@@ -2,7 +2,7 @@
 
 A file written under a task path exists, until job commit, only as an unfinished
 multipart upload aimed at its final key, recorded by a zero-byte marker at the task
-path and, once closed, a ``.pending`` record next to it (:mod:`magicfs.s3.writer`).
+path and, once closed, a ``.pending`` record next to it (:mod:`magicfs.stores.s3.writer`).
 What each filesystem operation does with such a file follows from that:
 
 * **writes** (``open`` ``wb``/``xb``, ``pipe_file``, ``put_file``, ``touch``, ``copy``
@@ -30,14 +30,14 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 from ..errors import DeferredFileError
-from ..layout import job_marker_for
+from ..layouts.magic import job_marker_for
 from ..names import PENDING_SUFFIX
 from ..paths import final_destination, is_deferred_write, parse_magic_path
 from ..records import SinglePendingCommit
-from ..s3.retry import DEFAULT_POLICY, RetryPolicy
-from ..s3.store import S3Store
-from ..s3.sweep import abort_uploads, load_pending, uploads_of
-from ..s3.writer import MagicS3Writer
+from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
+from ..stores.s3.store import S3Store
+from ..stores.s3.sweep import abort_uploads, load_pending, uploads_of
+from ..stores.s3.writer import MagicS3Writer
 from ..task_files import TASK_FILES, TaskFiles
 
 _COPY_CHUNK = 8 << 20

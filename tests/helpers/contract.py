@@ -150,7 +150,7 @@ def _gaps(names: tuple[str, ...], store: str, scenario: str, wrong: str) -> dict
 
 #: (committer, store or "*", scenario) -> what goes wrong. See the module docstring.
 GAPS: dict[tuple[str, str, str], str] = {
-    # committers/base.py: "A job id that is active, mid-commit or already committed at the
+    # protocol/committer.py: "A job id that is active, mid-commit or already committed at the
     # destination is refused by setup_job" ("Decisions shared by all committers").
 }
 

@@ -5,7 +5,7 @@ starts the emulator in its own process group, and stops that group when its stan
 input reaches end-of-file, which happens when the test session ends *or dies* (even by
 SIGKILL: the kernel closes the pipe). On Linux the emulator also gets SIGKILL should
 the watchdog itself die. So no run, however it ends, leaves an emulator behind, the
-same promise ``magicfs.embedded_s3`` makes for the moto server.
+same promise ``magicfs.integrations.embedded_s3`` makes for the moto server.
 
 Usage (``conftest.py``): ``with AzuriteServer(binary, workdir) as server:`` (or
 ``start()`` then ``stop()``); the same for ``GcsEmulatorServer(workdir)``.

@@ -1,0 +1,92 @@
+"""``magicfs.install()``: make plain store URLs magic-aware, for code that cannot change URLs.
+
+After ``install()``, ``fsspec.filesystem("s3", ...)`` and ``fsspec.open("s3://...")``
+build a :class:`~magicfs.filesystem.MagicFileSystem` around the usual s3fs filesystem:
+paths without a magic element behave exactly as before, writes under magic paths are
+deferred. ``uninstall()`` puts the original classes back.
+
+pandas caveat: given an ``s3://`` URL and *no* ``storage_options``, pandas writes
+Parquet with Arrow's own S3 client and never asks fsspec. Pass ``storage_options``
+(even ``{}``) or ``filesystem=``, or use ``magic::s3://`` URLs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import fsspec
+
+from . import MagicFileSystem
+
+DEFAULT_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "file", "local", "memory")
+_MAGIC_OPTIONS = (
+    "part_size",
+    "parts_in_flight",
+    "in_memory",
+    "check_job_active",
+    "background_close",
+    "retry_policy",
+)
+_originals: dict[str, type] = {}
+
+
+def install(protocols: tuple[str, ...] = DEFAULT_PROTOCOLS) -> list[str]:
+    """Register magic-aware classes for ``protocols``; returns those newly installed.
+
+    Protocols whose library is not installed (e.g. ``gs`` without gcsfs) are skipped.
+    """
+    installed = []
+    for protocol in protocols:
+        if protocol in _originals:
+            continue
+        try:
+            original = fsspec.get_filesystem_class(protocol)
+        except (ImportError, ValueError):
+            continue
+        _originals[protocol] = original
+        fsspec.register_implementation(protocol, _magic_class(original), clobber=True)
+        installed.append(protocol)
+    return installed
+
+
+def uninstall() -> None:
+    """Restore the filesystem classes ``install()`` replaced."""
+    for protocol, original in _originals.items():
+        fsspec.register_implementation(protocol, original, clobber=True)
+    _originals.clear()
+
+
+def installed_protocols() -> list[str]:
+    return sorted(_originals)
+
+
+def _magic_class(original: Any) -> type:
+    class InstalledMagicFileSystem(MagicFileSystem):
+        """``MagicFileSystem`` around ``original``, built from ``original``'s arguments."""
+
+        protocol = original.protocol
+        wrapped_class = original
+
+        def __init__(self, *args: Any, **kwargs: Any):
+            options = {key: kwargs.pop(key) for key in _MAGIC_OPTIONS if key in kwargs}
+            super().__init__(fs=original(*args, **kwargs), **options)
+
+        @classmethod
+        def _strip_protocol(cls, path: Any) -> Any:
+            return original._strip_protocol(path)
+
+        @staticmethod
+        def _get_kwargs_from_urls(path: str) -> dict[str, Any]:
+            return cast(dict[str, Any], original._get_kwargs_from_urls(path))
+
+        def __reduce__(self) -> Any:
+            # Unpickles as a plain MagicFileSystem: works where install() never ran.
+            return _rebuild, (self.fs, {key: getattr(self, key) for key in _MAGIC_OPTIONS})
+
+    InstalledMagicFileSystem.__name__ = f"Magic{original.__name__}"
+    InstalledMagicFileSystem.__qualname__ = InstalledMagicFileSystem.__name__
+    return InstalledMagicFileSystem
+
+
+def _rebuild(fs: Any, options: dict[str, Any]) -> MagicFileSystem:
+    return MagicFileSystem(fs=fs, **options)

@@ -1,0 +1,614 @@
+"""``magicfs uploads list|abort PATH``: the multipart uploads parked under a path.
+
+Hadoop's ``hadoop s3guard uploads``, with three differences that make it safer to run:
+
+* ``abort`` is a dry run unless ``--force`` (Hadoop prompts instead; a dry run works
+  in scripts and shows exactly what ``--force`` would abort);
+* ``--job ID`` narrows the selection to the uploads recorded in that job's magic tree
+  (``PATH/__magic_job-<ID>/``), so another job writing to the same destination is never
+  touched — the property the committers keep (each job sweeps only its own uploads);
+* every upload is shown with its parked bytes (what S3 bills for until it is aborted).
+
+Only uploads under PATH's prefix are listed, with a ``/`` appended as Hadoop does, so
+``s3://bkt/data`` never matches ``s3://bkt/data10/...``; the bucket root lists all. The
+listing is paged (ListMultipartUploads returns at most 1,000 uploads per request).
+An upload is *older than* an age when it was initiated at or before now minus the age.
+
+The command streams, so it runs in flat memory however many uploads a bucket has: each
+listed upload goes through the filters, ListParts (on :data:`LIST_PARTS_THREADS`
+threads) and, for ``abort --force``, AbortMultipartUpload (at most :data:`WINDOW` in
+flight), and is printed as soon as it is settled, in listing order. The text output has fixed column
+widths and the totals come from running counters; ``--json`` writes one JSON document,
+its ``uploads`` array one element at a time. What it holds at once: one listing
+page, at most :data:`WINDOW` uploads per stage (with the parts of the uploads being
+measured), the counters and the first failure; with ``--job``, the keys the job's magic
+tree names are kept on disk (:class:`~magicfs.stores.s3.spool.KeySet`, filled one page of the
+tree's listing at a time), not in memory. Nothing is kept per upload once it is printed.
+
+As the output is written while the work goes on, a store failure midway leaves what
+was printed so far, with no total line (the ``--json`` document is left unterminated,
+so it is never taken for a complete one), and exits 1. A reader that leaves early
+(``| head``) stops the command there, as Unix tools do: rerun a forced abort for the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import datetime
+import itertools
+import logging
+import sys
+from collections import deque
+from collections.abc import Callable, Container, Generator, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from tqdm import tqdm
+
+from ...layouts.magic import MagicJobLayout, check_job_id
+from ...progress import batches, progress_bar
+from ...stores.capabilities import is_s3
+from ...stores.s3.spool import KeySet
+from ...stores.s3.store import S3Store
+from ...stores.s3.sweep import tree_keys
+from .common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    JsonObjectWriter,
+    add_common_options,
+    duration,
+    human_bytes,
+    open_fs,
+    plural,
+    store_errors,
+)
+
+log = logging.getLogger("magicfs.cli.uploads")
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+#: ListParts requests in flight at once (s3fs's client pool has 10 connections).
+LIST_PARTS_THREADS = 8
+#: Requests submitted and not yet reported, per stage (ListParts, AbortMultipartUpload):
+#: the most uploads a stage holds at once, whatever the length of the listing.
+WINDOW = 2 * LIST_PARTS_THREADS
+#: Paths of a job's magic tree turned into keys at a time (one ListObjectsV2 page).
+TREE_PAGE = 1000
+
+#: Text columns: wide enough for every value they take, so the lines of a listing of any
+#: length align without first reading it all. The status: the longest, ``already gone``;
+#: initiated: ``2010-11-10T20:48:33Z``; bytes: ``5,497,558,138,880``, S3's largest object
+#: (5 TiB). A wider value (more parked than S3 can complete) only shifts its own line.
+STATUS_WIDTH = 12
+INITIATED_WIDTH = 20
+BYTES_WIDTH = 17
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    uploads = sub.add_parser(
+        "uploads",
+        help="list or abort the pending multipart uploads under an S3 path",
+        description="List or abort the pending (never completed) multipart uploads under an "
+        "S3 path, like Hadoop's 'hadoop s3guard uploads'. Each upload's parts are billed "
+        "until it is completed or aborted.",
+    )
+    actions = uploads.add_subparsers(dest="action", required=True, metavar="{list,abort}")
+    listing = actions.add_parser(
+        "list",
+        help="list the pending uploads under PATH",
+        description="List the pending multipart uploads under PATH with their initiation "
+        "time and parked bytes.",
+    )
+    _add_selection(listing)
+    listing.add_argument(
+        "--fail-if-any",
+        action="store_true",
+        help="exit 1 when any upload is selected (a guard for pipelines and CI)",
+    )
+    abort = actions.add_parser(
+        "abort",
+        help="abort the pending uploads under PATH (a dry run unless --force)",
+        description="Abort the selected pending multipart uploads under PATH. Without "
+        "--force nothing is aborted: the uploads that would be are printed. Aborting the "
+        "uploads of a running job makes its commit fail: use --older-than and --job.",
+    )
+    _add_selection(abort)
+    abort.add_argument(
+        "--force",
+        action="store_true",
+        help="really abort (default: dry run, print what would be aborted)",
+    )
+
+
+def _add_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "path",
+        metavar="PATH",
+        help="s3://bucket[/prefix]: only uploads whose key starts with prefix/ "
+        "(the bucket root: every upload of the bucket)",
+    )
+    parser.add_argument(
+        "--older-than",
+        metavar="DURATION",
+        action="append",
+        type=duration,
+        default=[],
+        help="only uploads initiated at least this long ago: 7d, 24h, 30m, 90s or sums like "
+        "1d12h; repeated options add up (like Hadoop's -days/-hours/-minutes/-seconds)",
+    )
+    parser.add_argument(
+        "--job",
+        metavar="ID",
+        type=_job_id,
+        help="only uploads recorded in that job's magic tree PATH/__magic_job-ID/ "
+        "(markers, .pending and .pendingset files)",
+    )
+    add_common_options(parser)
+    parser.set_defaults(handler=run)
+
+
+def _job_id(text: str) -> str:
+    try:
+        return check_job_id(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+@dataclass(slots=True)
+class Upload:
+    """One pending upload and what happened to it."""
+
+    bucket: str
+    key: str
+    upload_id: str
+    initiated: datetime.datetime | None
+    parts: int = 0
+    bytes: int = 0
+    #: ``pending`` (listed), ``would abort``, ``aborted``, ``already gone``, ``failed``
+    status: str = "pending"
+    error: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    def initiated_text(self) -> str:
+        return _iso(self.initiated) if self.initiated else "(unknown)"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "bucket": self.bucket,
+            "key": self.key,
+            "uri": self.url,
+            "upload_id": self.upload_id,
+            "initiated": _iso(self.initiated) if self.initiated else None,
+            "parts": self.parts,
+            "bytes": self.bytes,
+            "status": self.status,
+            "error": self.error,
+        }
+
+
+@dataclass
+class Selection:
+    """Which uploads a command is about."""
+
+    bucket: str
+    prefix: str
+    older_than: int | None
+    job: str | None
+    cutoff: datetime.datetime | None
+
+    @property
+    def url(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def describe(self) -> str:
+        text = self.url
+        if self.cutoff is not None:
+            text += f", initiated at or before {_iso(self.cutoff)}"
+        if self.job:
+            text += f", recorded by job {self.job}"
+        return text
+
+
+@dataclass
+class Totals:
+    """Running counters over the settled uploads: all the totals and exit code need."""
+
+    count: int = 0
+    bytes: int = 0
+    aborted: int = 0
+    #: Bytes of the aborted uploads.
+    released: int = 0
+    already_gone: int = 0
+    failed: int = 0
+    #: ``(url, error)`` of the first upload that could not be aborted.
+    first_failure: tuple[str, str] | None = None
+
+    def add(self, upload: Upload) -> None:
+        self.count += 1
+        self.bytes += upload.bytes
+        if upload.status == "aborted":
+            self.aborted += 1
+            self.released += upload.bytes
+        elif upload.status == "already gone":
+            self.already_gone += 1
+        elif upload.status == "failed":
+            self.failed += 1
+            if self.first_failure is None:
+                self.first_failure = (upload.url, upload.error or "")
+
+    def status_counts(self) -> dict[str, int]:
+        return {
+            "aborted": self.aborted,
+            "already_gone": self.already_gone,
+            "failed": self.failed,
+        }
+
+
+def upload_prefix(key: str) -> str:
+    """The listing prefix for a path's key: ``data`` -> ``data/`` (never ``data10/``)."""
+    key = key.strip("/")
+    return f"{key}/" if key else ""
+
+
+def cutoff_for(age_seconds: int | None, now: datetime.datetime) -> datetime.datetime | None:
+    """Uploads initiated at or before this moment are old enough; ``None``: no age filter."""
+    if age_seconds is None:
+        return None
+    try:
+        return now - datetime.timedelta(seconds=age_seconds)
+    except OverflowError:  # older than year 1: nothing can be that old
+        return datetime.datetime.min.replace(tzinfo=datetime.UTC)
+
+
+def run(args: argparse.Namespace) -> int:
+    fs, path = open_fs(args.path, args)
+    if not is_s3(fs):
+        raise CliError(f"{args.path}: uploads needs an s3:// path", EXIT_USAGE)
+    store = S3Store(fs)
+    bucket, key = store.split(path)
+    if not bucket:
+        raise CliError(f"{args.path}: no bucket in the path", EXIT_USAGE)
+    older_than = sum(args.older_than) if args.older_than else None
+    selection = Selection(
+        bucket=bucket,
+        prefix=upload_prefix(key),
+        older_than=older_than,
+        job=args.job,
+        cutoff=cutoff_for(older_than, datetime.datetime.now(datetime.UTC)),
+    )
+    with store_errors(selection.url), recorded_by_job(store, selection) as recorded:
+        uploads = measure(store, select(store, selection, recorded))
+        if args.action == "abort":
+            uploads = abort(store, uploads, dry_run=not args.force)
+        with contextlib.closing(uploads):
+            totals = report(args, selection, uploads)
+    return exit_code(args, selection, totals)
+
+
+# -- selection --------------------------------------------------------------------------
+
+
+def select(
+    store: S3Store, selection: Selection, recorded: Container[str] | None = None
+) -> Iterator[Upload]:
+    """The pending uploads under the prefix that pass the age filter and, with a job, are
+    on one of the ``recorded`` keys (:func:`recorded_by_job`); listed page by page as
+    they are consumed, each filter logging its count once the listing is through."""
+    uploads = _listed(store, selection)
+    if selection.cutoff is not None:
+        uploads = _initiated_by(uploads, selection.cutoff)
+    if recorded is not None:
+        uploads = _recorded(uploads, recorded, selection.job or "")
+    return uploads
+
+
+def _listed(store: S3Store, selection: Selection) -> Iterator[Upload]:
+    count = 0
+    for listed in store.list_uploads(selection.bucket, selection.prefix):
+        count += 1
+        yield Upload(selection.bucket, listed.key, listed.upload_id, listed.initiated)
+    log.info("%s under %s", plural(count, "upload"), selection.url)
+
+
+def _initiated_by(uploads: Iterable[Upload], cutoff: datetime.datetime) -> Iterator[Upload]:
+    count = 0
+    for upload in uploads:
+        if upload.initiated is not None and upload.initiated <= cutoff:
+            count += 1
+            yield upload
+    log.info("%d of them initiated at or before %s", count, _iso(cutoff))
+
+
+def _recorded(uploads: Iterable[Upload], keys: Container[str], job: str) -> Iterator[Upload]:
+    count = 0
+    for upload in uploads:
+        if upload.key in keys:
+            count += 1
+            yield upload
+    log.info("%d of them recorded by job %s", count, job)
+
+
+@contextlib.contextmanager
+def recorded_by_job(store: S3Store, selection: Selection) -> Iterator[KeySet | None]:
+    """The destination keys the job's magic tree names, on disk; ``None`` without a job.
+
+    A job's writers record the key of every upload before creating it (the intent
+    marker), so these keys cover also the uploads of writers that were killed, and the
+    duplicates of lost ``CreateMultipartUpload`` replies. The tree is listed page by page
+    into a :class:`~magicfs.stores.s3.spool.KeySet`, deleted when the block ends.
+    """
+    if not selection.job:
+        yield None
+        return
+    keys = KeySet()
+    try:
+        _fill_job_keys(store, selection, selection.job, keys)
+        yield keys
+    finally:
+        keys.discard()
+
+
+def _fill_job_keys(store: S3Store, selection: Selection, job: str, keys: KeySet) -> None:
+    dest = f"{selection.bucket}/{selection.prefix}".rstrip("/")
+    layout = MagicJobLayout(dest, job)
+    _, tree = store.split(layout.magic_dir)
+    files = 0
+    active = False
+    for page in batches(store.list_keys(selection.bucket, f"{tree}/"), TREE_PAGE):
+        files += len(page)
+        active = active or layout.job_marker in page
+        keys.update(tree_keys(store, page))
+    if not files:
+        log.warning(
+            "job %s has no magic tree at s3://%s/: it records no uploads (a committed or "
+            "aborted job's tree is deleted)",
+            job,
+            layout.magic_dir,
+        )
+    elif active:
+        log.warning(
+            "job %s is still active (s3://%s exists): its tasks and commit need these uploads",
+            job,
+            layout.job_marker,
+        )
+    log.info("job %s: %d files in its magic tree name %d keys", job, files, len(keys))
+
+
+# -- requests, a bounded number in flight -----------------------------------------------
+
+
+def in_order(
+    items: Iterable[_T],
+    submit: Callable[[_T], concurrent.futures.Future[_R]],
+    window: int = WINDOW,
+) -> Generator[tuple[_T, concurrent.futures.Future[_R]], None, None]:
+    """``(item, its future)`` for each item, in the order of ``items``, once it is done.
+
+    ``submit`` starts an item's request; at most ``window`` are submitted and not yet
+    yielded, so ``items`` is consumed only that far ahead. Futures left when the
+    consumer stops are cancelled (those already running finish unreported).
+    """
+    pending: deque[tuple[_T, concurrent.futures.Future[_R]]] = deque()
+    try:
+        for item in items:
+            pending.append((item, submit(item)))
+            while pending and (len(pending) >= window or pending[0][1].done()):
+                oldest = pending.popleft()
+                concurrent.futures.wait([oldest[1]])
+                yield oldest
+        while pending:
+            oldest = pending.popleft()
+            concurrent.futures.wait([oldest[1]])
+            yield oldest
+    finally:
+        for _, future in pending:
+            future.cancel()
+
+
+def measure(store: S3Store, uploads: Iterable[Upload]) -> Generator[Upload, None, None]:
+    """Fill in parts and parked bytes (ListParts, :data:`LIST_PARTS_THREADS` threads, at
+    most :data:`WINDOW` uploads in flight), in listing order; drop uploads ended meanwhile."""
+    with (
+        concurrent.futures.ThreadPoolExecutor(LIST_PARTS_THREADS) as pool,
+        contextlib.closing(in_order(uploads, lambda u: pool.submit(_parts_of, store, u))) as done,
+    ):
+        for upload, future in done:
+            measured = future.result()
+            if measured is None:
+                continue
+            upload.parts, upload.bytes = measured
+            log.debug("%s upload %s: %d parts", upload.url, upload.upload_id, upload.parts)
+            yield upload
+
+
+def _parts_of(store: S3Store, upload: Upload) -> tuple[int, int] | None:
+    """``(parts, bytes)`` of an upload; ``None`` if it was completed or aborted since."""
+    try:
+        parts = store.list_parts(upload.bucket, upload.key, upload.upload_id)
+    except FileNotFoundError:
+        log.info("%s upload %s ended while being listed", upload.url, upload.upload_id)
+        return None
+    return len(parts), sum(int(part.get("Size") or 0) for part in parts)
+
+
+def abort(
+    store: S3Store, uploads: Iterable[Upload], dry_run: bool
+) -> Generator[Upload, None, None]:
+    """Abort each upload (at most :data:`WINDOW` in flight) and set its status, in listing
+    order; a dry run only marks them."""
+    if dry_run:
+        for upload in uploads:
+            upload.status = "would abort"
+            yield upload
+        return
+    log.info("aborting the selected uploads")
+    with contextlib.closing(
+        in_order(uploads, lambda u: store.submit_abort(u.bucket, u.key, u.upload_id))
+    ) as done:
+        for upload, future in done:
+            try:
+                # False: NoSuchUpload, completed or aborted meanwhile
+                upload.status = "aborted" if future.result() else "already gone"
+            except OSError as e:
+                upload.status, upload.error = "failed", str(e)
+                log.warning("could not abort %s upload %s: %s", upload.url, upload.upload_id, e)
+            yield upload
+
+
+# -- output -----------------------------------------------------------------------------
+
+
+class Report(Protocol):
+    """Where settled uploads are written, one at a time."""
+
+    def start(self) -> None: ...
+
+    def upload(self, upload: Upload) -> None: ...
+
+    def finish(self, totals: Totals) -> None: ...
+
+
+def report(args: argparse.Namespace, selection: Selection, uploads: Iterator[Upload]) -> Totals:
+    """Write each upload as it comes, then the totals; returns the totals.
+
+    The first upload is awaited before anything is written, so a store that cannot be
+    read at all (no such bucket, access denied) leaves stdout empty.
+    """
+    first = next(uploads, None)
+    writer: Report = JsonReport(args, selection) if args.json else TextReport(args, selection)
+    totals = Totals()
+    with _progress(args) as bar:
+        writer.start()
+        for upload in itertools.chain([] if first is None else [first], uploads):
+            totals.add(upload)
+            writer.upload(upload)
+            bar.update()
+        writer.finish(totals)
+    return totals
+
+
+def _progress(args: argparse.Namespace) -> tqdm:
+    """A bar counting settled uploads (their number is unknown: ``total`` 0), shown only
+    when stderr is a terminal and stdout is not (there, the lines are the progress)."""
+    description = "aborting" if args.action == "abort" and args.force else "listing parts"
+    bar = progress_bar(0, description, enabled=sys.stderr.isatty() and not sys.stdout.isatty())
+    bar.unit = "upload"
+    return bar
+
+
+class TextReport:
+    """The header, one line per upload in fixed-width columns, the total line."""
+
+    def __init__(self, args: argparse.Namespace, selection: Selection) -> None:
+        self.args = args
+        self.selection = selection
+
+    def start(self) -> None:
+        print(f"Uploads under {self.selection.describe()}:")
+
+    def upload(self, upload: Upload) -> None:
+        print(upload_line(self.args.action, upload))
+
+    def finish(self, totals: Totals) -> None:
+        print(total_line(self.args, totals))
+
+
+class JsonReport:
+    """The document ``--json`` promises, written as it is known: the selection, then the
+    ``uploads`` array one element at a time, then the counters."""
+
+    def __init__(self, args: argparse.Namespace, selection: Selection) -> None:
+        self.args = args
+        self.selection = selection
+        self.out: JsonObjectWriter | None = None
+
+    def start(self) -> None:
+        self.out = out = JsonObjectWriter()
+        selection = self.selection
+        out.member("action", self.args.action)
+        out.member("dry_run", self.args.action == "abort" and not self.args.force)
+        out.member("path", selection.url)
+        out.member("bucket", selection.bucket)
+        out.member("prefix", selection.prefix)
+        out.member("older_than_seconds", selection.older_than)
+        out.member("initiated_before", _iso(selection.cutoff) if selection.cutoff else None)
+        out.member("job", selection.job)
+        out.begin_array("uploads")
+
+    def upload(self, upload: Upload) -> None:
+        self._writer().element(upload.to_dict())
+
+    def finish(self, totals: Totals) -> None:
+        out = self._writer()
+        out.end_array()
+        out.member("count", totals.count)
+        out.member("bytes", totals.bytes)
+        for name, value in totals.status_counts().items():
+            out.member(name, value)
+        out.close()
+
+    def _writer(self) -> JsonObjectWriter:
+        if self.out is None:
+            raise RuntimeError("report not started")
+        return self.out
+
+
+def upload_line(action: str, upload: Upload) -> str:
+    """One upload's line of the text output (fixed columns: see :data:`BYTES_WIDTH`)."""
+    status = "" if action == "list" else f"{upload.status:<{STATUS_WIDTH}}  "
+    return (
+        f"  {status}{upload.initiated_text():<{INITIATED_WIDTH}}  "
+        f"{upload.bytes:>{BYTES_WIDTH},} bytes  {upload.url}  upload {upload.upload_id}"
+    )
+
+
+def total_line(args: argparse.Namespace, totals: Totals) -> str:
+    parked = human_bytes(totals.bytes)
+    found = plural(totals.count, "upload")
+    if args.action == "list":
+        return f"Total: {found} found, {parked} parked."
+    if not args.force:
+        return (
+            f"Total: {found} would be aborted, {parked} parked. "
+            "Dry run: nothing was aborted; add --force to abort them."
+        )
+    released = human_bytes(totals.released)
+    text = f"Total: {plural(totals.aborted, 'upload')} aborted, {released} released"
+    if totals.already_gone:
+        text += f"; {totals.already_gone:,} had already ended"
+    if totals.failed:
+        text += f"; {totals.failed:,} could not be aborted"
+    return text + "."
+
+
+def exit_code(args: argparse.Namespace, selection: Selection, totals: Totals) -> int:
+    if totals.failed:
+        url, error = totals.first_failure or ("?", "?")
+        print(
+            f"magicfs: {selection.url}: could not abort {plural(totals.failed, 'upload')}; "
+            f"first: {url}: {error}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    if args.action == "list" and args.fail_if_any and totals.count:
+        print(
+            f"magicfs: {plural(totals.count, 'pending upload')} under {selection.describe()}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def _iso(moment: datetime.datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    text = moment.astimezone(datetime.UTC).isoformat(timespec="seconds")
+    return text.replace("+00:00", "Z")

@@ -1,0 +1,215 @@
+"""Finding and aborting a job's uploads on S3, from its records (:mod:`.tracking`).
+
+**By key, at job end.** Every upload a job's writers create is on a key named by an
+intent marker (or ``.pending``) in the job's tree, written before the upload existed.
+So when a job ends (commit, abort, clean-up) its sweep lists the job's tree once,
+collects those keys, lists the uploads under the destination once (paged: 1,000 per
+request) and aborts every upload on one of its keys that no committed record names.
+That finds everything: uploads of failed, superseded, speculative and unreported
+attempts; a writer killed between creating its upload and closing it; the second
+upload of a ``CreateMultipartUpload`` whose reply was lost and retried; files written
+twice or after their task committed. It costs one listing per 1,000 pending uploads
+under the destination, never a request per file.
+
+**Other jobs are never touched.** Uploads on keys no marker of this job names are not
+this job's. If another job is active on the same destination *and* has a marker for
+one of the same keys (two jobs writing one file: a conflict in itself), only the
+uploads this job's own ``.pending`` records name are aborted on that key; the others
+are left to that job and reported.
+
+**By record, for one attempt or file.** Task abort and ``rm`` of a task file abort the
+uploads their ``.pending`` records name (a speculative twin of the attempt may be
+writing the same keys right now, so nothing is aborted by key before the job ends).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass, field
+
+from ...errors import InvalidCommitData
+from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX
+from ...paths import final_destination, is_deferred_write, split_magic_path
+from ...progress import progress_bar
+from ...records import SinglePendingCommit
+from .store import PendingUpload, S3Store
+
+log = logging.getLogger("magicfs.s3.sweep")
+
+
+@dataclass(frozen=True)
+class RecordedUpload:
+    """An upload to abort, and where it was found (for messages)."""
+
+    bucket: str
+    key: str
+    upload_id: str
+    source: str
+
+
+@dataclass
+class SweepOutcome:
+    """What a job sweep did: uploads aborted, and uploads left for another job."""
+
+    aborted: int = 0
+    left_for_other_jobs: list[PendingUpload] = field(default_factory=list)
+
+
+def abort_uploads(
+    store: S3Store, uploads: Iterable[RecordedUpload], progress: bool | None = None
+) -> int:
+    """Abort each upload (concurrently); uploads already gone are fine. Returns aborts made.
+
+    Raises ``OSError`` naming how many could not be aborted and the first failure.
+    """
+    futures = {store.submit_abort(u.bucket, u.key, u.upload_id): u for u in uploads}
+    aborted = 0
+    errors: list[str] = []
+    with progress_bar(len(futures), "aborting uploads", progress) as bar:
+        for future in concurrent.futures.as_completed(futures):
+            bar.update()
+            try:
+                aborted += future.result()  # False: already aborted or completed
+            except OSError as e:
+                upload = futures[future]
+                errors.append(f"s3://{upload.bucket}/{upload.key} (upload {upload.upload_id}): {e}")
+    if errors:
+        raise OSError(
+            f"could not abort {len(errors)} of {len(futures)} uploads; first: {errors[0]}"
+        )
+    return aborted
+
+
+def load_pending(store: S3Store, paths: Iterable[str]) -> list[SinglePendingCommit]:
+    """The ``.pending`` records at ``paths`` (loaded concurrently).
+
+    Missing and unreadable records are logged and skipped: this serves clean-up, which
+    must get as far as it can (the job's key sweep still finds their uploads).
+    """
+    reads = [(p, store.submit_read(*store.split(p), SinglePendingCommit.MAX_BYTES)) for p in paths]
+    commits = []
+    for path, future in reads:
+        try:
+            commits.append(SinglePendingCommit.from_json(future.result(), source=f"s3://{path}"))
+        except FileNotFoundError:
+            continue
+        except InvalidCommitData as e:
+            log.warning("skipping unreadable record: %s", e)
+    return commits
+
+
+def uploads_of(commits: Iterable[SinglePendingCommit]) -> list[RecordedUpload]:
+    return [
+        RecordedUpload(c.bucket, c.destination_key, c.upload_id, c.filename or "") for c in commits
+    ]
+
+
+def tree_keys(store: S3Store, listing: Iterable[str]) -> set[str]:
+    """Destination keys named by the markers and ``.pending`` records among ``listing``."""
+    keys = set()
+    for path in listing:
+        file = path.removesuffix(PENDING_SUFFIX)
+        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
+            continue
+        try:
+            keys.add(store.split(final_destination(file))[1])
+        except ValueError:  # not a file path (a directory marker, say)
+            continue
+    return keys
+
+
+def uploads_on_keys(
+    store: S3Store, bucket: str, prefix: str, keys: set[str]
+) -> Iterable[PendingUpload]:
+    """The pending uploads under ``prefix`` whose key is one of ``keys`` (paged listing)."""
+    if not keys:
+        return
+    for upload in store.list_uploads(bucket, prefix):
+        if upload.key in keys:
+            yield upload
+
+
+def sweep_job(
+    store: S3Store,
+    bucket: str,
+    dest_key: str,
+    job_id: str,
+    keys: Container[str],
+    keep: Container[str],
+    own_ids: Callable[[set[str]], set[str]],
+    progress: bool | None = None,
+    uploads: Iterable[PendingUpload] | None = None,
+) -> SweepOutcome:
+    """Abort every upload on one of the job's ``keys``, except the ids in ``keep``.
+
+    ``keep``: the upload ids this job completed (or must keep). ``own_ids(keys)``: the
+    upload ids the job's own records name on those keys (asked only for keys another
+    active job also writes). ``uploads``: the destination's pending uploads, if the
+    caller listed them already. See the module docstring.
+    """
+    prefix = f"{dest_key}/" if dest_key else ""
+    listed = store.list_uploads(bucket, prefix) if uploads is None else uploads
+    candidates = [u for u in listed if u.key in keys and u.upload_id not in keep]
+    outcome = SweepOutcome()
+    if not candidates:
+        return outcome
+    shared = _keys_of_other_jobs(store, bucket, dest_key, job_id) & {u.key for u in candidates}
+    if shared:
+        own = own_ids(shared)
+        outcome.left_for_other_jobs = [
+            u for u in candidates if u.key in shared and u.upload_id not in own
+        ]
+        for upload in outcome.left_for_other_jobs:
+            log.warning(
+                "job %s: leaving upload %s of s3://%s/%s to the other job writing that key",
+                job_id,
+                upload.upload_id,
+                bucket,
+                upload.key,
+            )
+        left = {u.upload_id for u in outcome.left_for_other_jobs}
+        candidates = [u for u in candidates if u.upload_id not in left]
+    outcome.aborted = abort_uploads(
+        store,
+        [RecordedUpload(bucket, u.key, u.upload_id, f"job {job_id}") for u in candidates],
+        progress,
+    )
+    return outcome
+
+
+def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]:
+    """Upload ids named by the ``.pending`` records in ``listing`` whose file lands on ``keys``."""
+    return {c.upload_id for c in load_pending(store, _pendings_for(store, listing, keys))}
+
+
+def _keys_of_other_jobs(store: S3Store, bucket: str, dest_key: str, job_id: str) -> set[str]:
+    """Keys named by the markers of other jobs whose magic tree exists under the destination."""
+    root = f"{bucket}/{dest_key}" if dest_key else bucket
+    store.fs.invalidate_cache(root)
+    try:
+        entries = store.fs.ls(root, detail=False, refresh=True)
+    except FileNotFoundError:
+        return set()
+    keys: set[str] = set()
+    for entry in entries:
+        name = entry.rstrip("/").rsplit("/", 1)[-1]
+        if not name.startswith(MAGIC_JOB_PREFIX) or name == MAGIC_JOB_PREFIX + job_id:
+            continue
+        try:
+            keys |= tree_keys(store, store.fs.find(entry))
+        except FileNotFoundError:
+            continue
+    return keys
+
+
+def _pendings_for(store: S3Store, listing: list[str], keys: set[str]) -> list[str]:
+    """The ``.pending`` records in ``listing`` whose file lands on one of ``keys``."""
+    found = []
+    for path in listing:
+        if path.endswith(PENDING_SUFFIX) and split_magic_path(path) is not None:
+            file = path.removesuffix(PENDING_SUFFIX)
+            if is_deferred_write(file) and store.split(final_destination(file))[1] in keys:
+                found.append(path)
+    return found
