@@ -14,6 +14,7 @@ from ..protocol.committer import (
     TaskCommitMessage,
 )
 from ..stores.capabilities import capabilities
+from .blocks import BlockListCommitter
 from .classic import FileOutputCommitter
 from .magic import MagicCommitter
 from .manifest import ManifestCommitter
@@ -21,6 +22,7 @@ from .staging import StagingCommitter
 
 __all__ = [
     "CONFLICT_MODES",
+    "BlockListCommitter",
     "FileOutputCommitter",
     "JobSummary",
     "MagicCommitter",
@@ -42,7 +44,8 @@ def committer_for(
     **options: Any,
 ) -> OutputCommitter:
     """The committer for ``dest``: ``magic`` for a store with deferred writes (S3),
-    ``manifest`` for every other store (local files, memory, Azure, GCS), or the one
+    ``block-list`` for Azure Blob (deferred writes through block lists), ``manifest``
+    for every other store (local files, memory, GCS), or the one
     named by ``committer``. The store is judged by its capabilities
     (:mod:`magicfs.stores.capabilities`), not by its protocol's name.
 
@@ -54,10 +57,14 @@ def committer_for(
     if committer is None:
         protocol = fsspec.core.split_protocol(dest)[0] or "file"
         store_class = fsspec.get_filesystem_class(protocol)
-        committer = "magic" if capabilities(store_class).deferred_writes else "manifest"
+        found = capabilities(store_class)
+        committer = (
+            "magic" if found.deferred_writes else "block-list" if found.block_lists else "manifest"
+        )
     name = committer
     classes: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
         "magic": (MagicCommitter, {}),
+        "block-list": (BlockListCommitter, {}),
         "manifest": (ManifestCommitter, {}),
         "file-v1": (FileOutputCommitter, {"algorithm": 1}),
         "file-v2": (FileOutputCommitter, {"algorithm": 2}),

@@ -9,7 +9,9 @@ Two rules:
 
   - S3 (multipart uploads): :class:`~.s3_view.S3TaskView`, deferred writes that only
     job commit completes;
-  - rename stores (local, memory, Azure, GCS): :class:`~.routed_view.RoutedTaskView`,
+  - Azure Blob (block lists): :class:`~.block_view.BlockTaskView`, blocks staged on
+    the final blob that only job commit publishes;
+  - rename stores (local, memory, GCS): :class:`~.routed_view.RoutedTaskView`,
     routed to the attempt's working directory, job commit renames.
 
 Compound operations on task paths (``copy``, ``get``, ``put``, ``glob``, ``walk``,
@@ -80,6 +82,13 @@ class MagicFileSystem(ChainedFileSystem):
       and finishes in the background; the task's commit waits for it (and fails if it
       failed). False: ``close()`` waits, and raises what failed.
     * ``retry_policy``: how S3 calls are retried (:class:`magicfs.stores.s3.retry.RetryPolicy`).
+
+    Azure Blob (adlfs): ``block_lists`` (False) chooses the view. True: task files are
+    blocks staged on their final blob, published by the block-list committer
+    (``part_size`` is the block size, ``parts_in_flight`` the blocks staged at once).
+    False: task paths are routed to the manifest committer's attempt directory. Each
+    committer builds its ``fs`` with its own choice, and ``committer.storage_options``
+    carry it to URL-based writers.
     """
 
     protocol = "magic"
@@ -98,6 +107,7 @@ class MagicFileSystem(ChainedFileSystem):
         check_job_active: bool = True,
         background_close: bool = True,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
+        block_lists: bool = False,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -112,9 +122,19 @@ class MagicFileSystem(ChainedFileSystem):
         self.check_job_active = check_job_active
         self.background_close = background_close
         self.retry_policy = retry_policy
+        self.block_lists = block_lists
         found = capabilities(fs)
         self.view: S3TaskView | RoutedTaskView
-        if found.deferred_writes:
+        if found.block_lists and block_lists:
+            from .block_view import BlockTaskView  # needs the azure extra
+
+            self.view = BlockTaskView(
+                fs,
+                block_size=part_size,
+                blocks_in_flight=parts_in_flight,
+                check_job_active=check_job_active,
+            )
+        elif found.deferred_writes:
             self.view = S3TaskView(
                 fs,
                 part_size=part_size,
@@ -131,7 +151,8 @@ class MagicFileSystem(ChainedFileSystem):
 
     @property
     def deferred_writes(self) -> bool:
-        """True on S3: task files are uploads that job commit completes."""
+        """True on S3 and with Azure block lists: task files are uploads (staged blocks)
+        that job commit completes (publishes)."""
         return isinstance(self.view, S3TaskView)
 
     # -- paths ---------------------------------------------------------------------------

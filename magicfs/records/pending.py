@@ -20,6 +20,9 @@ from ._fields import FieldReader
 MAX_PARTS = 10_000
 #: S3 keys are at most 1,024 bytes of UTF-8.
 MAX_KEY_BYTES = 1024
+#: Extra-data key and value of a record whose upload is an Azure block list.
+STORE_KEY = "magicfs.store"
+BLOCK_LIST_STORE = "azure-block-list"
 #: Extra-data key naming the task attempt that committed a pendingset (HADOOP-17258).
 TASK_ATTEMPT_ID_KEY = "task.attempt.id"
 
@@ -58,6 +61,12 @@ class SinglePendingCommit(Record):
     @property
     def part_count(self) -> int:
         return len(self.etags)
+
+    @property
+    def is_block_list(self) -> bool:
+        """An Azure block list (``etags`` are block ids; none for an empty blob), not an
+        S3 upload: ``extraData["magicfs.store"]`` is ``azure-block-list``."""
+        return self.extra_data.get(STORE_KEY) == BLOCK_LIST_STORE
 
     @property
     def destination(self) -> str:
@@ -105,7 +114,7 @@ class SinglePendingCommit(Record):
             extra_data=reader.string_map("extraData"),
             iostatistics=reader.iostatistics(),
         )
-        if not commit.etags:
+        if not commit.etags and not commit.is_block_list:
             reader.fail("etags", "must list at least one part (every upload has a part)")
         part_count = reader.integer("partCount", required=False, default=len(commit.etags))
         if part_count != len(commit.etags):

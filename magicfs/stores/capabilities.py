@@ -5,6 +5,8 @@ protocol name of its own:
 
 * ``deferred_writes``: a write can target its final name and stay invisible until it
   is made visible in one request (S3 multipart uploads: the magic committer's store);
+* ``block_lists``: the same through Azure block lists (Put Block stages invisible
+  blocks on the final name, Put Block List publishes them in one request: adlfs);
 * ``atomic_rename``: a rename is one atomic operation (local disks); elsewhere a rename
   is a copy then a delete;
 * ``needs_directories``: files need their parent directories to exist (local disks);
@@ -22,6 +24,7 @@ from typing import Any
 _S3 = {"s3", "s3a"}
 _LOCAL = {"file", "local"}
 _MEMORY = {"memory"}
+_AZURE = {"abfs", "az", "abfss"}
 
 
 def protocols(fs: Any) -> set[str]:
@@ -33,6 +36,7 @@ def protocols(fs: Any) -> set[str]:
 @dataclass(frozen=True)
 class Capabilities:
     deferred_writes: bool
+    block_lists: bool
     atomic_rename: bool
     needs_directories: bool
     etag_preserved_in_rename: bool
@@ -46,8 +50,12 @@ def capabilities(fs: Any) -> Capabilities:
     # have no ``call_s3``): what matters is the multipart upload API.
     deferred = bool(names & _S3) and hasattr(fs, "call_s3")
     local = bool(names & _LOCAL)
+    # adlfs's AzureBlobFileSystem (its block-blob client), not a wrapper naming "abfs".
+    cls = fs if isinstance(fs, type) else type(fs)
+    block_lists = bool(names & _AZURE) and cls.__module__.startswith("adlfs")
     return Capabilities(
         deferred_writes=deferred,
+        block_lists=block_lists,
         atomic_rename=local,
         needs_directories=local,
         etag_preserved_in_rename=local,
@@ -58,6 +66,11 @@ def capabilities(fs: Any) -> Capabilities:
 def is_s3(fs: Any) -> bool:
     """Does ``fs`` speak S3 multipart uploads (an s3fs filesystem)?"""
     return capabilities(fs).deferred_writes
+
+
+def has_block_lists(fs: Any) -> bool:
+    """Does ``fs`` stage and publish Azure block lists (an adlfs filesystem)?"""
+    return capabilities(fs).block_lists
 
 
 def is_local(fs: Any) -> bool:
