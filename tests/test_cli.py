@@ -683,3 +683,41 @@ def test_redact_and_scrub_hide_credential_values():
     }
     remember_secrets(options)  # what error messages and log lines are scrubbed of
     assert scrub(f"failed: {SECRET}, token-1234 at http://h") == "failed: ***, *** at http://h"
+
+
+# -- Azure: staged blocks of a block-list job ------------------------------------------------------
+
+
+def test_uploads_on_azure_list_staged_blobs_and_refuse_to_abort(
+    abfs, azure_container, azurite_server
+):
+    """An aborted attempt's blocks stay staged (Azure cannot delete them alone): ``uploads
+    list`` shows the name with its staged bytes, ``abort --force`` changes nothing and says
+    why; a published file is not listed."""
+    dest = f"abfs://{azure_container}/out"
+    committer = magicfs.committer_for(dest, fs=abfs)
+    committer.setup_job()
+    kept, dropped = committer.task_attempt(0), committer.task_attempt(1)
+    for task, name, data in ((kept, "kept.bin", b"k" * 10), (dropped, "dropped.bin", b"d" * 700)):
+        committer.setup_task(task)
+        with committer.fs.open(task.path(name), "wb") as f:
+            f.write(data)
+    message = committer.commit_task(kept)
+    committer.abort_task(dropped)
+    committer.commit_job([message])
+    options = ["-o", f"connection_string={azurite_server.connection_string}"]
+
+    listed = run_cli("uploads", "list", dest, "--json", *options)
+    assert listed.code == 0, listed.output
+    staged = listed.json()["staged"]
+    assert [(e["url"], e["blocks"], e["bytes"]) for e in staged] == [
+        (f"abfs://{azure_container}/out/dropped.bin", 1, 700)
+    ]
+    text = run_cli("uploads", "list", dest, *options)
+    assert "Total: 1 name with staged blocks" in text.stdout, text.output
+
+    forced = run_cli("uploads", "abort", dest, "--force", *options)
+    assert forced.code == 2
+    assert "Azure has no request that deletes staged blocks alone" in forced.stderr
+    assert not abfs.exists(f"{azure_container}/out/dropped.bin")
+    assert abfs.cat(f"{azure_container}/out/kept.bin") == b"k" * 10

@@ -49,7 +49,7 @@ from tqdm import tqdm
 
 from ...layouts.magic import MagicJobLayout, check_job_id
 from ...progress import batches, progress_bar
-from ...stores.capabilities import is_s3
+from ...stores.capabilities import has_block_lists, is_s3
 from ...stores.s3.spool import KeySet
 from ...stores.s3.store import S3Store
 from ...stores.s3.sweep import tree_keys
@@ -66,6 +66,7 @@ from .common import (
     plural,
     store_errors,
 )
+from .staged import run_azure
 
 log = logging.getLogger("magicfs.cli.uploads")
 
@@ -270,8 +271,13 @@ def cutoff_for(age_seconds: int | None, now: datetime.datetime) -> datetime.date
 
 def run(args: argparse.Namespace) -> int:
     fs, path = open_fs(args.path, args)
+    if has_block_lists(fs):
+        return run_azure(args, fs, path)
     if not is_s3(fs):
-        raise CliError(f"{args.path}: uploads needs an s3:// path", EXIT_USAGE)
+        raise CliError(
+            f"{args.path}: uploads needs an s3:// path (or abfs:// for Azure's staged blocks)",
+            EXIT_USAGE,
+        )
     store = S3Store(fs)
     bucket, key = store.split(path)
     if not bucket:
