@@ -17,6 +17,8 @@
   yields its account details (``connection_string``, ``storage_options``, ...).
 * ``abfs``: a fresh ``adlfs.AzureBlobFileSystem`` bound to it; ``azure_container``: a new
   container for each test, deleted afterwards.
+* ``azurite_logged`` (module): a separate Azurite logging every request (``--debug``),
+  for tests that count requests; ``abfs_logged`` and ``logged_container`` go with it.
 * ``gcs_server`` (session): ``gcp-storage-emulator`` on a free 127.0.0.1 port, in memory;
   yields ``endpoint_url`` and ``storage_options``.
 * ``gcs``: a fresh ``gcsfs.GCSFileSystem`` bound to it (anonymous); ``gcs_bucket``: a new
@@ -190,6 +192,38 @@ def azurite_server(tmp_path_factory) -> Iterator:
         )
     with AzuriteServer(AZURITE_BLOB, tmp_path_factory.mktemp("azurite")) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def azurite_logged(tmp_path_factory) -> Iterator:
+    """A separate Azurite for one test module, logging every request it handles
+    (``--debug``): ``server.operations()`` lists them (``BlockBlob_CommitBlockList``,
+    ``Blob_StartCopyFromURL``...). The session's ``azurite_server`` logs nothing."""
+    from helpers.servers import AZURITE_BLOB, AZURITE_INSTALL, AzuriteServer
+
+    if not os.access(AZURITE_BLOB, os.X_OK):
+        pytest.fail(
+            f"Azurite is not installed ({AZURITE_BLOB} is missing). From the repository root "
+            f"run: {AZURITE_INSTALL}   (.ci/run does this)",
+            pytrace=False,
+        )
+    workdir = tmp_path_factory.mktemp("azurite-logged")
+    with AzuriteServer(AZURITE_BLOB, workdir, debug_log=workdir / "requests.log") as server:
+        yield server
+
+
+@pytest.fixture
+def abfs_logged(azurite_logged):
+    """A fresh ``adlfs.AzureBlobFileSystem`` bound to ``azurite_logged``."""
+    import adlfs
+
+    return adlfs.AzureBlobFileSystem(skip_instance_cache=True, **azurite_logged.storage_options)
+
+
+@pytest.fixture
+def logged_container(abfs_logged) -> Iterator[str]:
+    """A new empty container on ``azurite_logged``; deleted afterwards."""
+    yield from _fresh_root(abfs_logged)
 
 
 @pytest.fixture

@@ -124,7 +124,7 @@ class BlockListCommitter(OutputCommitter):
 
     def _setup_job(self, resume: bool) -> None:
         if not resume:
-            self.records.write_bytes(self.layout.job_marker, self.job_marker_document())
+            self.blocks.write(self.layout.job_marker, self.job_marker_document())
 
     def job_active(self) -> bool:
         return self.records.info(self.layout.job_marker) is not None
@@ -135,13 +135,13 @@ class BlockListCommitter(OutputCommitter):
         return was_active
 
     def _journal(self) -> JournalKeeper:
-        return JournalKeeper(self.records, self.layout.magic_dir, self.dest, self.job_id)
+        return JournalKeeper(self.blocks, self.layout.magic_dir, self.dest, self.job_id)
 
     # -- tasks ------------------------------------------------------------------------------
 
     def _setup_task(self, task: TaskAttempt) -> None:
         self.require_active_job(task)
-        self.records.write_bytes(
+        self.blocks.write(
             self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
         )
 
@@ -164,7 +164,7 @@ class BlockListCommitter(OutputCommitter):
         try:
             data = pendingset.to_bytes()
             for path in (attempt_record, self.layout.pendingset(task.task_id)):
-                self.records.write_bytes(path, data)
+                self.blocks.write(path, data)
             if not self.job_active():
                 raise JobNotActiveError(
                     f"job {self.job_id} ended before task attempt {task.attempt_id} committed; "
@@ -404,7 +404,7 @@ class BlockListCommitter(OutputCommitter):
         for name in published.filenames:
             success.add_filename(name)
         if self.success_file:
-            self.records.write_bytes(self.success_path, success.to_bytes())
+            self.blocks.write(self.success_path, success.to_bytes())
         return success.filenames
 
     def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:

@@ -41,6 +41,13 @@ AZURITE_BLOB = (
 
 GCS_PROJECT = "test"
 
+#: One request in Azurite's ``--debug`` log: the operation its dispatcher picked.
+_AZURITE_OPERATION = re.compile(r"DispatchMiddleware: Operation=(\w+)")
+#: The account, container and blob a request of that log is for.
+_AZURITE_TARGET = re.compile(
+    r"BlobStorageContextMiddleware: Account=\S+ Container=(\S*?)(?: Blob=(.*))?$"
+)
+
 
 class ServerStartError(RuntimeError):
     """An emulator did not come up; the message carries the end of its log."""
@@ -144,9 +151,47 @@ class AzuriteServer(SupervisedServer):
     name = "azurite-blob"
     _LISTENING = re.compile(rb"successfully listens on http://127\.0\.0\.1:(\d+)")
 
-    def __init__(self, binary: pathlib.Path, workdir: pathlib.Path) -> None:
+    def __init__(
+        self,
+        binary: pathlib.Path,
+        workdir: pathlib.Path,
+        debug_log: pathlib.Path | None = None,
+    ) -> None:
         super().__init__(workdir)
         self.binary = binary
+        #: Opt-in request log (``--debug``): one ``Operation=<Op>`` line per request
+        #: handled (``BlockBlob_StageBlock``, ``Blob_StartCopyFromURL``...). Azurite
+        #: appends to it, so give each server a fresh path.
+        self.debug_log = debug_log
+
+    def operations(self) -> list[str]:
+        """The operations in the debug log so far, in the order Azurite dispatched them."""
+        return [operation for operation, _, _ in self.requests()]
+
+    def requests(self) -> list[tuple[str, str, str]]:
+        """``(operation, container, blob)`` of every request in the debug log so far, in
+        the order Azurite dispatched them (container and blob ``""`` where none)."""
+        if self.debug_log is None:
+            raise ValueError("this Azurite server was started without a debug_log")
+        try:
+            text = self.debug_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        targets: dict[str, tuple[str, str]] = {}
+        found: list[tuple[str, str]] = []
+        for line in text.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) < 3:
+                continue
+            request_id = parts[1]
+            target = _AZURITE_TARGET.search(line)
+            if target:
+                targets[request_id] = (target.group(1), target.group(2) or "")
+                continue
+            operation = _AZURITE_OPERATION.search(line)
+            if operation:
+                found.append((request_id, operation.group(1)))
+        return [(op, *targets.get(request_id, ("", ""))) for request_id, op in found]
 
     def requested_port(self) -> int:
         return 0  # Azurite binds a free port itself and logs it: no race with other runs
@@ -163,6 +208,7 @@ class AzuriteServer(SupervisedServer):
             "--skipApiVersionCheck",
             "--loose",
             "--silent",
+            *(["--debug", str(self.debug_log)] if self.debug_log is not None else []),
         ]
 
     def bound_port(self, requested: int) -> int | None:

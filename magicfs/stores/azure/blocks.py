@@ -89,6 +89,23 @@ class BlockStore:
     def run(self, call: Coroutine[Any, Any, T]) -> T:
         return self.submit(call).result()
 
+    # -- small records (the RecordIO of magicfs.protocol.journal) -----------------------------
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """At most ``limit + 1`` bytes of ``path``; ``None`` if there is no such blob."""
+        try:
+            return bytes(self.fs.cat_file(path, start=0, end=limit + 1))
+        except FileNotFoundError:
+            return None
+
+    def write(self, path: str, data: bytes) -> None:
+        """One Put Blob: atomic on Azure (readers see the old blob or the new), so no
+        temporary name and no copy (a rename store's way)."""
+        self.run(self.put(*self.split(path), data))
+
+    def display(self, path: str) -> str:
+        return self.url(path)
+
     # -- the requests ------------------------------------------------------------------------
 
     async def stage(self, container: str, blob: str, block: str, data: bytes) -> None:
