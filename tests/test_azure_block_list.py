@@ -301,9 +301,10 @@ def _old_blob(kind: str, service, abfs, container: str, blob: str) -> bytes:
 def test_a_destination_written_by_another_writer_is_replaced(
     azurite_server, abfs, azure_container, kind
 ):
-    """Azure refuses block ids of another length than the blob's; Azurite (3.35) accepts
-    them, so here the writer never has to learn the length: this pins down the outcome
-    (the new bytes, exactly the record's block list), not that path of the writer."""
+    """Azure refuses block ids of another length than the blob's. Azurite (3.35) enforces
+    that only against the blob's *staged* blocks: there (``sdk-48-staged``) the writer's
+    first Put Block is refused and it must learn the blob's length from its block list;
+    elsewhere this pins down the outcome (the new bytes, exactly the record's list)."""
     service = sdk(azurite_server)
     old = _old_blob(kind, service, abfs, azure_container, "out/same.bin")
     if old:
@@ -327,6 +328,8 @@ def test_a_destination_written_by_another_writer_is_replaced(
     assert ids == record["etags"]
     assert len({len(i) for i in ids}) == 1
     assert all(i.startswith(record["uploadId"]) for i in ids)
+    if kind == "sdk-48-staged":  # the length learned from the refused first block
+        assert {len(i) for i in ids} == {48}
 
 
 # --- 5. tampered records --------------------------------------------------------------------

@@ -2,10 +2,13 @@
 
 Each test is one row of "Operations on task paths" in the README, run on S3 (moto, the
 magic committer), a local disk, memory, Azure Blob (Azurite) and GCS (the emulator) —
-the last four with the manifest committer. Each asserts what a user would observe: the
-bytes published at job commit, the pending multipart uploads left (none, ever), and for
-refused operations an error naming the path, the reason and what to do instead — raised
-before anything was changed.
+those four with the manifest committer — and Azure Blob with the block-list committer
+(``abfs-block-list``: S3's deferred semantics, blocks staged on the final blobs instead
+of multipart uploads). Each asserts what a user would observe: the bytes published at
+job commit, what is left pending (S3: no multipart upload, ever; Azure block lists: the
+blobs holding staged blocks and no committed one, which no request can delete: those of
+files deleted or never published stay, invisible), and for refused operations an error
+naming the path, the reason and what to do instead — raised before anything was changed.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ from __future__ import annotations
 import io
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+import fsspec.asyn
 import pandas as pd
 import pytest
 from helpers import pending_uploads, visible_keys
@@ -30,7 +34,15 @@ from magicfs.errors import (
 )
 from magicfs.task_files import TASK_FILES
 
-STORES = ["s3", "file", "memory", "abfs", "gcs"]
+STORES = ["s3", "file", "memory", "abfs", "abfs-block-list", "gcs"]
+#: Stores whose task files are deferred: written on their final names, invisible, with no
+#: bytes to read until job commit (S3 multipart uploads, Azure staged blocks).
+DEFERRED = ("s3", "abfs-block-list")
+#: What a refusal of a deferred task file says its bytes are, per store.
+STORAGE_OF_TASK_FILES = {
+    "s3": "an unfinished multipart upload",
+    "abfs-block-list": "uncommitted blocks staged on abfs://",
+}
 
 
 @dataclass
@@ -43,7 +55,10 @@ class TaskStore:
     raw: fsspec.AbstractFileSystem  # the store's own filesystem
     root: str  # a plain directory of the store, outside the destination
     s3_client: Any = None
-    bucket: str | None = None
+    bucket: str | None = None  # S3: the bucket; Azure: the container
+    #: Task files the test leaves unpublished (deleted, abandoned, of an aborted attempt):
+    #: what :meth:`left_staged` expects pending once the job has ended.
+    unpublished: list[str] = field(default_factory=list)
 
     @property
     def fs(self) -> Any:
@@ -51,7 +66,13 @@ class TaskStore:
 
     @property
     def deferred(self) -> bool:
-        return self.kind == "s3"
+        return self.kind in DEFERRED
+
+    @property
+    def discards_pending(self) -> bool:
+        """Deleting or aborting a task file drops what it left pending (S3 aborts the
+        upload); Azure has no request that deletes staged blocks on their own."""
+        return self.kind != "abfs-block-list"
 
     def path(self, relative: str) -> str:
         return self.task.path(relative)
@@ -66,7 +87,7 @@ class TaskStore:
         return self.published()
 
     def published(self) -> dict[str, bytes]:
-        if self.deferred:  # boto3: s3fs would read a key "q?versionId=1" as version 1 of "q"
+        if self.kind == "s3":  # boto3: s3fs would read a key "q?versionId=1" as version 1 of "q"
             return {
                 key.removeprefix("out/"): self.s3_client.get_object(Bucket=self.bucket, Key=key)[
                     "Body"
@@ -88,8 +109,35 @@ class TaskStore:
         return visible
 
     def parked(self) -> list[dict]:
-        """Pending multipart uploads in the bucket (S3), none elsewhere."""
-        return pending_uploads(self.s3_client, self.bucket) if self.deferred else []
+        """Pending multipart uploads in the bucket (S3); Azure block lists: the blobs of
+        the container holding staged blocks and no committed one (``Key``: the blob name,
+        listed with the Azure SDK); none elsewhere."""
+        if self.kind == "s3":
+            return pending_uploads(self.s3_client, self.bucket)
+        if self.kind == "abfs-block-list":
+            return [{"Key": name} for name in staged_blobs(self.raw, self.bucket)]
+        return []
+
+    def parked_names(self) -> list[str]:
+        """The destination-relative names of :meth:`parked`."""
+        return sorted(p["Key"].removeprefix("out/") for p in self.parked())
+
+    def left_staged(self, *unpublished: str) -> list[str]:
+        """What :meth:`parked_names` must be once the files ``unpublished`` (deleted,
+        abandoned or never published) are gone: their names where the store cannot
+        discard what they left pending, nothing where it can."""
+        return [] if self.discards_pending else sorted(set(unpublished))
+
+
+def staged_blobs(fs: Any, container: str) -> list[str]:
+    """Blobs of ``container`` holding staged blocks and no committed one (adlfs ``fs``)."""
+
+    async def names(include: list[str] | None) -> set[str]:
+        client = fs.service_client.get_container_client(container)
+        return {item.name async for item in client.list_blobs(include=include)}
+
+    staged = fsspec.asyn.sync(fs.loop, names, ["uncommittedblobs"])
+    return sorted(staged - fsspec.asyn.sync(fs.loop, names, None))
 
 
 def forget_this_process(ts: TaskStore, relative: str) -> None:
@@ -116,12 +164,14 @@ def ts(request, tmp_path) -> TaskStore:
         name = f"t-{uuid.uuid4().hex}"
         committer = magicfs.committer_for(f"memory://{name}/out")
         root = f"/{name}/plain"
-    elif kind == "abfs":
-        container = request.getfixturevalue("azure_container")
+    elif kind in ("abfs", "abfs-block-list"):
+        bucket = request.getfixturevalue("azure_container")  # (the container)
         committer = magicfs.committer_for(
-            f"abfs://{container}/out", fs=request.getfixturevalue("abfs")
+            f"abfs://{bucket}/out",
+            committer="manifest" if kind == "abfs" else "block-list",
+            fs=request.getfixturevalue("abfs"),
         )
-        root = f"{container}/plain"
+        root = f"{bucket}/plain"
     else:
         gcs_bucket = request.getfixturevalue("gcs_bucket")
         committer = magicfs.committer_for(
@@ -137,7 +187,9 @@ def ts(request, tmp_path) -> TaskStore:
         committer.abort_job()
     except Exception:  # the test may have left the job committed or refused
         committer.cleanup_job()
-    assert store.parked() == [], "a test left a multipart upload behind"
+    assert store.parked_names() == store.left_staged(*store.unpublished), (
+        "a test left a multipart upload (or staged blocks) behind"
+    )
 
 
 # --- writes -------------------------------------------------------------------------------
@@ -175,7 +227,9 @@ def test_rewriting_a_path_replaces_it_and_parks_nothing(ts):
     ts.fs.pipe_file(ts.path("x.csv"), b"second")
     TASK_FILES.settle()
     if ts.deferred:
-        assert len(ts.parked()) == 1  # the first upload was aborted at once
+        # the first upload was aborted at once (Azure: the blocks of both writers are
+        # staged on the one blob x.csv; publishing the second discards the first's)
+        assert ts.parked_names() == ["x.csv"]
     # Rewritten by a process that knows nothing of the first write: the job's sweep
     # aborts the upload no record names (the fixture's teardown checks none is left).
     ts.fs.pipe_file(ts.path("z.csv"), b"z1")
@@ -253,7 +307,9 @@ def test_reading_a_task_file(ts):
         if ts.deferred:
             with pytest.raises(DeferredFileError, match=r"x.csv: cannot read a task file") as e:
                 read()
-            assert "committer='directory'" in str(e.value), name
+            assert STORAGE_OF_TASK_FILES[ts.kind] in str(e.value), name
+            if ts.kind == "s3":  # (the staging committers need S3)
+                assert "committer='directory'" in str(e.value), name
         else:
             assert read() in (b"1,2\n", b"1,"), name
     assert ts.commit() == {"x.csv": b"1,2\n"}
@@ -265,7 +321,7 @@ def test_copying_from_a_task_file(ts):
         with pytest.raises(DeferredFileError, match=r"a.csv: cannot copy a task file"):
             ts.fs.copy(ts.path("a.csv"), ts.path("b.csv"))
         assert not ts.fs.exists(ts.path("b.csv"))  # refused before anything was written
-        assert len(ts.parked()) == 1
+        assert ts.parked_names() == ["a.csv"]
         assert ts.commit() == {"a.csv": b"data of a"}
         return
     ts.fs.copy(ts.path("a.csv"), ts.path("b.csv"))
@@ -299,7 +355,9 @@ def test_write_then_rename_inside_the_task(ts):
     if ts.deferred:
         with pytest.raises(DeferredFileError, match=r"part.tmp: cannot move a task file") as e:
             ts.fs.mv(ts.path("part.tmp"), ts.path("part.csv"))
-        assert "staging committer" in str(e.value)
+        assert STORAGE_OF_TASK_FILES[ts.kind] in str(e.value)
+        if ts.kind == "s3":
+            assert "staging committer" in str(e.value)
         # nothing lost: the file is still there, under the name it was written with
         assert ts.commit() == {"part.tmp": b"payload"}
         return
@@ -340,8 +398,9 @@ def test_deleting_task_files(ts):
     ts.fs.pipe_file(ts.path("dir/sub/y.csv"), b"y")
     ts.fs.rm(ts.path("gone.csv"))
     ts.fs.rm(ts.path("dir"), recursive=True)
-    if ts.deferred:
-        assert len(ts.parked()) == 1  # every deleted file's upload was aborted at once
+    ts.unpublished = ["dir/sub/y.csv", "dir/x.csv", "gone.csv"]
+    if ts.deferred:  # every deleted file's upload was aborted at once (Azure: cannot be)
+        assert ts.parked_names() == sorted(["keep.csv", *ts.left_staged(*ts.unpublished)])
     assert not ts.fs.exists(ts.path("gone.csv"))
     assert ts.commit() == {"keep.csv": b"keep"}
 
@@ -403,9 +462,10 @@ def test_a_file_still_open_at_task_commit(ts):
     still_open.write(b"not yet")
     with pytest.raises(CommitFailedError, match=r"1 files are still open, e.g. .*open.csv"):
         ts.committer.commit_task(ts.task)
+    ts.unpublished = ["closed.csv"]  # of the aborted attempt
     with pytest.raises((OSError, ValueError), match="aborted"):
         still_open.write(b"more")  # the writer learns its attempt is gone
-    assert ts.parked() == []
+    assert ts.parked_names() == ts.left_staged(*ts.unpublished)
     ts.committer.commit_job([])
     assert ts.published() == {}
 
@@ -427,6 +487,8 @@ def test_a_file_written_after_task_commit_by_another_process(ts):
     ts.fs.pipe_file(ts.path("late.csv"), b"late")
     ts.committer.commit_job([message])
     assert ts.published() == {"early.csv": b"early"}  # never published; nothing parked
+    ts.unpublished = ["late.csv"]  # (Azure: its blocks stay staged, invisible)
+    assert ts.parked_names() == ts.left_staged(*ts.unpublished)
 
 
 def test_files_written_around_magicfs_are_refused_at_task_commit(ts):
@@ -437,6 +499,7 @@ def test_files_written_around_magicfs_are_refused_at_task_commit(ts):
         ts.committer.commit_task(ts.task)
     ts.committer.commit_job([])
     assert ts.published() == {}
+    ts.unpublished = ["good.csv"]  # of the aborted attempt
 
 
 # --- URL writers and names --------------------------------------------------------------

@@ -21,7 +21,13 @@ from ..paths import final_destination, is_deferred_write, parse_magic_path
 from ..stores.azure.blocks import BlockStore
 from ..stores.azure.writer import BlockListWriter
 from ..task_files import TASK_FILES, TaskFiles
-from .s3_view import ADVICE, S3TaskView
+from .s3_view import S3TaskView
+
+ADVICE = (
+    "Write the file under its final name in one go; where a writer must read back, copy "
+    "or rename its own output, use the manifest committer (committer='manifest': task "
+    "files are ordinary blobs in the attempt's directory, copied into place at job commit)"
+)
 
 
 class BlockTaskView(S3TaskView):

@@ -12,9 +12,11 @@ each with what goes wrong. A fix removes its line, and the scenario then runs th
 
 A :class:`Target` observes the store the way a reader would: the destination's visible
 files (no element starting with ``_`` or ``.``), every file, their bytes, what is still
-*pending* on the store (S3: the multipart uploads in the bucket; rename stores: whatever
-hidden entry is left under the destination) and what is left of a job's temporary
-tree (hidden entries under the destination, and the staging committers' local tree).
+*pending* on the store (S3: the multipart uploads in the bucket; Azure with the
+``block-list`` committer: the blobs holding staged blocks and no committed one, listed
+with the Azure SDK; rename stores: whatever hidden entry is left under the destination)
+and what is left of a job's temporary tree (hidden entries under the destination, and
+the staging committers' local tree).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+import fsspec.asyn
 import pytest
 
 import magicfs
@@ -49,8 +52,13 @@ class Committer:
     #: ``None``, attempts can mix (``file-v2``).
     speculation: str | None = "named"
     #: Task output waits as multipart uploads on their final keys (visible in a listing of
-    #: uploads) from task commit until job commit.
+    #: uploads) from task commit until job commit; on Azure (``block-list``), as blocks
+    #: staged on the final blobs (listed as blobs with staged blocks and no committed one).
     deferred_writes: bool = False
+    #: Aborting a task or job drops what its attempts left pending on the store (S3 aborts
+    #: the multipart uploads). Azure has no request that deletes staged blocks: a name
+    #: never published keeps them, invisible, until its next publish or 7 days pass.
+    discards_pending_on_abort: bool = True
     #: The ``committer`` field of the JSON ``_SUCCESS``; ``None``: a zero-byte ``_SUCCESS``
     #: (the classic committers, as Hadoop's FileOutputCommitter).
     success_committer: str | None = None
@@ -137,6 +145,14 @@ COMMITTERS = {
             ("file", "memory", "abfs", "gcs"),
             success_committer=MANIFEST_COMMITTER_CLASS,
         ),
+        Committer(
+            "block-list",
+            ("abfs",),
+            deferred_writes=True,
+            discards_pending_on_abort=False,
+            success_committer="block-list",
+            detects_duplicate_destinations=True,
+        ),
     )
 }
 
@@ -199,7 +215,7 @@ class Target:
     dest: str  # URL of the destination
     options: dict[str, Any] = field(default_factory=dict)  # committer options of this store
     s3_client: Any = None
-    bucket: str | None = None
+    bucket: str | None = None  # S3: the bucket; Azure: the container
     local_dirs: list[str] = field(default_factory=list)  # staging: buffer directory
 
     @property
@@ -265,20 +281,46 @@ class Target:
 
     def success_name(self, relative: str) -> str:
         """How ``_SUCCESS``'s ``filenames`` names a committed file."""
-        if self.pair.store == "s3":  # S3A: the key as an absolute path, no bucket
-            return "/" + f"{self.root}/{relative}".partition("/")[2]
-        return self.fs.unstrip_protocol(f"{self.root}/{relative}")  # manifest: URIs
+        if self.kind.success_committer == MANIFEST_COMMITTER_CLASS:  # manifest: URIs
+            return self.fs.unstrip_protocol(f"{self.root}/{relative}")
+        # S3A (and block-list, its format): the key as an absolute path, no bucket
+        return "/" + f"{self.root}/{relative}".partition("/")[2]
 
     # -- what is left ----------------------------------------------------------------------
 
+    @property
+    def lists_pending(self) -> bool:
+        """What is pending is listed apart from the destination's entries (S3 uploads,
+        Azure staged blocks); elsewhere it is the hidden entries left in the destination."""
+        return self.pair.store == "s3" or self.kind.deferred_writes
+
     def pending(self) -> list[str]:
         """S3: the keys of the bucket's multipart uploads (relative to the destination);
-        rename stores: the hidden entries left under the destination (but ``_SUCCESS``)."""
+        Azure block lists: the blobs under the destination holding staged blocks and no
+        committed one; rename stores: the hidden entries left under the destination (but
+        ``_SUCCESS``)."""
         if self.pair.store == "s3":
             uploads = self.s3_client.list_multipart_uploads(Bucket=self.bucket)
             prefix = self.root.partition("/")[2] + "/"
             return sorted(u["Key"].removeprefix(prefix) for u in uploads.get("Uploads", []))
+        if self.lists_pending:
+            return self.staged()
         return self.hidden()
+
+    def staged(self) -> list[str]:
+        """Azure: the blobs under the destination (relative) that hold staged blocks and
+        are not published — invisible to readers and to adlfs's listings alike."""
+        container, _, blob = self.root.partition("/")
+        prefix = blob + "/"
+
+        async def names(include: list[str] | None) -> set[str]:
+            client = self.fs.service_client.get_container_client(container)
+            listing = client.list_blobs(name_starts_with=prefix, include=include)
+            return {item.name async for item in listing}
+
+        with_staged = fsspec.asyn.sync(self.fs.loop, names, ["uncommittedblobs"])
+        committed = fsspec.asyn.sync(self.fs.loop, names, None)
+        return sorted(name.removeprefix(prefix) for name in with_staged - committed)
 
     def hidden(self) -> list[str]:
         """Hidden entries under the destination (the job's tree), but ``_SUCCESS``."""
@@ -298,7 +340,7 @@ class Target:
     def leftovers(self) -> tuple[list[str], list[str]]:
         """(:meth:`pending`, :meth:`temporary`), listing the destination once."""
         pending = self.pending()
-        hidden = None if self.pair.store == "s3" else pending
+        hidden = None if self.lists_pending else pending
         return pending, self.temporary(hidden)
 
     def record_fs(self, committer: OutputCommitter) -> fsspec.AbstractFileSystem:
@@ -340,7 +382,9 @@ def make_target(request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Ta
     if store == "abfs":
         container = request.getfixturevalue("azure_container")
         fs = request.getfixturevalue("abfs")
-        return Target(pair, fs, f"abfs://{container}/out", {"fs": fs})
+        # manifest: renames out of a hidden tree; block-list: blocks staged on the final
+        # blobs (Target.staged). Both name their committer: the default is block-list's.
+        return Target(pair, fs, f"abfs://{container}/out", {"fs": fs}, bucket=container)
     if store == "gcs":
         bucket = request.getfixturevalue("gcs_bucket")
         fs = request.getfixturevalue("gcs")

@@ -92,6 +92,7 @@ class BlockListWriter(io.BufferedIOBase):
         self._written = 0
         self._failure: BaseException | None = None
         self._state = "open"
+        self._superseded: str | None = None
 
         finished = registry.finished(self._job_id, self._attempt_id)
         if finished:
@@ -159,10 +160,10 @@ class BlockListWriter(io.BufferedIOBase):
             return
         with self._lock:
             if self._state != "open":
-                if self._state == "superseded":
+                if self._superseded:
                     raise OSError(
-                        f"{self._display()}: the file was opened again or deleted before this "
-                        "writer closed; its data has been discarded"
+                        f"{self._display()}: {self._superseded} before this writer closed; "
+                        "its data has been discarded"
                     )
                 return
             try:
@@ -199,6 +200,7 @@ class BlockListWriter(io.BufferedIOBase):
             if self._state == "open":
                 self._discard(keep_marker=True)
                 self._state = "superseded"
+                self._superseded = reason
 
     def commit(self) -> None:
         """For fsspec's transaction protocol: the commit of a magic file is its ``close()``."""
@@ -221,7 +223,8 @@ class BlockListWriter(io.BufferedIOBase):
 
     def _check_usable(self) -> None:
         if self._state != "open":
-            raise ValueError(f"I/O operation on {self._state} file {self._display()}")
+            reason = f" ({self._superseded})" if self._superseded else ""
+            raise ValueError(f"I/O operation on {self._state} file {self._display()}{reason}")
         if self._failure is not None:
             failure = self._failure
             self._discard()
