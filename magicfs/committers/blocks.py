@@ -14,10 +14,15 @@ ordered block ids and ``extraData["magicfs.store"]`` is ``azure-block-list``).
 * ``commit_task``: list the attempt's directory, load its ``.pending`` files (or take
   this process's), check each, save one ``.pendingset`` as ``tasks/<attempt>.pendingset``
   (the message names it) and ``<task id>.pendingset``; then check the job is still
-  active. A file opened and never closed, or written around magicfs, refuses the commit.
-* ``commit_job`` (the base class's stages): end the job, load and validate every named
-  pendingset before anything is published, journal, apply the conflict mode, publish
-  every blob ``threads`` at a time, write ``_SUCCESS``, delete the job's tree.
+  active, and delete the attempt's markers and ``.pending`` files (as Hadoop's magic
+  committer deletes the attempt directory; a second commit of the attempt returns its
+  saved record). A file opened and never closed, or written around magicfs, refuses the
+  commit.
+* ``commit_job``: the base class's stages, and the pendingset job commit the S3
+  committers run (:mod:`.pendingsets`: streamed through a local spool, validated before
+  anything is published, published ``threads`` at a time, rolled back on failure) over
+  Azure's deferred-write backend (:mod:`magicfs.stores.azure.deferred`); then
+  ``_SUCCESS`` and the job's tree deleted, journal last.
 
 **Abort.** Azure has no request that deletes staged blocks on their own (no "abort
 upload"). An aborted or superseded attempt's blocks stay invisible — reads answer
@@ -29,39 +34,38 @@ blocks. ``magicfs uploads list`` shows those (README "Azure: block lists").
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..layouts.magic import MagicJobLayout
 from ..names import PENDING_SUFFIX, PENDINGSET_SUFFIX
-from ..paths import final_destination, is_deferred_write
+from ..paths import is_deferred_write
 from ..protocol.attempts import Messages
-from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.journal import JournalKeeper
 from ..records import (
-    MAX_FILENAMES,
     TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
     PendingSet,
     SinglePendingCommit,
-    SuccessData,
 )
 from ..stores.azure.blocks import BlockStore
+from ..stores.azure.deferred import BlockListDeferred
 from ..stores.capabilities import has_block_lists
 from ..stores.rename import RenameStore
+from ..stores.validation import check_commit
 from ..task_files import TaskFile
+from .pendingsets import PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.block_list")
 
 T = TypeVar("T")
 
 
-class BlockListCommitter(OutputCommitter):
+class BlockListCommitter(PendingsetCommitter):
     """Zero-copy commit on Azure Blob (adlfs ``abfs://``/``az://``) through block lists.
 
     Options beyond :class:`OutputCommitter`'s: ``block_size`` (8 MiB) and
@@ -86,8 +90,9 @@ class BlockListCommitter(OutputCommitter):
             )
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
         self.blocks = BlockStore(self.store_fs)
+        self.deferred = BlockListDeferred(self.blocks)
         self.records = RenameStore(self.store_fs, self.threads)
-        self.container, self.dest_blob = self.blocks.split(self.dest)
+        self.bucket, self.dest_key = self.blocks.split(self.dest)
         self.block_size = block_size
         self.blocks_in_flight = blocks_in_flight
         self._fs = MagicFileSystem(
@@ -117,9 +122,6 @@ class BlockListCommitter(OutputCommitter):
     def work_path_for(self, attempt_id: str) -> str:
         return self.layout.work_path(attempt_id)
 
-    def _display(self, path: str) -> str:
-        return self.blocks.url(path)
-
     # -- job --------------------------------------------------------------------------------
 
     def _setup_job(self, resume: bool) -> None:
@@ -141,15 +143,19 @@ class BlockListCommitter(OutputCommitter):
 
     def _setup_task(self, task: TaskAttempt) -> None:
         self.require_active_job(task)
-        self.blocks.write(
-            self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
-        )
+        self.blocks.write(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
 
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
+        attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         try:
             if self.records.info(self.layout.started_marker(task.attempt_id)) is None:
                 raise self.not_started_error(task)
+            saved = self._saved_pendingset(attempt_record)
+            if saved is not None:  # committed before: its files' records are gone
+                return self.task_committed(
+                    task, attempt_record, len(saved.commits), saved.total_bytes, start, "kept"
+                )
             commits, stats = self._gather_task_commits(task, files)
         except BaseException:
             self.abort_task(task)
@@ -160,7 +166,6 @@ class BlockListCommitter(OutputCommitter):
             iostatistics=stats,
             extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id},
         )
-        attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         try:
             data = pendingset.to_bytes()
             for path in (attempt_record, self.layout.pendingset(task.task_id)):
@@ -173,6 +178,7 @@ class BlockListCommitter(OutputCommitter):
         except BaseException:
             self.abort_task(task)
             raise
+        self._drop_file_records(task)
         return self.task_committed(
             task, attempt_record, len(commits), pendingset.total_bytes, start, "committed"
         )
@@ -207,7 +213,8 @@ class BlockListCommitter(OutputCommitter):
         seen: dict[str, str] = {}
         for commit in commits:
             source = commit.filename or "?"
-            self._check_commit(commit, source)
+            self.deferred.check(commit, source)
+            check_commit(commit, self.bucket, self.dest_key, source)
             if commit.destination in seen:
                 raise InvalidCommitData(
                     source,
@@ -223,37 +230,33 @@ class BlockListCommitter(OutputCommitter):
         stats.counters["committer_task_file_count"] = len(commits)
         return commits, stats
 
+    def _saved_pendingset(self, path: str) -> PendingSet | None:
+        data = self.records.read(path, PendingSet.MAX_BYTES)
+        return None if data is None else PendingSet.from_json(data, source=self._display(path))
+
+    def _drop_file_records(self, task: TaskAttempt) -> None:
+        """Delete the committed attempt's markers and ``.pending`` files, as Hadoop's
+        magic committer deletes the attempt directory at task commit.
+
+        The pendingset now holds every commit; nothing needs the per-file records (on
+        Azure no upload is left to sweep by them), and deleting them here, in parallel
+        task commits, keeps the job commit at one request per file. A second commit of
+        the attempt returns its saved pendingset. Failures are left for the job's clean-up.
+        """
+        attempt_dir = self.layout.task_attempt_dir(task.attempt_id)
+        try:
+            found = self.records.scan(attempt_dir)
+            files = [p for p, info in found.items() if info.get("type") != "directory"]
+            self.blocks.run(self.blocks.delete_many(files))
+        except Exception as error:
+            log.warning(
+                "task %s: its file records stay until job clean-up: %s", task.attempt_id, error
+            )
+
     def _load_pending(self, path: str) -> SinglePendingCommit:
         with self.stats.track("committer_load_single_pending_file"):
             data = self.records.read_bytes(path, SinglePendingCommit.MAX_BYTES)
         return SinglePendingCommit.from_json(data, source=self._display(path))
-
-    def _check_commit(self, commit: SinglePendingCommit, source: str) -> None:
-        """A record must be a block list of this store, land inside the destination where
-        its own magic path says, and name only blocks of its own writer."""
-        if not commit.is_block_list:
-            raise InvalidCommitData(
-                source,
-                "extraData",
-                "not an Azure block-list record (magicfs.store is not azure-block-list)",
-            )
-        commit.check_destination(self.container, self.dest_blob, source)
-        own = "/".join(self.blocks.split(commit.filename or "")).removesuffix(PENDING_SUFFIX)
-        if own and is_deferred_write(own) and final_destination(own) != commit.destination:
-            raise InvalidCommitData(
-                source,
-                "destinationKey",
-                f"{commit.destination} is not where a file written at {own} belongs "
-                f"({final_destination(own)})",
-            )
-        lengths = {len(block) for block in commit.etags}
-        if len(lengths) > 1 or any(not b.startswith(commit.upload_id) for b in commit.etags):
-            raise InvalidCommitData(
-                source,
-                "etags",
-                f"block ids must all start with the writer's uploadId {commit.upload_id!r} and "
-                "have one length (Azure refuses a list of mixed lengths)",
-            )
 
     def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         """Delete the attempt's directory and records: its blocks are never published."""
@@ -292,117 +295,23 @@ class BlockListCommitter(OutputCommitter):
             )
         return records
 
-    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
-        def load(path: str) -> tuple[str, PendingSet]:
-            source = self._display(path)
-            try:
-                data = self.records.read_bytes(path, PendingSet.MAX_BYTES)
-            except FileNotFoundError:
-                raise FileNotFoundError(
-                    f"job {self.job_id}: task record {source} is missing (already committed "
-                    "or aborted?)"
-                ) from None
-            return source, PendingSet.from_json(data, source=source)
-
-        with self.stats.track("committer_load_pendingsets"):
-            loaded = self._parallel(load, records)
-        commits = [(source, i, c) for source, ps in loaded for i, c in enumerate(ps.commits)]
-        statistics = IOStatisticsSnapshot()
-        for _, pendingset in loaded:
-            statistics.aggregate(pendingset.iostatistics)
-        return Loaded(
-            list(records),
-            len(loaded),
-            len(commits),
-            sum(c.length for _, _, c in commits),
-            payload=(loaded, commits),
-            iostatistics=statistics,
-        )
-
-    def _validate(self, loaded: Loaded) -> None:
-        pendingsets, commits = loaded.payload
-        for source, pendingset in pendingsets:
-            if pendingset.job_id and pendingset.job_id != self.job_id:
-                raise InvalidCommitData(
-                    source,
-                    "jobId",
-                    f"Mismatch in Job ID: the record is for job {pendingset.job_id}, this is "
-                    f"job {self.job_id}",
-                )
-        seen: dict[str, str] = {}
-        for source, index, commit in commits:
-            try:
-                self._check_commit(commit, source)
-            except InvalidCommitData as e:
-                raise InvalidCommitData(source, f"commits[{index}].{e.field}", e.problem) from None
-            if commit.destination in seen:
-                raise InvalidCommitData(
-                    source,
-                    f"commits[{index}].destinationKey",
-                    f"{commit.destination} is also written by {seen[commit.destination]}: two "
-                    "tasks write the same file",
-                )
-            seen[commit.destination] = source
+    def _read_record(self, path: str) -> bytes:
+        return self.records.read_bytes(path, PendingSet.MAX_BYTES)
 
     def _delete_files(self, paths: list[str]) -> None:
-        self._parallel(self.records.delete_file, paths)
-
-    def _publish(self, loaded: Loaded) -> Published:
-        _, commits = loaded.payload
-
-        def publish(commit: SinglePendingCommit) -> None:
-            with self.stats.track("committer_commit_block_list"):
-                try:
-                    self.blocks.run(
-                        self.blocks.publish(commit.bucket, commit.destination_key, commit.etags)
-                    )
-                except Exception as error:
-                    if getattr(error, "error_code", None) != "InvalidBlockList":
-                        raise
-                    if not self._already_published(commit):
-                        raise CommitFailedError(
-                            f"job {self.job_id}: publishing {self._display(commit.destination)} "
-                            "failed: InvalidBlockList: its blocks are gone (published over by "
-                            "another writer of that name, or expired after 7 days)"
-                        ) from error
-
-        self._parallel(publish, [c for _, _, c in commits])
-        self.stats.increment("committer_files_committed", loaded.files)
-        names = sorted("/" + c.destination.partition("/")[2] for _, _, c in commits)
-        return Published(loaded.files, loaded.bytes, names[:MAX_FILENAMES])
-
-    def _already_published(self, commit: SinglePendingCommit) -> bool:
-        """A retried publish whose list the blob already holds (the first reply was lost)."""
-        ids = self.blocks.run(self.blocks.committed_ids(commit.bucket, commit.destination_key))
-        return ids == commit.etags
-
-    def _unpublish(self, loaded: Loaded) -> int:
-        _, commits = loaded.payload
-
-        def unpublish(commit: SinglePendingCommit) -> bool:
-            if not self._already_published(commit):
-                return False
-            return self.blocks.run(self.blocks.delete(commit.bucket, commit.destination_key))
-
-        return sum(self._parallel(unpublish, [c for _, _, c in commits]))
+        self.blocks.run(self.blocks.delete_many(paths))
 
     def _save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
-        self.stats.increment("committer_tasks_completed", loaded.tasks)
-        statistics = self.stats.snapshot()
-        statistics.aggregate(loaded.iostatistics)
-        success = SuccessData(
-            committer=self.name,
-            description=f"magicfs {type(self).__name__} for job {self.job_id}",
-            job_id=self.job_id,
-            job_id_source=self.job_id_source,
-            metrics=self.metrics(published.files, published.bytes, loaded.tasks, start, rows),
-            diagnostics=self.diagnostics(**{"magicfs.store": "azure-block-list"}),
-            iostatistics=statistics,
+        success = self._success_data(
+            loaded,
+            published,
+            start,
+            rows,
+            f"magicfs {type(self).__name__} for job {self.job_id}",
+            **{"magicfs.store": "azure-block-list"},
         )
-        for name in published.filenames:
-            success.add_filename(name)
         if self.success_file:
             self.blocks.write(self.success_path, success.to_bytes())
         return success.filenames
@@ -414,13 +323,7 @@ class BlockListCommitter(OutputCommitter):
             journal = keeper.all_paths(keeper.read())
             found = self.records.scan(self.layout.magic_dir)
             files = [p for p, i in found.items() if i.get("type") != "directory"]
-            self._parallel(self.records.delete_file, [p for p in files if p not in journal])
+            self.blocks.run(self.blocks.delete_many([p for p in files if p not in journal]))
             for path in journal:  # the journal last: until it goes, a crash can resume
                 self.records.delete_file(path)
             self.records.delete_tree(self.layout.magic_dir)
-
-    # -- helpers --------------------------------------------------------------------------
-
-    def _parallel(self, call: Callable[[Any], T], items: Iterable[Any]) -> list[T]:
-        with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-blocks") as pool:
-            return list(pool.map(call, items))

@@ -49,7 +49,6 @@ from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessa
 from ..protocol.journal import JournalKeeper
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
 from ..stores.capabilities import is_s3
-from ..stores.s3.spool import KeySet, OrderedPaths
 from ..stores.s3.store import DELETE_BATCH, PendingUpload
 from ..stores.s3.sweep import (
     abort_uploads,
@@ -60,14 +59,15 @@ from ..stores.s3.sweep import (
     uploads_of,
 )
 from ..stores.s3.tracking import is_magicfs_marker
-from ..stores.s3.validation import check_commit
+from ..stores.spool import KeySet, OrderedPaths
+from ..stores.validation import check_commit
 from ..task_files import TaskFile
-from .pendingsets import PendingsetCommitter
+from .pendingsets import S3PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.magic")
 
 
-class MagicCommitter(PendingsetCommitter):
+class MagicCommitter(S3PendingsetCommitter):
     """Hadoop's S3A magic committer for fsspec: zero-rename commit on S3.
 
     Options beyond :class:`OutputCommitter`'s: ``in_memory`` (writers keep commit data

@@ -1,17 +1,20 @@
-"""Job commit from ``.pendingset`` records, streamed: the magic and staging committers.
+"""Job commit from ``.pendingset`` records, streamed: the magic, staging and block-list committers.
 
-Both committers end a task with one pendingset (the task's pending uploads) and a job
-with completing every upload those name. This is that job commit, the hooks of the
-base class's stages (:mod:`.base`), written once and run in flat memory:
+These committers end a task with one pendingset (the task's pending files) and a job
+with publishing every file those name, through the store's deferred-write backend
+(:mod:`magicfs.stores.deferred`: S3 multipart uploads, Azure block lists). This is that
+job commit, the hooks of the base class's stages (:mod:`magicfs.protocol.committer`),
+written once and run in flat memory:
 
 * **load**: the task records are read ``threads`` at a time and in order; each one's
-  commits go to a :class:`~magicfs.stores.s3.spool.CommitSpool` on local disk and the record
+  commits go to a :class:`~magicfs.stores.spool.CommitSpool` on local disk and the record
   is dropped. Memory holds a few records per thread, however many files the job has.
 * **validate**: one pass over the spool: every record is this job's, every commit
-  lands inside the destination where its own magic path says (:mod:`magicfs.stores.s3.validation`),
-  no destination is written twice (one indexed query). Nothing has been completed yet.
-* **publish**: the spool streams into the completions, ``threads`` at once, with the
-  progress and rate control of :mod:`magicfs.stores.s3.commit_ops`.
+  lands inside the destination where its own magic path says (:mod:`magicfs.stores.validation`),
+  no destination is written twice (one indexed query), the store can publish each
+  (the backend's ``check``). Nothing has been published yet.
+* **publish**: the spool streams into the backend's publishes, ``threads`` at once,
+  with the progress of :mod:`magicfs.stores.commit_ops` (and, on S3, its rate control).
 * **roll back** streams the same spool; ``_SUCCESS`` lists the first
   :data:`~magicfs.records.MAX_FILENAMES` destinations in order, as Hadoop does.
 
@@ -32,48 +35,25 @@ from ..errors import InvalidCommitData
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published
 from ..records import MAX_FILENAMES, PendingSet, SuccessData
-from ..stores.s3.commit_ops import CommitOperations
+from ..stores.commit_ops import CommitOperations
+from ..stores.deferred import DeferredBackend
+from ..stores.s3.deferred import S3Deferred
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
-from ..stores.s3.spool import CommitSpool
 from ..stores.s3.store import S3Store
-from ..stores.s3.validation import check_commit
+from ..stores.spool import CommitSpool
+from ..stores.validation import check_commit
 
 
 class PendingsetCommitter(OutputCommitter):
-    """A committer whose task records are pendingsets of S3 multipart uploads.
+    """A committer whose task records are pendingsets of deferred writes.
 
-    Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
-    retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in requests
-    per second, on this job's calls: :mod:`magicfs.stores.s3.rate`). Throttling is handled
-    without either: every call starts through the store's adaptive rate control
-    (:mod:`magicfs.stores.s3.rate`), and the S3 client retries in botocore's ``standard`` mode
-    (unless ``storage_options`` configure ``retries`` themselves: botocore's own
-    ``adaptive`` mode would cut the rate a second time, by more).
+    A subclass sets, in its constructor, :attr:`deferred` (the store's backend),
+    :attr:`bucket` and :attr:`dest_key` (the destination's bucket or container, and key).
     """
 
-    def __init__(
-        self,
-        dest: str,
-        *,
-        retry_policy: RetryPolicy = DEFAULT_POLICY,
-        max_request_rate: float | None = None,
-        **options: Any,
-    ):
-        super().__init__(dest, **options)
-        self.retry_policy = retry_policy
-        self.max_request_rate = max_request_rate
-        self.store = S3Store(self.store_fs, retry_policy, max_request_rate)
-        self.bucket, self.dest_key = self.store.split(self.dest)
-
-    def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
-        options = dict(self.store_options)
-        config = dict(options.get("config_kwargs") or {})
-        # Job commit runs `threads` requests at once: give the client enough connections.
-        config.setdefault("max_pool_connections", max(10, self.threads * 2))
-        # Retries with jittered backoff; the rate itself is magicfs.stores.s3.rate's to control.
-        config.setdefault("retries", {"mode": "standard", "total_max_attempts": 5})
-        options["config_kwargs"] = config
-        return fsspec.filesystem("s3", **options)
+    deferred: DeferredBackend
+    bucket: str
+    dest_key: str
 
     # -- what the committer supplies ------------------------------------------------------
 
@@ -90,10 +70,10 @@ class PendingsetCommitter(OutputCommitter):
 
     def _display(self, path: str) -> str:
         """``path`` as messages name it (with its protocol)."""
-        return path if "://" in path else f"s3://{path}"
+        return path if "://" in path else self.deferred.url(path)
 
     def _operations(self) -> CommitOperations:
-        return CommitOperations(self.store, self.job_id, self.stats, self.threads, self.progress)
+        return CommitOperations(self.deferred, self.job_id, self.stats, self.threads, self.progress)
 
     # -- the stages' hooks ----------------------------------------------------------------
 
@@ -142,6 +122,7 @@ class PendingsetCommitter(OutputCommitter):
                 )
         for source, index, commit in spool.rows():
             try:
+                self.deferred.check(commit, source)
                 check_commit(commit, self.bucket, self.dest_key, source)
             except InvalidCommitData as e:
                 raise InvalidCommitData(source, f"commits[{index}].{e.field}", e.problem) from None
@@ -151,7 +132,8 @@ class PendingsetCommitter(OutputCommitter):
             raise InvalidCommitData(
                 source,
                 f"commits[{index}].destinationKey",
-                f"s3://{destination} is also written by {owner}: two tasks write the same file",
+                f"{self.deferred.url(destination)} is also written by {owner}: two tasks "
+                "write the same file",
             )
         spool.validated = True
 
@@ -201,3 +183,41 @@ class PendingsetCommitter(OutputCommitter):
             return frozenset()
         spool: CommitSpool = published.payload
         return spool
+
+
+class S3PendingsetCommitter(PendingsetCommitter):
+    """A pendingset committer on S3 (magic, staging): multipart uploads.
+
+    Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
+    retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in
+    requests per second, on this job's calls: :mod:`magicfs.stores.s3.rate`). Throttling
+    is handled without either: every call starts through the store's adaptive rate
+    control (:mod:`magicfs.stores.s3.rate`), and the S3 client retries in botocore's
+    ``standard`` mode (unless ``storage_options`` configure ``retries`` themselves:
+    botocore's own ``adaptive`` mode would cut the rate a second time, by more).
+    """
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+        max_request_rate: float | None = None,
+        **options: Any,
+    ):
+        super().__init__(dest, **options)
+        self.retry_policy = retry_policy
+        self.max_request_rate = max_request_rate
+        self.store = S3Store(self.store_fs, retry_policy, max_request_rate)
+        self.deferred = S3Deferred(self.store, self.job_id)
+        self.bucket, self.dest_key = self.store.split(self.dest)
+
+    def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
+        options = dict(self.store_options)
+        config = dict(options.get("config_kwargs") or {})
+        # Job commit runs `threads` requests at once: give the client enough connections.
+        config.setdefault("max_pool_connections", max(10, self.threads * 2))
+        # Retries with jittered backoff; the rate itself is magicfs.stores.s3.rate's to control.
+        config.setdefault("retries", {"mode": "standard", "total_max_attempts": 5})
+        options["config_kwargs"] = config
+        return fsspec.filesystem("s3", **options)

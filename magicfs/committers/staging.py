@@ -20,7 +20,7 @@ completing it* and hands the pending uploads to the job as a ``.pendingset`` com
 through FileOutputCommitter v1 on a consistent store with rename (``staging_dir``: a
 local directory by default — on a multi-machine cluster, a shared filesystem every
 executor and the driver see). Job commit completes the uploads exactly as the magic
-committer does (:mod:`magicfs.stores.s3.commit_ops`).
+committer does (:mod:`magicfs.stores.commit_ops`).
 
 Conflict modes, as Hadoop applies them:
 
@@ -71,13 +71,13 @@ from ..records import (
 )
 from ..stores.capabilities import is_s3
 from ..stores.local import TaskLocalFileSystem
-from ..stores.s3.spool import KeySet
 from ..stores.s3.sweep import sweep_job
 from ..stores.s3.tracking import upload_metadata
 from ..stores.s3.upload import upload_pending
+from ..stores.spool import KeySet
 from ..task_files import TaskFile
 from .classic import FileOutputCommitter
-from .pendingsets import PendingsetCommitter
+from .pendingsets import S3PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.staging")
 
@@ -108,7 +108,7 @@ def partitions_of(relative_paths: list[str]) -> set[str]:
     return {p.rpartition("/")[0] or TABLE_ROOT for p in relative_paths}
 
 
-class StagingCommitter(PendingsetCommitter):
+class StagingCommitter(S3PendingsetCommitter):
     """``committer="directory"`` (``partitioned=False``) or ``"partitioned"``."""
 
     name = "directory"

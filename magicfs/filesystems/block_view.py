@@ -91,12 +91,7 @@ class BlockTaskView(S3TaskView):
             if entry is not None and entry.writer is not None:
                 entry.writer.supersede("the file was deleted")
         doomed = sorted({*paths, *(p + PENDING_SUFFIX for p in deferred)})
-        for path in doomed:
-            container, blob = self.blocks.split(path)
-            if blob:
-                self.blocks.run(self.blocks.delete(container, blob))
-        for path in doomed:
-            self.fs.invalidate_cache(path)
+        self.blocks.run(self.blocks.delete_many([p for p in doomed if self.blocks.split(p)[1]]))
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         if not is_deferred_write(path):

@@ -22,7 +22,7 @@ widths and the totals come from running counters; ``--json`` writes one JSON doc
 its ``uploads`` array one element at a time. What it holds at once: one listing
 page, at most :data:`WINDOW` uploads per stage (with the parts of the uploads being
 measured), the counters and the first failure; with ``--job``, the keys the job's magic
-tree names are kept on disk (:class:`~magicfs.stores.s3.spool.KeySet`, filled one page of the
+tree names are kept on disk (:class:`~magicfs.stores.spool.KeySet`, filled one page of the
 tree's listing at a time), not in memory. Nothing is kept per upload once it is printed.
 
 As the output is written while the work goes on, a store failure midway leaves what
@@ -50,9 +50,9 @@ from tqdm import tqdm
 from ...layouts.magic import MagicJobLayout, check_job_id
 from ...progress import batches, progress_bar
 from ...stores.capabilities import has_block_lists, is_s3
-from ...stores.s3.spool import KeySet
 from ...stores.s3.store import S3Store
 from ...stores.s3.sweep import tree_keys
+from ...stores.spool import KeySet
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -349,7 +349,7 @@ def recorded_by_job(store: S3Store, selection: Selection) -> Iterator[KeySet | N
     A job's writers record the key of every upload before creating it (the intent
     marker), so these keys cover also the uploads of writers that were killed, and the
     duplicates of lost ``CreateMultipartUpload`` replies. The tree is listed page by page
-    into a :class:`~magicfs.stores.s3.spool.KeySet`, deleted when the block ends.
+    into a :class:`~magicfs.stores.spool.KeySet`, deleted when the block ends.
     """
     if not selection.job:
         yield None

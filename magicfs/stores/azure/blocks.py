@@ -139,6 +139,20 @@ class BlockStore:
                 return False
         return True
 
+    async def delete_many(self, paths: list[str], concurrency: int = 64) -> int:
+        """Delete ``container/blob`` paths, ``concurrency`` at once (Azure has no
+        multi-object delete that Azurite serves); how many existed."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def delete(path: str) -> bool:
+            async with gate:
+                return await self.delete(*self.split(path))
+
+        done = await asyncio.gather(*(delete(path) for path in paths))
+        for path in paths:
+            self.fs.invalidate_cache(path)
+        return sum(done)
+
     async def id_length(self, container: str, blob: str) -> int | None:
         """The length of the block ids ``blob`` holds (staged or committed), if any."""
         async with self.fs.service_client.get_blob_client(container, blob) as client:

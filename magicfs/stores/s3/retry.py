@@ -22,7 +22,7 @@ success by the writer's nonce); ``UploadPart`` replaces the part with the same b
 a second ``CreateMultipartUpload`` makes an extra upload on a key the job's intent
 marker already names, which the job's sweep aborts; a repeated
 ``CompleteMultipartUpload`` answers ``NoSuchUpload`` and is recognised as done by the
-object's job id (:mod:`magicfs.stores.s3.commit_ops`); aborts, deletes, reads and listings
+object's job id (:mod:`magicfs.stores.commit_ops`); aborts, deletes, reads and listings
 have no side effects beyond the first.
 
 **A budget for the whole job.** ``attempts`` bounds one call; ``budget`` (seconds, off by

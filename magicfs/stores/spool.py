@@ -33,8 +33,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ...records import PendingSet, SinglePendingCommit
-from ...statistics import IOStatisticsSnapshot
+from ..records import PendingSet, SinglePendingCommit
+from ..statistics import IOStatisticsSnapshot
 
 #: SQLite page cache per spool, in KiB: the memory a spool may use however large the job.
 CACHE_KIB = 8192

@@ -1,4 +1,4 @@
-"""Checks every S3 committer makes before completing anything.
+"""Checks every deferred-write committer makes before publishing anything (S3, Azure).
 
 A job's pending commits come from files anyone with write access to the job's tree
 could have edited (seed 000, "Malicious Serialized Data"). Before the first upload is
@@ -11,16 +11,17 @@ the record and the field.
 
 from __future__ import annotations
 
-from ...errors import InvalidCommitData
-from ...names import PENDING_SUFFIX
-from ...paths import final_destination, is_deferred_write
-from ...records import SinglePendingCommit
+from ..errors import InvalidCommitData
+from ..names import PENDING_SUFFIX
+from ..paths import final_destination, is_deferred_write
+from ..records import SinglePendingCommit
 
 
 def check_commit(commit: SinglePendingCommit, bucket: str, dest_key: str, source: str) -> None:
     """A commit must land inside the destination, where its own magic path says."""
     commit.check_destination(bucket, dest_key, source)
-    record = (commit.filename or "").removeprefix("s3://")
+    scheme, _, record = (commit.filename or "").rpartition("://")
+    scheme = scheme or "s3"
     magic_file = record.removesuffix(PENDING_SUFFIX)
     if record.endswith(PENDING_SUFFIX) and is_deferred_write(magic_file):
         expected = final_destination(magic_file)
@@ -28,6 +29,6 @@ def check_commit(commit: SinglePendingCommit, bucket: str, dest_key: str, source
             raise InvalidCommitData(
                 source,
                 "destinationKey",
-                f"s3://{commit.destination} is not where a file written at "
-                f"s3://{magic_file} belongs (s3://{expected})",
+                f"{scheme}://{commit.destination} is not where a file written at "
+                f"{scheme}://{magic_file} belongs ({scheme}://{expected})",
             )

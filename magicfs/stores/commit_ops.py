@@ -1,17 +1,18 @@
-"""Making pending uploads visible, or throwing them away: the S3 half of every S3 committer.
+"""Making pending files visible, or throwing them away: job commit's publish, written once.
 
-* **complete** every pending commit in parallel (``threads`` at once). If one fails, no
-  new completion starts and the failure is raised, naming the file; what to do about
-  the completed ones is the committer's decision (roll back, or keep for a retry: see
-  :mod:`magicfs.protocol.committer`).
-* A completion answered with ``NoSuchUpload`` counts as done when the destination
-  object exists with this job's id in its metadata and the recorded length: that is a
-  retried job commit finding its own earlier work (real S3 forgets completed upload
-  ids; moto answers a repeated completion with success).
-* **unpublish** (roll back) deletes the objects that this job's completions created:
-  those whose upload is gone and whose object carries this job's id and the recorded
-  length. It needs nothing but the commits, so it works the same after an in-process
-  failure and after a driver died mid-commit.
+Over any store with deferred writes (:class:`~.deferred.DeferredBackend`: S3's
+multipart uploads, Azure's block lists):
+
+* **complete** every pending commit in parallel (``threads`` at once, as coroutines on
+  the store's IO loop). If one fails, no new one starts and the failure is raised,
+  naming the file; what to do about the published ones is the committer's decision
+  (roll back, or keep for a retry: see :mod:`magicfs.protocol.committer`). A commit an
+  earlier attempt of this job commit already published counts as done (the backend's
+  ``apublish`` recognises it).
+* **unpublish** (roll back) deletes the files this job's commits published (the
+  backend's ``apublished``). It needs nothing but the commits, so it works the same
+  after an in-process failure and after a driver died mid-commit.
+* **abort** discards what the commits left pending, where the store can.
 """
 
 from __future__ import annotations
@@ -22,21 +23,18 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from fsspec.asyn import sync
-
-from ...errors import CommitFailedError
-from ...progress import batches, progress_bar
-from ...records import SinglePendingCommit
-from ...statistics import IOStatisticsStore
-from .store import DELETE_BATCH, S3Store, error_code
-from .sweep import abort_uploads, uploads_of
-from .tracking import META_JOB_ID
+from ..errors import CommitFailedError
+from ..progress import batches, progress_bar
+from ..records import SinglePendingCommit
+from ..statistics import IOStatisticsStore
+from .deferred import DeferredBackend
 
 log = logging.getLogger("magicfs.s3.commit")
 
-IF_NONE_MATCH_KEY = "magicfs.if-none-match"
+#: Commits checked, then deleted, per round of a roll-back (an S3 DeleteObjects' worth).
+ROLLBACK_BATCH = 1000
 
 
 @dataclass
@@ -48,11 +46,11 @@ class CompletionResult:
 
 
 class CommitOperations:
-    """Complete, unpublish and abort pending uploads for one job."""
+    """Complete, unpublish and abort the pending commits of one job."""
 
     def __init__(
         self,
-        store: S3Store,
+        store: DeferredBackend,
         job_id: str,
         stats: IOStatisticsStore,
         threads: int = 8,
@@ -132,69 +130,46 @@ class CommitOperations:
             assert failed is not None
             record = f", written at {failed.filename}" if failed.filename else ""
             raise CommitFailedError(
-                f"could not complete s3://{failed.destination} (upload {failed.upload_id}"
+                f"could not complete {self.store.url(failed.destination)} (upload "
+                f"{failed.upload_id}"
                 f"{record}): {type(failure).__name__}: {failure}; {result.files} of "
                 f"{total} files had been completed"
             ) from failure
         return result
 
     def complete(self, commit: SinglePendingCommit) -> None:
-        """Complete one upload (see the module docstring for retried commits)."""
-        sync(self.store.fs.loop, self.acomplete, commit)
+        """Complete one commit (see the module docstring for retried commits)."""
+        self.store.run_background(self.acomplete(commit)).result()
 
     async def acomplete(self, commit: SinglePendingCommit) -> None:
         """:meth:`complete` for coroutines running on the store's IO loop."""
-        try:
-            await self.store.acomplete_upload(
-                commit.bucket,
-                commit.destination_key,
-                commit.upload_id,
-                commit.etags,
-                length=commit.length,
-                if_none_match=commit.extra_data.get(IF_NONE_MATCH_KEY) == "*",
-            )
-        except OSError as e:
-            if error_code(e) == "NoSuchUpload" and await self._amade_by_this_job(commit):
-                log.info("s3://%s was completed by an earlier attempt", commit.destination)
-                return
-            raise
+        await self.store.apublish(commit)
 
     def _made_by_this_job(self, commit: SinglePendingCommit) -> bool:
-        return cast(bool, sync(self.store.fs.loop, self._amade_by_this_job, commit))
-
-    async def _amade_by_this_job(self, commit: SinglePendingCommit) -> bool:
-        head = await self.store.ahead_object(commit.bucket, commit.destination_key)
-        return (
-            head is not None
-            and head.get("ContentLength") == commit.length
-            and (head.get("Metadata") or {}).get(META_JOB_ID) == self.job_id
-        )
+        return self.store.run_background(self.store.apublished(commit)).result()
 
     # -- discard -------------------------------------------------------------------------
 
     def unpublish(self, commits: Iterable[SinglePendingCommit]) -> int:
-        """Delete the objects this job's completions created; returns how many.
+        """Delete the files this job's commits published; returns how many.
 
-        Streams ``commits`` in batches of :data:`~.store.DELETE_BATCH` (one HEAD each,
-        ``threads`` at once, then one DeleteObjects per bucket and batch).
+        Streams ``commits`` in batches of :data:`ROLLBACK_BATCH` (one check each,
+        ``threads`` at once, then the backend's delete of the batch).
         """
         deleted = 0
         with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-unpublish") as pool:
-            for batch in batches(commits, DELETE_BATCH):
+            for batch in batches(commits, ROLLBACK_BATCH):
                 made = list(pool.map(self._made_by_this_job, batch))
-                by_bucket: dict[str, list[str]] = {}
-                for commit, ours in zip(batch, made, strict=True):
-                    if ours:
-                        by_bucket.setdefault(commit.bucket, []).append(commit.destination_key)
-                for bucket, keys in by_bucket.items():
-                    self.store.delete_objects(bucket, keys)
-                    self.stats.increment("committer_commits_reverted", len(keys))
-                    deleted += len(keys)
+                ours = [commit for commit, mine in zip(batch, made, strict=True) if mine]
+                if ours:
+                    self.store.delete(ours)
+                    self.stats.increment("committer_commits_reverted", len(ours))
+                    deleted += len(ours)
         return deleted
 
     def abort(self, commits: Iterable[SinglePendingCommit]) -> int:
-        """Abort the uploads (concurrently); uploads already gone are fine."""
-        aborted = abort_uploads(self.store, uploads_of(commits))
+        """Discard what the commits left pending (concurrently); what is gone is fine."""
+        aborted = self.store.discard(commits)
         self.stats.increment("committer_commits_aborted", aborted)
         return aborted
 
@@ -210,7 +185,7 @@ class Progress:
 
     every = 15.0
 
-    def __init__(self, store: S3Store, total: int, job_id: str):
+    def __init__(self, store: DeferredBackend, total: int, job_id: str):
         self.store = store
         self.total = total
         self.job_id = job_id
