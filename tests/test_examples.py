@@ -21,6 +21,13 @@ def test_example_runs(example):
     if example.name == "pandas_job.py":
         assert result.stdout.splitlines()[0].startswith("3 files,")
         assert result.stdout.splitlines()[1] == "{2023: 3, 2024: 3, 2025: 3}"
+    if example.name == "azure_job.py":
+        assert result.stdout.splitlines() == [
+            "visible before job commit: []",
+            "committer: block-list",
+            "server-side copies at job commit: 0",
+            "{'north': 3, 'south': 3}",
+        ]
     if example.name == "filesystem_urls.py":
         assert result.stdout.splitlines() == ["visible: []", "published: b'a\\n1\\n2\\n'"]
 

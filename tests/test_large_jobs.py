@@ -21,10 +21,10 @@ from helpers import pending_uploads, visible_keys
 import magicfs
 from magicfs.errors import InvalidCommitData, JobCommitError
 from magicfs.records import PendingSet, SinglePendingCommit
-from magicfs.stores.s3.commit_ops import Progress
+from magicfs.stores.commit_ops import Progress
 from magicfs.stores.s3.rate import RateControl
 from magicfs.stores.s3.retry import RetryPolicy
-from magicfs.stores.s3.spool import CommitSpool, KeySet, OrderedPaths
+from magicfs.stores.spool import CommitSpool, KeySet, OrderedPaths
 
 FAST = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
 
@@ -312,7 +312,7 @@ def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir):
             sys.executable,
             "-c",
             "import sys, tempfile, time; tempfile.tempdir = sys.argv[1]\n"
-            "from magicfs.stores.s3.spool import CommitSpool\n"
+            "from magicfs.stores.spool import CommitSpool\n"
             "spool = CommitSpool(); print(spool.path, flush=True); time.sleep(60)",
             str(temp_dir),
         ],
