@@ -105,7 +105,7 @@ def run_tasks(committer, files_per_task: dict[int, list[str]]):
 
 def test_pandas_and_pyarrow_jobs_commit_like_on_s3(store):
     frame = pd.DataFrame({"year": [2023, 2024, 2024], "amount": [1.0, 2.0, 3.0]})
-    with magicfs.write_job(store.dest, fs=store.fs) as job:
+    with magicfs.write_job(store.dest, fs=store.fs, committer="manifest") as job:
         assert isinstance(job.committer, ManifestCommitter)
         with job.task(0) as task:
             frame.to_parquet(task.path("pandas/part-00000.parquet"), filesystem=job.fs, index=False)

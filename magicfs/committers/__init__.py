@@ -55,9 +55,10 @@ def committer_for(
     ones such as ``in_memory`` for ``magic``.
     """
     if committer is None:
-        protocol = fsspec.core.split_protocol(dest)[0] or "file"
-        store_class = fsspec.get_filesystem_class(protocol)
-        found = capabilities(store_class)
+        store = options.get("fs")  # the filesystem given, else the URL's class
+        if store is None:
+            store = fsspec.get_filesystem_class(fsspec.core.split_protocol(dest)[0] or "file")
+        found = capabilities(store)
         committer = (
             "magic" if found.deferred_writes else "block-list" if found.block_lists else "manifest"
         )

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, TypeVar
+from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
@@ -61,8 +61,6 @@ from ..task_files import TaskFile
 from .pendingsets import PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.block_list")
-
-T = TypeVar("T")
 
 
 class BlockListCommitter(PendingsetCommitter):

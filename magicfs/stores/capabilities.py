@@ -50,9 +50,11 @@ def capabilities(fs: Any) -> Capabilities:
     # have no ``call_s3``): what matters is the multipart upload API.
     deferred = bool(names & _S3) and hasattr(fs, "call_s3")
     local = bool(names & _LOCAL)
-    # adlfs's AzureBlobFileSystem (its block-blob client), not a wrapper naming "abfs".
+    # adlfs's AzureBlobFileSystem or a subclass (its block-blob client), not a wrapper
+    # that merely answers to "abfs".
     cls = fs if isinstance(fs, type) else type(fs)
-    block_lists = bool(names & _AZURE) and cls.__module__.startswith("adlfs")
+    adlfs = any(c.__module__.startswith("adlfs.") for c in cls.__mro__)
+    block_lists = bool(names & _AZURE) and adlfs
     return Capabilities(
         deferred_writes=deferred,
         block_lists=block_lists,
