@@ -38,7 +38,7 @@ import logging
 import time
 from typing import Any
 
-from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
+from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..layouts.magic import MagicJobLayout
 from ..names import PENDING_SUFFIX, PENDINGSET_SUFFIX
@@ -56,7 +56,6 @@ from ..stores.azure.blocks import BlockStore
 from ..stores.azure.deferred import BlockListDeferred
 from ..stores.capabilities import has_block_lists
 from ..stores.rename import RenameStore
-from ..stores.validation import check_commit
 from ..task_files import TaskFile
 from .pendingsets import PendingsetCommitter
 
@@ -207,25 +206,7 @@ class BlockListCommitter(PendingsetCommitter):
             for m in markers
             if m in known or m in pendings
         ]
-        stats = IOStatisticsSnapshot()
-        seen: dict[str, str] = {}
-        for commit in commits:
-            source = commit.filename or "?"
-            self.deferred.check(commit, source)
-            check_commit(commit, self.bucket, self.dest_key, source)
-            if commit.destination in seen:
-                raise InvalidCommitData(
-                    source,
-                    "destinationKey",
-                    f"{commit.destination} is also written by {seen[commit.destination]} "
-                    "in the same task attempt",
-                )
-            seen[commit.destination] = source
-            commit.job_id = self.job_id
-            commit.task_id = task.attempt_id
-            stats.aggregate(commit.iostatistics)
-            commit.iostatistics = IOStatisticsSnapshot()
-        stats.counters["committer_task_file_count"] = len(commits)
+        stats = self._checked_task_commits(task, commits, [c.filename or "?" for c in commits])
         return commits, stats
 
     def _saved_pendingset(self, path: str) -> PendingSet | None:
@@ -265,13 +246,6 @@ class BlockListCommitter(PendingsetCommitter):
         if self._recorded_attempt(task_record) == task.attempt_id:
             self.records.delete_file(task_record)
         log.info("task %s: aborted", task.attempt_id)
-
-    def _recorded_attempt(self, path: str) -> str | None:
-        try:
-            data = self.records.read_bytes(path, PendingSet.MAX_BYTES)
-            return PendingSet.from_json(data, source=path).extra_data.get(TASK_ATTEMPT_ID_KEY)
-        except (FileNotFoundError, ValueError):
-            return None
 
     # -- job commit: the hooks of the base class's stages ------------------------------------
 

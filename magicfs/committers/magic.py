@@ -218,24 +218,7 @@ class MagicCommitter(S3PendingsetCommitter):
         }
         for marker in known.keys() - set(markers):  # written here, but its marker is gone
             self._operations().abort([known[marker]])
-        stats = IOStatisticsSnapshot()
-        seen: dict[str, str] = {}
-        for commit in commits:
-            source = sources[id(commit)]
-            check_commit(commit, self.bucket, self.dest_key, source)
-            if commit.destination in seen:
-                raise InvalidCommitData(
-                    source,
-                    "destinationKey",
-                    f"s3://{commit.destination} is also written by {seen[commit.destination]} "
-                    "in the same task attempt",
-                )
-            seen[commit.destination] = source
-            commit.job_id = self.job_id
-            commit.task_id = task.attempt_id
-            stats.aggregate(commit.iostatistics)
-            commit.iostatistics = IOStatisticsSnapshot()
-        stats.counters["committer_task_file_count"] = len(commits)
+        stats = self._checked_task_commits(task, commits, [sources[id(c)] for c in commits])
         return commits, stats
 
     def _refuse_unaccounted(self, task: TaskAttempt, markers: list[str], mode: str) -> None:
@@ -332,14 +315,6 @@ class MagicCommitter(S3PendingsetCommitter):
         except InvalidCommitData:
             return False
         return True
-
-    def _recorded_attempt(self, pendingset_path: str) -> str | None:
-        """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
-        try:
-            pendingset = PendingSet.load(self.store_fs, pendingset_path)
-        except (FileNotFoundError, InvalidCommitData):
-            return None
-        return pendingset.task_attempt_id or None
 
     # -- job commit: the hooks of the base class's stages -------------------------------------
 

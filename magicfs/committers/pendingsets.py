@@ -33,8 +33,14 @@ import fsspec
 
 from ..errors import InvalidCommitData
 from ..protocol.attempts import Messages
-from ..protocol.committer import Loaded, OutputCommitter, Published
-from ..records import MAX_FILENAMES, PendingSet, SuccessData
+from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt
+from ..records import (
+    MAX_FILENAMES,
+    IOStatisticsSnapshot,
+    PendingSet,
+    SinglePendingCommit,
+    SuccessData,
+)
 from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredBackend
 from ..stores.s3.deferred import S3Deferred
@@ -74,6 +80,43 @@ class PendingsetCommitter(OutputCommitter):
 
     def _operations(self) -> CommitOperations:
         return CommitOperations(self.deferred, self.job_id, self.stats, self.threads, self.progress)
+
+    # -- task commit -------------------------------------------------------------------------
+
+    def _checked_task_commits(
+        self, task: TaskAttempt, commits: list[SinglePendingCommit], sources: list[str]
+    ) -> IOStatisticsSnapshot:
+        """Check an attempt's commits (``sources``: the record each came from) before its
+        pendingset is saved: each is publishable by this store, lands where its magic path
+        says, and no two write one file. Stamps them with the job and attempt; returns the
+        writers' statistics, summed (the pendingset's, not each commit's)."""
+        stats = IOStatisticsSnapshot()
+        seen: dict[str, str] = {}
+        for commit, source in zip(commits, sources, strict=True):
+            self.deferred.check(commit, source)
+            check_commit(commit, self.bucket, self.dest_key, source)
+            if commit.destination in seen:
+                raise InvalidCommitData(
+                    source,
+                    "destinationKey",
+                    f"{self.deferred.url(commit.destination)} is also written by "
+                    f"{seen[commit.destination]} in the same task attempt",
+                )
+            seen[commit.destination] = source
+            commit.job_id = self.job_id
+            commit.task_id = task.attempt_id
+            stats.aggregate(commit.iostatistics)
+            commit.iostatistics = IOStatisticsSnapshot()
+        stats.counters["committer_task_file_count"] = len(commits)
+        return stats
+
+    def _recorded_attempt(self, pendingset_path: str) -> str | None:
+        """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
+        try:
+            pendingset = PendingSet.load(self.store_fs, pendingset_path)
+        except (FileNotFoundError, InvalidCommitData):
+            return None
+        return pendingset.task_attempt_id or None
 
     # -- the stages' hooks ----------------------------------------------------------------
 

@@ -12,12 +12,12 @@ Azure drops them).
 
 from __future__ import annotations
 
+import io
 from typing import Any, cast
 
-from ..errors import DeferredFileError
 from ..layouts.magic import job_marker_for
 from ..names import PENDING_SUFFIX
-from ..paths import final_destination, is_deferred_write, parse_magic_path
+from ..paths import MagicPath, is_deferred_write
 from ..stores.azure.blocks import BlockStore
 from ..stores.azure.writer import BlockListWriter
 from ..task_files import TASK_FILES, TaskFiles
@@ -32,6 +32,12 @@ ADVICE = (
 
 class BlockTaskView(S3TaskView):
     """Task paths on an adlfs filesystem ``fs``; paths are ``container/blob`` (no protocol)."""
+
+    store_name = "Azure"
+    deferred_noun = "blob"
+    deferred_bytes = "uncommitted blocks"
+    deferred_where = "staged on"
+    advice = ADVICE
 
     def __init__(  # the S3 view's constructor builds an S3 client: not called
         self,
@@ -49,38 +55,21 @@ class BlockTaskView(S3TaskView):
         self.check_job_active = check_job_active
         self.registry = registry
 
-    def open(self, path: str, mode: str, block_size: int | None = None, **kwargs: Any) -> Any:
-        if not is_deferred_write(path):
-            return self.fs.open(path, mode, block_size=block_size, **kwargs)
-        if "r" in mode or "+" in mode:
-            raise self.no_bytes(path, "read")
-        if "a" in mode:
-            raise DeferredFileError(
-                f"{self.blocks.url(path)}: append ('ab') is not supported under a magic path: "
-                "a deferred blob can only be written from the start"
-            )
-        magic_path = parse_magic_path(path)
-        assert magic_path is not None
+    def url(self, path: str) -> str:
+        return self.blocks.url(path)
+
+    def writer(
+        self, path: str, magic_path: MagicPath, mode: str, block_size: int | None
+    ) -> io.BufferedIOBase:
         return BlockListWriter(
             self.blocks,
             path,
             magic_path,
-            mode="xb" if "x" in mode else "wb",
+            mode=mode,
             block_size=block_size or self.block_size,
             blocks_in_flight=self.blocks_in_flight,
             job_marker=job_marker_for(magic_path) if self.check_job_active else None,
             registry=self.registry,
-        )
-
-    def no_bytes(self, path: str, operation: str) -> DeferredFileError:
-        try:
-            destination = f" staged on {self.blocks.url(final_destination(path))}"
-        except ValueError:
-            destination = ""
-        return DeferredFileError(
-            f"{self.blocks.url(path)}: cannot {operation} a task file before job commit: on "
-            f"Azure its bytes are uncommitted blocks{destination}, which nothing can read, "
-            f"copy or move until the job commits. {ADVICE}"
         )
 
     def rm_files(self, paths: list[str]) -> None:

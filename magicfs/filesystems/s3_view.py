@@ -24,6 +24,7 @@ ordinary files, read and written normally.
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 from collections.abc import Iterable
@@ -32,7 +33,7 @@ from typing import Any, cast
 from ..errors import DeferredFileError
 from ..layouts.magic import job_marker_for
 from ..names import PENDING_SUFFIX
-from ..paths import final_destination, is_deferred_write, parse_magic_path
+from ..paths import MagicPath, final_destination, is_deferred_write, parse_magic_path
 from ..records import SinglePendingCommit
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..stores.s3.store import S3Store
@@ -50,7 +51,17 @@ ADVICE = (
 
 
 class S3TaskView:
-    """Task paths on an s3fs filesystem ``fs``; paths are ``bucket/key`` (no protocol)."""
+    """Task paths on an s3fs filesystem ``fs``; paths are ``bucket/key`` (no protocol).
+
+    The store's words in messages are class attributes, so a view of another store with
+    deferred writes (:class:`~.block_view.BlockTaskView`) says the same things in its own.
+    """
+
+    store_name = "S3"
+    deferred_noun = "upload"
+    deferred_bytes = "an unfinished multipart upload"
+    deferred_where = "aimed at"
+    advice = ADVICE
 
     def __init__(
         self,
@@ -73,6 +84,10 @@ class S3TaskView:
         self.background_close = background_close
         self.registry = registry
 
+    def url(self, path: str) -> str:
+        """``path`` with the store's protocol, for messages."""
+        return f"s3://{path}"
+
     # -- writes -------------------------------------------------------------------------------
 
     def open(self, path: str, mode: str, block_size: int | None = None, **kwargs: Any) -> Any:
@@ -82,16 +97,22 @@ class S3TaskView:
             raise self.no_bytes(path, "read")
         if "a" in mode:
             raise DeferredFileError(
-                f"s3://{path}: append ('ab') is not supported under a magic path: a "
-                "deferred upload can only be written from the start"
+                f"{self.url(path)}: append ('ab') is not supported under a magic path: a "
+                f"deferred {self.deferred_noun} can only be written from the start"
             )
         magic_path = parse_magic_path(path)
         assert magic_path is not None
+        return self.writer(path, magic_path, "xb" if "x" in mode else "wb", block_size)
+
+    def writer(
+        self, path: str, magic_path: MagicPath, mode: str, block_size: int | None
+    ) -> io.BufferedIOBase:
+        """The store's deferred writer for task file ``path`` (``mode`` ``wb``/``xb``)."""
         return MagicS3Writer(
             self.store,
             path,
             magic_path,
-            mode="xb" if "x" in mode else "wb",
+            mode=mode,
             part_size=block_size or self.part_size,
             parts_in_flight=self.parts_in_flight,
             job_marker=job_marker_for(magic_path) if self.check_job_active else None,
@@ -163,13 +184,13 @@ class S3TaskView:
 
     def no_bytes(self, path: str, operation: str) -> DeferredFileError:
         try:
-            destination = f" aimed at s3://{final_destination(path)}"
+            destination = f" {self.deferred_where} {self.url(final_destination(path))}"
         except ValueError:
             destination = ""
         return DeferredFileError(
-            f"s3://{path}: cannot {operation} a task file before job commit: on S3 its bytes "
-            f"are an unfinished multipart upload{destination}, which nothing can read, copy "
-            f"or move until the job commits. {ADVICE}"
+            f"{self.url(path)}: cannot {operation} a task file before job commit: on "
+            f"{self.store_name} its bytes are {self.deferred_bytes}{destination}, which "
+            f"nothing can read, copy or move until the job commits. {self.advice}"
         )
 
     # -- deletes --------------------------------------------------------------------------------
