@@ -332,6 +332,33 @@ def test_a_destination_written_by_another_writer_is_replaced(
         assert {len(i) for i in ids} == {48}
 
 
+def test_a_name_published_over_by_another_writer_fails_the_job_and_rolls_back(
+    azurite_server, abfs, azure_container
+):
+    """Another writer publishes a name the job staged blocks on, between task and job
+    commit: Azure discards the job's staged blocks, so its Put Block List fails
+    (``InvalidBlockList``). The job fails naming the file, rolls back what it had
+    published, and the other writer's blob is left as it wrote it."""
+    job = make_committer(abfs, azure_container, threads=1)
+    job.setup_job()
+    with job.attempt(0) as run:
+        write(job.fs, run.path("a.bin"), b"ours a")
+        write(job.fs, run.path("b.bin"), b"ours b")
+    service = sdk(azurite_server)
+    other = service.get_blob_client(azure_container, "out/b.bin")
+    other.stage_block("x" * 32, b"theirs")  # same id length as ours: Azure's rule
+    other.commit_block_list(["x" * 32])  # discards every block staged on the name
+
+    with pytest.raises(JobCommitError) as failed:
+        job.commit_job([run.message])
+
+    assert failed.value.stage == "publish" and not failed.value.recoverable
+    assert "InvalidBlockList" in str(failed.value) and "out/b.bin" in str(failed.value)
+    reader = reader_for(azurite_server)
+    assert visible_data(reader, azure_container) == {f"{azure_container}/out/b.bin": b"theirs"}
+    assert not reader.exists(f"{azure_container}/out/_SUCCESS")
+
+
 # --- 5. tampered records --------------------------------------------------------------------
 
 
