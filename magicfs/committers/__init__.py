@@ -6,6 +6,7 @@ from typing import Any
 
 import fsspec
 
+from ..filesystems.originals import store_class, unwrapped
 from ..protocol.committer import (
     CONFLICT_MODES,
     JobSummary,
@@ -55,9 +56,11 @@ def committer_for(
     ones such as ``in_memory`` for ``magic``.
     """
     if committer is None:
-        store = options.get("fs")  # the filesystem given, else the URL's class
+        # The filesystem given, else the URL's class: the store's own, never the wrapper
+        # magicfs.install() registers (which would hide S3's multipart uploads).
+        store = unwrapped(options.get("fs"))
         if store is None:
-            store = fsspec.get_filesystem_class(fsspec.core.split_protocol(dest)[0] or "file")
+            store = store_class(fsspec.core.split_protocol(dest)[0] or "file")
         found = capabilities(store)
         committer = (
             "magic" if found.deferred_writes else "block-list" if found.block_lists else "manifest"

@@ -32,6 +32,7 @@ from typing import Any
 import fsspec
 
 from ..errors import InvalidCommitData
+from ..filesystems.originals import store_filesystem
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt
 from ..records import (
@@ -263,4 +264,4 @@ class S3PendingsetCommitter(PendingsetCommitter):
         # Retries with jittered backoff; the rate itself is magicfs.stores.s3.rate's to control.
         config.setdefault("retries", {"mode": "standard", "total_max_attempts": 5})
         options["config_kwargs"] = config
-        return fsspec.filesystem("s3", **options)
+        return store_filesystem("s3", **options)

@@ -5,6 +5,11 @@ build a :class:`~magicfs.filesystem.MagicFileSystem` around the usual s3fs files
 paths without a magic element behave exactly as before, writes under magic paths are
 deferred. ``uninstall()`` puts the original classes back.
 
+Committers are unaffected, whenever ``install()`` is called (before or after a job is
+set up): they build and judge their store from the class ``install()`` replaced
+(:mod:`.originals`), so S3 keeps the magic committer (no rename, no copy) and every
+other store its own.
+
 pandas caveat: given an ``s3://`` URL and *no* ``storage_options``, pandas writes
 Parquet with Arrow's own S3 client and never asks fsspec. Pass ``storage_options``
 (even ``{}``) or ``filesystem=``, or use ``magic::s3://`` URLs.
@@ -17,6 +22,7 @@ from typing import Any, cast
 import fsspec
 
 from . import MagicFileSystem
+from .originals import ORIGINALS as _originals
 
 DEFAULT_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "file", "local", "memory")
 _MAGIC_OPTIONS = (
@@ -27,7 +33,6 @@ _MAGIC_OPTIONS = (
     "background_close",
     "retry_policy",
 )
-_originals: dict[str, type] = {}
 
 
 def install(protocols: tuple[str, ...] = DEFAULT_PROTOCOLS) -> list[str]:

@@ -39,6 +39,7 @@ from fsspec.implementations.chained import ChainedFileSystem
 from ..paths import is_magic_path
 from ..stores.capabilities import capabilities
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
+from .originals import store_filesystem, unwrapped
 from .routed_view import RoutedTaskView
 from .s3_view import S3TaskView
 
@@ -114,7 +115,9 @@ class MagicFileSystem(ChainedFileSystem):
         if fs is None:
             if target_protocol is None:
                 raise ValueError("MagicFileSystem needs fs= or target_protocol=")
-            fs = fsspec.filesystem(target_protocol, **(target_options or {}))
+            fs = store_filesystem(target_protocol, **(target_options or {}))
+        # After magicfs.install() the store's URL builds a wrapper: wrap the store itself.
+        fs = unwrapped(fs)
         self.fs = fs
         self.part_size = part_size
         self.parts_in_flight = parts_in_flight
@@ -162,6 +165,8 @@ class MagicFileSystem(ChainedFileSystem):
         if isinstance(path, list):
             return [cls._strip_protocol(p) for p in path]
         path = str(path)
+        if path.startswith("magic://") and "::" in path:  # magic://<path>::<store URL>
+            path = path.partition("::")[0]
         for prefix in ("magic::", "magic://"):
             if path.startswith(prefix):
                 path = path[len(prefix) :]
@@ -366,6 +371,24 @@ def _passed(name: str) -> Any:
     method.__name__ = name
     method.__doc__ = f"``{name}`` of the wrapped filesystem (task paths routed on rename stores)."
     return method
+
+
+def chained_url(store_url: str) -> str:
+    """The URL of a task file, from the store's URL of it: ``magic://<path>::<store URL>``.
+
+    The path is written twice, on purpose. fsspec opens either segment's path (the
+    magic segment's when it has one, else the store's), but writers that infer a
+    file's compression from its name read only the *first* segment of a chained URL,
+    fsspec's convention that the outermost filesystem names the file
+    (``zip://inner.csv::s3://bkt/a.zip``). pandas does: given ``magic::s3://.../x.csv.gz``
+    it looked at ``magic`` alone and wrote an uncompressed file under the ``.gz`` name.
+    With the file's path in the first segment, compression is inferred from a task URL
+    exactly as from the store's own URL. The older ``magic::<store URL>`` form still opens.
+    """
+    _, sep, path = store_url.partition("://")
+    if not sep:
+        raise ValueError(f"{store_url!r} is not a URL (no protocol://)")
+    return f"magic://{path}::{store_url}"
 
 
 for _name in _COMPOSED:

@@ -55,6 +55,8 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
         f"magicfs.dask needs Dask ({missing}): pip install 'magicfs[dask]'"
     ) from missing
 
+import fsspec
+
 from ..committers import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, committer_for
 from .engines import (
     COMPRESSION_SUFFIXES,
@@ -164,14 +166,28 @@ class _ParquetWriter:
 
 @dataclasses.dataclass(frozen=True)
 class _CsvWriter:
-    """Writes one partition as CSV with pandas (picklable)."""
+    """Writes one partition as CSV with pandas (picklable).
+
+    pandas writes into an open file here, where it cannot see the file's name: without
+    ``compression=`` the file is opened with fsspec's ``compression="infer"``, so a
+    ``name_function`` returning ``part-0.csv.gz`` gets a gzip file, as pandas would
+    write given that name as a URL. (Through ``fsspec.core.OpenFile``, which closes the
+    compressor *and* the file under it; ``fs.open(..., compression=)`` leaves the file
+    under a compressor open.)
+    """
 
     names: PartNames
     options: Mapping[str, Any]
 
     def __call__(self, task: PartitionTask, frame: Any) -> int:
-        with task.fs.open(task.path(self.names(task.partition_id)), "wb") as handle:
-            frame.to_csv(handle, mode="wb", **self.options)
+        options = dict(self.options)
+        infer = options.get("compression", "infer") == "infer"
+        if infer:
+            options.pop("compression", None)
+        path = task.path(self.names(task.partition_id))
+        opened = fsspec.core.OpenFile(task.fs, path, "wb", compression="infer" if infer else None)
+        with opened as handle:
+            frame.to_csv(handle, mode="wb", **options)
         return len(frame)
 
 

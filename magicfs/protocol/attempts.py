@@ -10,8 +10,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self, TypeAlias
 
+from ..filesystems.magic import chained_url
 from ..names import BASE
 from ..paths import is_magic_element, join
+
+#: How a chained work URL starts (``magic::s3://...``): tasks write it through magicfs.
+CHAINED = "magic::"
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,23 @@ class TaskAttempt:
         """:meth:`path` as a fully qualified URL, for writers that take a URL and options.
 
         ``df.to_csv(task.url("x.csv"), storage_options=committer.storage_options)``.
-        Chained ``magic::<store URL>`` for the magic and manifest committers,
-        ``magic::file://...`` for the staging committers (task files on local disk,
+        Chained (``magic://<path>::<store URL>``) for the magic, block-list and manifest
+        committers, over ``file://...`` for the staging committers (task files on local disk,
         tracked as ``committer.fs``'s), the store's own URL for the classic committers —
         ``local://...`` on a local disk (see :meth:`OutputCommitter.work_url_for`): never
         ``file://``, which pandas opens with urllib. These URLs go through fsspec;
         pyarrow's own filesystems do not know them: give pyarrow :meth:`path` and
         ``filesystem=committer.fs``.
+
+        A chained ``work_url`` (``magic::<store URL>``, the attempt's base) gives file
+        URLs of the form ``magic://<path>::<store URL>``, the file's path in the first
+        segment, where pandas infers compression (``.csv.gz``): see
+        :func:`~magicfs.filesystems.magic.chained_url`.
         """
-        return join(self.work_url or self.work_path, check_relative(relative))
+        base = self.work_url or self.work_path
+        if base.startswith(CHAINED):
+            return chained_url(join(base[len(CHAINED) :], check_relative(relative)))
+        return join(base, check_relative(relative))
 
 
 def check_relative(relative: str) -> str:

@@ -78,6 +78,7 @@ from ..errors import (
     JobNotActiveError,
     NothingToCommitError,
 )
+from ..filesystems.originals import store_filesystem, unwrapped
 from ..layouts.magic import check_job_id
 from ..layouts.magic import task_attempt_id as layout_attempt_id
 from ..layouts.magic import task_id as layout_task_id
@@ -191,7 +192,8 @@ class OutputCommitter(ABC):
         self.success_file = success_file
         self.app_attempt = app_attempt
         self.progress = progress
-        self.store_fs = fs if fs is not None else self._make_store_fs(dest)
+        # The store itself, even when install() made its URLs build magic wrappers.
+        self.store_fs = unwrapped(fs) if fs is not None else self._make_store_fs(dest)
         if fs is not None and not self.store_options:
             self.store_options = dict(getattr(fs, "storage_options", {}) or {})
         self.dest = self.store_fs._strip_protocol(dest).rstrip("/")
@@ -201,7 +203,7 @@ class OutputCommitter(ABC):
 
     def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
         protocol = fsspec.core.split_protocol(dest)[0] or "file"
-        return fsspec.filesystem(protocol, **self.store_options)
+        return store_filesystem(protocol, **self.store_options)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

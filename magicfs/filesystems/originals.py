@@ -1,0 +1,50 @@
+"""The stores' own filesystem classes, whatever ``magicfs.install()`` registered over them.
+
+``install()`` registers a magic-aware wrapper in place of a store's class (``s3`` and
+others), so that ``fsspec.filesystem("s3")`` builds a ``MagicFileSystem``. magicfs's own
+machinery must never get that wrapper where it needs the *store*: the wrapper hides the
+store's capabilities (it has no multipart API of its own), so a committer built on it
+would pick the wrong protocol (the manifest committer on S3, copying every byte), and a
+``MagicFileSystem`` around it would route task paths as on a rename store. Everything in
+magicfs that builds or judges a store goes through :func:`store_class`,
+:func:`store_filesystem` or :func:`unwrapped`, so ``install()`` called before or after a
+job is set up changes nothing about how the job commits.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import fsspec
+
+#: protocol -> the class ``install()`` replaced (filled and emptied by :mod:`.install`).
+ORIGINALS: dict[str, type] = {}
+
+
+def store_class(protocol: str) -> type:
+    """The store's own filesystem class for ``protocol`` (never an installed wrapper)."""
+    found = ORIGINALS.get(protocol)
+    return found if found is not None else cast(type, fsspec.get_filesystem_class(protocol))
+
+
+def store_filesystem(protocol: str, **options: Any) -> fsspec.AbstractFileSystem:
+    """``fsspec.filesystem(protocol, **options)``, built from the store's own class."""
+    return cast(fsspec.AbstractFileSystem, store_class(protocol)(**options))
+
+
+def unwrapped(fs: Any) -> Any:
+    """``fs`` itself, or the store inside it when it is an installed wrapper.
+
+    Installed wrappers are recognised by their ``wrapped_class`` attribute (set by
+    :mod:`.install`); a ``MagicFileSystem`` made on purpose is left as it is.
+    """
+    while getattr(fs, "wrapped_class", None) is not None and hasattr(fs, "fs"):
+        fs = fs.fs
+    return fs
+
+
+def unwrapped_class(cls: Any) -> Any:
+    """A filesystem class, or the class an installed wrapper class stands for."""
+    while getattr(cls, "wrapped_class", None) is not None:
+        cls = cls.wrapped_class
+    return cls

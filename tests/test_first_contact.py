@@ -1,0 +1,189 @@
+"""First contact: the README's paths as a new user takes them, none silently wrong (issue 26).
+
+Each test does what the user did, with the README's own calls, and checks what the user
+would see: the objects in the bucket, the bytes read back, the error's words.
+
+* ``magicfs.install()`` before or after a job is set up: S3 stays on the magic committer
+  (no ``_temporary/``, no server-side copy), plain ``s3://`` task writes commit.
+* ``df.to_csv(task.url("part-0.csv.gz"), storage_options=job.storage_options)``: a gzip
+  file, as from the store's own URL (and ``.bz2``, ``.xz``, ``.zst``, ``to_json``; Dask's
+  CSV writer with a ``.gz`` name).
+* ``job.fs`` writes under the job's destination but outside any task path: refused,
+  naming ``task.path``/``task.url``; nothing written.
+* polars: the file-object route writes Parquet and CSV into a job; the URL route says
+  which route to use.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+
+import fsspec
+import pandas as pd
+import pytest
+from helpers import object_keys, visible_keys
+
+import magicfs
+
+FRAME = pd.DataFrame({"id": [1, 2, 3], "name": ["a", "b", "c"]})
+
+
+@pytest.fixture
+def installed():
+    """``magicfs.install()`` for one test; always undone."""
+    yield magicfs.install
+    magicfs.uninstall()
+
+
+# --- install(): every store keeps its own committer --------------------------------------------
+
+
+@pytest.mark.parametrize("order", ["install-first", "install-after-setup"])
+def test_install_keeps_s3_on_the_magic_committer(
+    order, installed, s3_options, s3_client, bucket, request_log
+):
+    dest = f"s3://{bucket}/sales"
+    if order == "install-first":
+        installed()
+    with magicfs.write_job(dest, storage_options=s3_options) as job:
+        if order == "install-after-setup":
+            installed()
+        request_log.attach(job.committer.store_fs)
+        with job.task(0) as task:
+            # the README's forms: a plain s3:// URL of the task path (install's promise) ...
+            FRAME.to_csv("s3://" + task.path("plain.csv"), storage_options=s3_options, index=False)
+            # ... and the task URL with the job's options
+            FRAME.to_csv(task.url("chained.csv"), storage_options=job.storage_options, index=False)
+            keys_during = object_keys(s3_client, bucket)
+
+    assert job.committer.name == "magic"
+    assert job.summary is not None and job.summary.committer == "magic"
+    assert not [key for key in keys_during if "_temporary" in key]
+    assert [key for key in keys_during if key.startswith("sales/__magic_job-")]
+    assert visible_keys(s3_client, bucket) == [
+        "sales/_SUCCESS",
+        "sales/chained.csv",
+        "sales/plain.csv",
+    ]
+    assert request_log.counts()["CopyObject"] == 0
+    assert request_log.counts()["CompleteMultipartUpload"] == 2
+    body = s3_client.get_object(Bucket=bucket, Key="sales/plain.csv")["Body"].read()
+    assert body == FRAME.to_csv(index=False).encode()
+
+
+def test_install_keeps_committer_for_on_each_stores_committer(installed, s3_options, tmp_path):
+    installed()
+    assert magicfs.committer_for("s3://bkt/out", storage_options=s3_options).name == "magic"
+    assert magicfs.committer_for(f"file://{tmp_path}/out").name == "manifest"
+    # a filesystem built after install() (the wrapper) is judged as the store inside it
+    wrapped = fsspec.filesystem("s3", **s3_options)
+    assert isinstance(wrapped, magicfs.MagicFileSystem)
+    committer = magicfs.committer_for("s3://bkt/out", fs=wrapped)
+    assert committer.name == "magic"
+    assert not isinstance(committer.store_fs, magicfs.MagicFileSystem)
+
+
+# --- compression is inferred from a task URL's file name ----------------------------------------
+
+READERS = {
+    ".gz": gzip.decompress,
+    ".bz2": bz2.decompress,
+    ".xz": lzma.decompress,
+}
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    import zstandard
+
+    return zstandard.ZstdDecompressor().decompressobj().decompress(data)
+
+
+def _suffixes() -> list:
+    try:
+        import zstandard  # noqa: F401
+    except ImportError:
+        zst = pytest.param(
+            ".zst", marks=pytest.mark.skip(reason="zstandard is not installed (pandas needs it)")
+        )
+    else:
+        READERS[".zst"] = _zstd_decompress
+        zst = pytest.param(".zst")
+    return [".gz", ".bz2", ".xz", zst]
+
+
+@pytest.mark.parametrize("suffix", _suffixes())
+def test_pandas_infers_compression_from_a_task_url_on_s3(suffix, s3_options, s3_client, bucket):
+    dest = f"s3://{bucket}/out"
+    with magicfs.write_job(dest, storage_options=s3_options) as job, job.task(0) as task:
+        FRAME.to_csv(task.url(f"part-0.csv{suffix}"), storage_options=job.storage_options)
+        FRAME.to_json(
+            task.url(f"part-0.json{suffix}"),
+            storage_options=job.storage_options,
+            orient="records",
+            lines=True,
+        )
+    # the same calls on the store's own URL, for comparison: the bytes must agree
+    FRAME.to_csv(f"s3://{bucket}/plain/part-0.csv{suffix}", storage_options=s3_options)
+    for name in (f"out/part-0.csv{suffix}", f"plain/part-0.csv{suffix}"):
+        raw = s3_client.get_object(Bucket=bucket, Key=name)["Body"].read()
+        assert READERS[suffix](raw) == FRAME.to_csv().encode(), name
+    raw = s3_client.get_object(Bucket=bucket, Key=f"out/part-0.json{suffix}")["Body"].read()
+    assert READERS[suffix](raw) == FRAME.to_json(orient="records", lines=True).encode()
+    # and pandas reads them back by name, as the user would
+    back = pd.read_csv(f"s3://{bucket}/out/part-0.csv{suffix}", storage_options=s3_options)
+    assert back.drop(columns="Unnamed: 0").equals(FRAME)
+
+
+@pytest.mark.parametrize("store", ["local", "memory"])
+def test_pandas_infers_gzip_from_a_task_url_on_rename_stores(store, tmp_path):
+    dest = f"file://{tmp_path}/out" if store == "local" else f"memory://{tmp_path.name}/out"
+    with magicfs.write_job(dest) as job, job.task(0) as task:
+        FRAME.to_csv(task.url("part-0.csv.gz"), storage_options=job.storage_options)
+    fs, root = fsspec.core.url_to_fs(dest)
+    assert gzip.decompress(fs.cat_file(f"{root}/part-0.csv.gz")) == FRAME.to_csv().encode()
+
+
+def test_older_chained_task_urls_still_open(s3_options, s3_client, bucket):
+    """``magic::<store URL>`` (the form task.url used to return) keeps working."""
+    dest = f"s3://{bucket}/out"
+    with magicfs.write_job(dest, storage_options=s3_options) as job, job.task(0) as task:
+        url = "magic::s3://" + task.path("old-form.csv")
+        with fsspec.open(url, "wb", **job.storage_options) as f:
+            f.write(b"x\n")
+        with job.fs.open(task.url("via-fs.csv"), "wb") as f:  # the new form on job.fs
+            f.write(b"y\n")
+    assert visible_keys(s3_client, bucket, "out/") == [
+        "out/_SUCCESS",
+        "out/old-form.csv",
+        "out/via-fs.csv",
+    ]
+
+
+def test_dask_to_csv_compresses_by_the_name_function(s3_options, s3_client, bucket):
+    dd = pytest.importorskip("dask.dataframe")
+    import magicfs.dask
+
+    ddf = dd.from_pandas(FRAME, npartitions=2)
+    magicfs.dask.to_csv(
+        ddf,
+        f"s3://{bucket}/csv",
+        storage_options=s3_options,
+        name_function=lambda i: f"part-{i}.csv.gz",
+        index=False,
+        compute_kwargs={"scheduler": "sync"},
+    )
+    assert visible_keys(s3_client, bucket, "csv/") == [
+        "csv/_SUCCESS",
+        "csv/part-0.csv.gz",
+        "csv/part-1.csv.gz",
+    ]
+    frames = [
+        pd.read_csv(
+            io.BytesIO(gzip.decompress(s3_client.get_object(Bucket=bucket, Key=k)["Body"].read()))
+        )
+        for k in ("csv/part-0.csv.gz", "csv/part-1.csv.gz")
+    ]
+    assert pd.concat(frames, ignore_index=True).equals(FRAME)
