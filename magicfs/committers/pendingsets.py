@@ -253,8 +253,14 @@ class S3PendingsetCommitter(PendingsetCommitter):
         self.retry_policy = retry_policy
         self.max_request_rate = max_request_rate
         self.store = S3Store(self.store_fs, retry_policy, max_request_rate)
-        self.deferred = S3Deferred(self.store, self.job_id)
+        self.deferred = S3Deferred(self.store, self.job_id, self._scratch_dir)
         self.bucket, self.dest_key = self.store.split(self.dest)
+
+    def _scratch_dir(self) -> str:
+        """Where store probes may write a throw-away key: beside the job's journal, in
+        its hidden tree (cleaned up with it)."""
+        journal = self._journal()
+        return journal.directory if journal is not None else self.dest
 
     def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
         options = dict(self.store_options)

@@ -1,10 +1,14 @@
 """S3's deferred writes (:mod:`magicfs.stores.deferred`): multipart uploads.
 
-* **publish**: CompleteMultipartUpload (``If-None-Match: *`` for files opened ``xb``). A
-  completion answered with ``NoSuchUpload`` counts as done when the destination object
-  exists with this job's id in its metadata and the recorded length: a retried job
-  commit finding its own earlier work (real S3 forgets completed upload ids; moto
-  answers a repeated completion with success).
+* **publish**: CompleteMultipartUpload. A completion answered with ``NoSuchUpload``
+  counts as done when the destination object exists with this job's id in its metadata
+  and the recorded length: a retried job commit finding its own earlier work (real S3
+  forgets completed upload ids; moto answers a repeated completion with success).
+* **files opened ``xb``** must not replace an object: the completion carries
+  ``If-None-Match: *`` where the store honours it, and is preceded by a HEAD of the
+  destination where it does not (learned by a probe, once per process and bucket, the
+  first time a job commits such a file: :mod:`.conditional`, which states the costs and
+  the HEAD's race window). Either way an existing object fails the job, naming the file.
 * **published?** that same test (one HEAD), which roll-back uses: it needs nothing but
   the commits, so it works after an in-process failure and after a driver died.
 * **delete**: DeleteObjects, per bucket. **discard**: AbortMultipartUpload.
@@ -14,11 +18,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
+from .conditional import aconditional_support
 from .store import S3Store, error_code
 from .sweep import abort_uploads, uploads_of
 from .tracking import META_JOB_ID
@@ -32,11 +37,16 @@ IF_NONE_MATCH_KEY = "magicfs.if-none-match"
 
 
 class S3Deferred:
-    """Multipart uploads of job ``job_id`` through ``store``."""
+    """Multipart uploads of job ``job_id`` through ``store``.
 
-    def __init__(self, store: S3Store, job_id: str):
+    ``scratch_dir()`` names a directory (``bucket/key``) in the job's own hidden tree
+    where the conditional-write probe may write its throw-away key.
+    """
+
+    def __init__(self, store: S3Store, job_id: str, scratch_dir: Callable[[], str]):
         self.store = store
         self.job_id = job_id
+        self.scratch_dir = scratch_dir
 
     @property
     def throttled(self) -> int:
@@ -55,6 +65,22 @@ class S3Deferred:
             )
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
+        create_only = commit.extra_data.get(IF_NONE_MATCH_KEY) == "*"
+        if_none_match = False
+        if create_only:
+            support = await aconditional_support(self.store, commit.bucket, self.scratch_dir())
+            if_none_match = support.complete
+            if not if_none_match:
+                head = await self.store.ahead_object(commit.bucket, commit.destination_key)
+                if head is not None and self._is_ours(head, commit):
+                    return  # completed by an earlier attempt of this job commit
+                if head is not None:
+                    raise FileExistsError(
+                        f"{self.url(commit.destination)} already exists and the file was "
+                        f"opened 'xb' (create only): "
+                        f"{support.limitation('CompleteMultipartUpload')} and refuses to "
+                        "replace it. Write to another name, or delete the object first"
+                    )
         try:
             await self.store.acomplete_upload(
                 commit.bucket,
@@ -62,19 +88,29 @@ class S3Deferred:
                 commit.upload_id,
                 commit.etags,
                 length=commit.length,
-                if_none_match=commit.extra_data.get(IF_NONE_MATCH_KEY) == "*",
+                if_none_match=if_none_match,
             )
         except OSError as e:
-            if error_code(e) == "NoSuchUpload" and await self.apublished(commit):
+            code = error_code(e)
+            if code in ("NoSuchUpload", "PreconditionFailed") and await self.apublished(commit):
                 log.info("s3://%s was completed by an earlier attempt", commit.destination)
                 return
+            if code == "PreconditionFailed":
+                raise FileExistsError(
+                    f"{self.url(commit.destination)} already exists and the file was opened "
+                    "'xb' (create only): the store refused to complete the upload over it "
+                    "(412 PreconditionFailed). Write to another name, or delete the object "
+                    "first"
+                ) from e
             raise
 
     async def apublished(self, commit: SinglePendingCommit) -> bool:
         head = await self.store.ahead_object(commit.bucket, commit.destination_key)
+        return head is not None and self._is_ours(head, commit)
+
+    def _is_ours(self, head: dict[str, Any], commit: SinglePendingCommit) -> bool:
         return (
-            head is not None
-            and head.get("ContentLength") == commit.length
+            head.get("ContentLength") == commit.length
             and (head.get("Metadata") or {}).get(META_JOB_ID) == self.job_id
         )
 

@@ -9,7 +9,9 @@ Life of one file (``s3://bkt/out/__magic_job-7/.../__base/a.csv`` -> ``out/a.csv
    path (job, attempt, writer nonce; see :mod:`.tracking`), *then* CreateMultipartUpload
    for ``out/a.csv``, then — for a job's path — check that the job is still active.
    ``open()`` returns at once (``xb`` waits for the marker, so that a second writer
-   gets ``FileExistsError`` from ``open()`` itself).
+   gets ``FileExistsError`` from ``open()`` itself: the marker is PUT with
+   ``If-None-Match: *``, or after a HEAD on a store that does not honour it, see
+   :mod:`.conditional`).
 2. write: bytes fill part-sized buffers; each full part is uploaded in the background
    (after the upload exists) while the caller keeps writing. At most
    ``parts_in_flight`` parts are in flight, so memory stays near
@@ -61,6 +63,7 @@ from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
 from ...task_files import TASK_FILES, TaskFile, TaskFiles
+from .conditional import aconditional_support
 from .job_check import job_still_active
 from .store import S3Store, error_code
 from .tracking import META_WRITER, marker_metadata, upload_metadata
@@ -133,6 +136,7 @@ class MagicS3Writer(io.BufferedIOBase):
         destination_bucket, self.destination_key = store.split(magic_path.destination)
         assert destination_bucket == self.bucket
         self._job_marker_key = store.split(job_marker)[1] if job_marker else None
+        self._magic_dir = magic_path.magic_dir
         self._nonce = uuid.uuid4().hex
 
         self._lock = threading.RLock()
@@ -209,11 +213,18 @@ class MagicS3Writer(io.BufferedIOBase):
             "Metadata": marker_metadata(self._job_id, self._attempt_id, self._nonce),
         }
         if "x" in self.mode:
-            params["IfNoneMatch"] = "*"
+            support = await aconditional_support(self._store, self.bucket, self._magic_dir)
+            if support.put:
+                params["IfNoneMatch"] = "*"
+            elif await self._marker_exists():
+                raise FileExistsError(
+                    f"{self._display()}: another writer has already opened this path ('xb'); "
+                    f"{support.limitation('PutObject')}"
+                )
         try:
             await self._store.acall("put_object", **params)
         except OSError as e:
-            if "x" not in self.mode or error_code(e) != "PreconditionFailed":
+            if "IfNoneMatch" not in params or error_code(e) != "PreconditionFailed":
                 raise
             if not await self._marker_is_mine():
                 raise FileExistsError(
@@ -222,6 +233,11 @@ class MagicS3Writer(io.BufferedIOBase):
             # A lost reply: our own conditional PUT had succeeded, botocore repeated it.
         self._marker_written = True
         self.fs.invalidate_cache(f"{self.bucket}/{self.marker_key}")
+
+    async def _marker_exists(self) -> bool:
+        """The fallback for stores that ignore ``If-None-Match`` on PutObject: one HEAD
+        (a marker PUT by another writer after it is still replaced: :mod:`.conditional`)."""
+        return await self._store.ahead_object(self.bucket, self.marker_key) is not None
 
     async def _marker_is_mine(self) -> bool:
         try:
