@@ -23,12 +23,22 @@
   yields ``endpoint_url`` and ``storage_options``.
 * ``gcs``: a fresh ``gcsfs.GCSFileSystem`` bound to it (anonymous); ``gcs_bucket``: a new
   bucket for each test, deleted afterwards.
+* ``rgw_server`` (session): Ceph's RADOS Gateway 16.2, a production S3 implementation: a
+  one-node cluster (mon, memstore OSD, radosgw) under a temporary directory, on free
+  127.0.0.1 ports, HTTP and HTTPS (self-signed certificate) (``tests/helpers/rgw.py``);
+  ``.endpoint_url``, ``.storage_options``, ``.boto3_client()``, ``.tls_endpoint_url``,
+  ``.tls_storage_options``, ``.ca_file``. ``rgw_s3`` (a fresh s3fs), ``rgw_client``
+  (boto3) and ``rgw_bucket`` (a new bucket per test, like ``bucket``: a test leaving
+  multipart uploads parked fails unless marked ``parks_uploads``) go with it. Tests using
+  them are marked ``rgw`` (``pytest -m rgw`` runs only those). Where the Ceph packages
+  are missing they are skipped, counted in one line at the end of the session; under
+  ``CI=true`` they fail with the install command instead.
 * ``hadoop_records`` (session): Hadoop's own manifest-committer record classes (jars of
   the pyspark wheel, Java 17): ``hadoop_records(kind, path) -> dict`` loads and validates
   a ``manifest`` or ``success`` file, ``.save(kind, path)`` writes Hadoop's sample record,
   ``.print_success(path)`` runs ``ManifestPrinter`` (``tests/helpers/hadoop.py``).
 
-The emulators run under a watchdog that stops them when the session ends or dies
+The emulators and RGW's daemons run under a watchdog that stops them when the session ends or dies
 (``tests/helpers/servers.py``); nothing here contacts anything but 127.0.0.1.
 """
 
@@ -105,11 +115,17 @@ def bucket(request, s3_client) -> Iterator[str]:
     parked), unless it is marked ``@pytest.mark.parks_uploads("why")``: the tests of
     ``magicfs uploads``, and of a writer killed with nothing to clean up after it.
     """
+    yield from _checked_bucket(request, s3_client)
+
+
+def _checked_bucket(request, client) -> Iterator[str]:
+    """A new bucket of ``client``'s store; emptied and deleted afterwards, failing the
+    test if it left multipart uploads parked (unless marked ``parks_uploads``)."""
     name = f"test-{os.getpid()}-{next(_bucket_numbers)}"
-    s3_client.create_bucket(Bucket=name)
+    client.create_bucket(Bucket=name)
     yield name
-    parked = s3_client.list_multipart_uploads(Bucket=name).get("Uploads", [])
-    _empty_bucket(s3_client, name)
+    parked = client.list_multipart_uploads(Bucket=name).get("Uploads", [])
+    _empty_bucket(client, name)
     if parked and request.node.get_closest_marker("parks_uploads") is None:
         keys = sorted(upload["Key"] for upload in parked)
         pytest.fail(f"the test left {len(parked)} multipart uploads parked: {keys[:5]}")
@@ -277,6 +293,85 @@ def gcs(gcs_server):
 def gcs_bucket(gcs) -> Iterator[str]:
     """A new empty bucket; deleted with everything in it afterwards."""
     yield from _fresh_root(gcs)
+
+
+# --- Ceph RGW: a production S3 implementation ------------------------------------------------
+
+#: The reason every RGW test is skipped with where Ceph is missing (counted at the end).
+_RGW_MISSING = "radosgw is not installed"
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "rgw: runs on Ceph RGW (set by conftest.py on tests using its rgw_ fixtures)"
+    )
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Mark every test that uses an RGW fixture ``rgw``: ``pytest -m rgw`` runs them."""
+    for item in items:
+        if any(name.startswith("rgw_") for name in getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.rgw)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """One loud line when RGW tests were skipped because Ceph is not installed."""
+    from helpers.rgw import RGW_INSTALL
+
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if _RGW_MISSING in str(getattr(report, "longrepr", ""))
+    ]
+    if skipped:
+        terminalreporter.write_sep(
+            "!",
+            f"{len(skipped)} RGW tests did not run: {_RGW_MISSING}; install with: "
+            f"{RGW_INSTALL}  (or: bash tests/install_servers.sh)",
+            red=True,
+            bold=True,
+        )
+
+
+@pytest.fixture(scope="session")
+def rgw_server(tmp_path_factory) -> Iterator:
+    """Ceph RGW on loopback (HTTP and HTTPS); skipped where Ceph is not installed, failed
+    with the install command under ``CI=true``."""
+    from helpers.rgw import RGW_INSTALL, RgwServer, missing_programs
+
+    missing = missing_programs()
+    if missing:
+        message = f"{_RGW_MISSING} ({', '.join(missing)} not found); install with: {RGW_INSTALL}"
+        if _in_ci():
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    with RgwServer(tmp_path_factory.mktemp("rgw")) as server:
+        yield server
+
+
+@pytest.fixture
+def rgw_s3(rgw_server):
+    """A fresh ``s3fs.S3FileSystem`` bound to RGW over HTTP."""
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True, **rgw_server.storage_options)
+
+
+@pytest.fixture
+def rgw_client(rgw_server):
+    """A boto3 S3 client bound to RGW over HTTP."""
+    return rgw_server.boto3_client()
+
+
+@pytest.fixture
+def rgw_bucket(request, rgw_client) -> Iterator[str]:
+    """A new empty bucket on RGW; as ``bucket``: emptied and deleted afterwards, and a test
+    that leaves multipart uploads parked fails unless marked ``parks_uploads``."""
+    yield from _checked_bucket(request, rgw_client)
 
 
 # --- Hadoop's own record classes ------------------------------------------------------------

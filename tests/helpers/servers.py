@@ -87,15 +87,9 @@ class SupervisedServer:
         return free_port()
 
     def _start_once(self, port: int) -> SupervisedServer:
-        with self.log_path.open("wb") as log:
-            self._watchdog = subprocess.Popen(
-                [sys.executable, __file__, *self.command(port)],
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                env=self.environment(),
-            )
+        self._watchdog = supervise(
+            self.command(port), self.log_path, cwd=self.workdir, env=self.environment()
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._watchdog.poll() is not None:
@@ -134,15 +128,8 @@ class SupervisedServer:
     def stop(self) -> None:
         """Close the watchdog's stdin (it stops the server) and wait; kill it if it hangs."""
         watchdog, self._watchdog = self._watchdog, None
-        if watchdog is None:
-            return
-        with contextlib.suppress(OSError):
-            watchdog.stdin.close()  # type: ignore[union-attr]
-        try:
-            watchdog.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            watchdog.kill()  # the server gets SIGKILL from its parent-death signal
-            watchdog.wait()
+        if watchdog is not None:
+            stop_supervised(watchdog)
 
 
 class AzuriteServer(SupervisedServer):
@@ -275,6 +262,35 @@ class GcsEmulatorServer(SupervisedServer):
     def storage_options(self) -> dict[str, str]:
         """Options for ``gcsfs.GCSFileSystem``: anonymous, so no credential lookup at all."""
         return {"token": "anon", "project": GCS_PROJECT, "endpoint_url": self.endpoint_url}
+
+
+def supervise(
+    command: list[str], log_path: pathlib.Path, cwd: pathlib.Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` under the watchdog (this file, run as a script), its output in
+    ``log_path``. The command must stay in the foreground: the watchdog stops it by its
+    PID (its process group) when :func:`stop_supervised` closes the watchdog's stdin, or
+    when the test session dies."""
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, __file__, *command],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env,
+        )
+
+
+def stop_supervised(watchdog: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    """Close the watchdog's stdin (it stops its server) and wait; kill it if it hangs."""
+    with contextlib.suppress(OSError):
+        watchdog.stdin.close()  # type: ignore[union-attr]
+    try:
+        watchdog.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()  # the server gets SIGKILL from its parent-death signal
+        watchdog.wait()
 
 
 def free_port() -> int:
