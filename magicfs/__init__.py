@@ -1,7 +1,13 @@
 """magicfs: commit many-file job output to object stores without rename.
 
-The Python counterpart of Hadoop's S3A "magic" committer and manifest committer,
-for fsspec, pandas, pyarrow and PySpark. See README.md for the tour.
+The Python counterpart of Hadoop's S3A "magic" committer and manifest committer, for
+fsspec, pandas, pyarrow, PySpark, Dask and Ray: files written by a job's tasks stay
+invisible until the job commits, then all appear at their final names at once.
+
+Start with :func:`write_job` (scripts and notebooks), :func:`committer_for` (the
+protocol step by step, for engines), :mod:`magicfs.spark`, :mod:`magicfs.dask` or
+:mod:`magicfs.ray`. ``help(magicfs.write_job)`` has an example; the documentation site
+is in the repository's ``docs/`` folder.
 """
 
 from . import errors, paths, records

@@ -14,6 +14,8 @@
 from __future__ import annotations
 
 import doctest
+import importlib
+import inspect
 import json
 import pathlib
 import re
@@ -230,3 +232,31 @@ def test_code_examples_run(page):
     ran = re.findall(r"^--- (\S+:\d+)$", result.stdout, flags=re.M)
     assert ran == [f"{name}:{line}" for name, line, _ in blocks]
     assert result.stdout.rstrip().endswith("--- all examples ran")
+
+
+#: Modules whose docstrings hold the public entry points' examples (rendered in the API
+#: reference, so they must run like every other example).
+DOCSTRING_MODULES = ["magicfs.integrations.job", "magicfs.committers", "magicfs.protocol.committer"]
+
+
+def test_docstring_examples_run():
+    tried = 0
+    for name in DOCSTRING_MODULES:
+        result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS)
+        assert result.failed == 0, f"{result.failed} docstring examples of {name} failed"
+        tried += result.attempted
+    assert tried >= 10
+
+
+@pytest.mark.parametrize(
+    "entry_point",
+    [magicfs.write_job, magicfs.committer_for],
+    ids=lambda f: f.__name__,
+)
+def test_the_entry_points_explain_themselves(entry_point):
+    """``help(magicfs.write_job)`` is enough to use it: parameters, result, errors, example."""
+    doc = inspect.getdoc(entry_point)
+    for section in ("Args:", "Returns:", "Raises:", "Example:"):
+        assert section in doc, f"{entry_point.__name__}: no {section} section"
+    for parameter in inspect.signature(entry_point).parameters:
+        assert parameter.lstrip("*") in doc, f"{entry_point.__name__}: {parameter} undocumented"

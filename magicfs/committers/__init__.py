@@ -44,16 +44,48 @@ def committer_for(
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> OutputCommitter:
-    """The committer for ``dest``: ``magic`` for a store with deferred writes (S3),
-    ``block-list`` for Azure Blob (deferred writes through block lists), ``manifest``
-    for every other store (local files, memory, GCS), or the one
-    named by ``committer``. The store is judged by its capabilities
-    (:mod:`magicfs.stores.capabilities`), not by its protocol's name.
+    """The committer for one job writing to ``dest``, chosen by what the store can do.
 
-    ``options``: ``threads`` (8), ``conflict_mode`` (``append``/``fail``/``replace``),
-    ``success_file`` (True), ``fs`` (an fsspec filesystem for the store, instead of
-    ``storage_options``), ``progress`` (None = on a terminal), and committer-specific
-    ones such as ``in_memory`` for ``magic``.
+    ``magic`` for a store with deferred writes (S3: multipart uploads completed at job
+    commit), ``block-list`` for Azure Blob (blocks published at job commit), and
+    ``manifest`` for every other store (local files, memory, GCS: one rename per file),
+    unless ``committer`` names one. The store is judged by its capabilities
+    (:mod:`magicfs.stores.capabilities`) — of ``fs`` when given, else of the URL's
+    filesystem class — not by its protocol's name. Nothing is written until
+    :meth:`~magicfs.OutputCommitter.setup_job`.
+
+    Args:
+        dest: where the output goes, any fsspec URL.
+        committer: ``magic``, ``block-list``, ``manifest``, ``directory``,
+            ``partitioned``, ``file-v1`` or ``file-v2``; by default the store's.
+        job_id: the job's id (letters, digits, ``.``, ``-``); a fresh UUID by default,
+            never one derived from a clock.
+        storage_options: the store's fsspec options (as given to pandas).
+        **options: ``threads`` (8: uploads completed or files renamed at once in job
+            commit), ``conflict_mode`` (``append``, ``fail`` or ``replace``),
+            ``success_file`` (True: write the JSON ``_SUCCESS``), ``fs`` (the store's
+            fsspec filesystem, instead of ``storage_options``), ``progress`` (None: bars
+            on a terminal), ``max_request_rate`` (S3 calls per second), and
+            committer-specific ones such as ``in_memory`` for ``magic`` or
+            ``validate_output`` for ``manifest``.
+
+    Returns:
+        An :class:`~magicfs.OutputCommitter` bound to this job; it pickles, so it can be
+        shipped to executors.
+
+    Raises:
+        ValueError: an unknown committer name or option value, naming the choices.
+
+    Example:
+        >>> import magicfs
+        >>> committer = magicfs.committer_for("memory://docs/committer-for")
+        >>> committer.setup_job()
+        >>> task = committer.task_attempt(0)
+        >>> committer.setup_task(task)
+        >>> committer.fs.pipe_file(task.path("part-0.txt"), b"hello")
+        >>> summary = committer.commit_job([committer.commit_task(task)])
+        >>> summary.committer, summary.files
+        ('manifest', 1)
     """
     if committer is None:
         # The filesystem given, else the URL's class: the store's own, never the wrapper

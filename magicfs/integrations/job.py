@@ -25,7 +25,13 @@ from ..committers import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMes
 
 
 class JobWriter:
-    """One job; use as a context manager (see the module docstring)."""
+    """One job, as a context manager: made by :func:`write_job`.
+
+    Entering sets the job up; leaving commits it from the tasks committed inside it
+    (by their messages, no listing), or aborts it on an exception. ``committer`` is the
+    :class:`~magicfs.OutputCommitter` underneath; ``summary`` is ``None`` until the job
+    has committed.
+    """
 
     def __init__(self, committer: OutputCommitter):
         self.committer = committer
@@ -40,6 +46,7 @@ class JobWriter:
 
     @property
     def job_id(self) -> str:
+        """The job's id (recorded in ``_SUCCESS``)."""
         return self.committer.job_id
 
     @property
@@ -49,7 +56,20 @@ class JobWriter:
 
     @contextmanager
     def task(self, task_id: int, attempt: int = 0) -> Iterator[TaskAttempt]:
-        """Set up a task attempt; commit it on success, abort it on an exception."""
+        """One task attempt, as a ``with`` block that yields a :class:`~magicfs.TaskAttempt`.
+
+        Leaving the block normally commits the attempt; an exception aborts it (its
+        files are discarded) and propagates. Committing the same ``task_id`` again
+        replaces the earlier attempt's message: the job commits the last one.
+
+        Args:
+            task_id: the task's number, ``>= 0``; one per piece of the output.
+            attempt: the attempt's number, for retries of the same task.
+
+        Raises:
+            magicfs.errors.CommitFailedError: a file of the attempt is still open, or
+                could not be saved (the attempt has been aborted).
+        """
         with self.committer.attempt(task_id, attempt, context="magicfs.write_job") as run:
             yield run.task
         message = run.message
@@ -77,7 +97,51 @@ def write_job(
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> JobWriter:
-    """A job writing to ``dest``; see :func:`magicfs.committer_for` for the options."""
+    """A job writing many files to ``dest`` that all appear at once when it commits.
+
+    Use it as a ``with`` block and run each task inside ``job.task(task_id)``. Files a
+    task writes under ``task.path(...)`` with ``job.fs`` (or at ``task.url(...)`` with
+    ``job.storage_options``) stay invisible until the job block ends normally; then the
+    job commits exactly the tasks committed inside it and every file appears at its
+    final name. An exception in a task block aborts that task attempt; an exception in
+    the job block aborts the whole job, leaving nothing visible and no upload parked.
+
+    Args:
+        dest: where the output goes, any fsspec URL: ``s3://bucket/out`` (magic
+            committer), ``abfs://container/out`` (block-list), ``gs://``, ``file://``,
+            ``memory://`` (manifest).
+        committer: a committer by name instead of the store's default: ``magic``,
+            ``block-list``, ``manifest``, ``directory``, ``partitioned``, ``file-v1``,
+            ``file-v2``.
+        job_id: the job's id (letters, digits, ``.``, ``-``); a fresh UUID by default.
+        storage_options: the store's fsspec options, as given to pandas
+            (``{"profile": "prod"}``, ``{"client_kwargs": {"endpoint_url": ...}}``).
+        **options: committer options, see :func:`magicfs.committer_for` (``threads``,
+            ``conflict_mode``, ``success_file``, ``fs``, ...).
+
+    Returns:
+        A :class:`JobWriter`: ``job.fs`` to write with, ``job.task(...)`` for each task,
+        and after the block ``job.summary`` (a :class:`~magicfs.JobSummary`).
+
+    Raises:
+        ValueError: an unknown committer or option value (before anything is written).
+        magicfs.errors.JobAlreadyActiveError: ``job_id`` is active, mid-commit or
+            already committed at ``dest``.
+        magicfs.errors.CommitConflictError: ``conflict_mode="fail"`` and ``dest``
+            already holds visible data.
+        magicfs.errors.JobCommitError: job commit failed; the error names the stage and
+            the file, and says whether the job was rolled back.
+
+    Example:
+        >>> import magicfs
+        >>> with magicfs.write_job("memory://docs/write-job") as job:
+        ...     for task_id in range(2):
+        ...         with job.task(task_id) as task:
+        ...             with job.fs.open(task.path(f"part-{task_id}.csv"), "w") as f:
+        ...                 _ = f.write("a,b")
+        >>> job.summary.files, job.summary.committer
+        (2, 'manifest')
+    """
     return JobWriter(
         committer_for(
             dest,

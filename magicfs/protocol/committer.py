@@ -156,7 +156,20 @@ class _Stages:
 
 
 class OutputCommitter(ABC):
-    """Base of all committers: configuration, the protocol template, recovery, conflicts."""
+    """One job writing to one destination: Hadoop's ``OutputCommitter``, in snake_case.
+
+    Made by :func:`magicfs.committer_for`. The driver calls :meth:`setup_job`; each
+    task attempt (:meth:`task_attempt`) is set up with :meth:`setup_task`, writes its
+    files under ``task.path(...)`` with :attr:`fs` and ends with :meth:`commit_task`
+    or :meth:`abort_task`; the driver then calls :meth:`commit_job` with the tasks'
+    messages, or :meth:`abort_job`. :meth:`attempt` wraps one task attempt in a
+    ``with`` block. Committers, task attempts and messages pickle, so they can travel
+    between driver and executors; the job's state lives in the store, so another
+    process can finish or roll back a job whose driver died.
+
+    This base class holds the configuration, the protocol written once as named
+    stages, recovery and conflict handling; each committer fills in its hooks.
+    """
 
     name: str = "abstract"  # per instance where one class serves several (file-v1/v2)
     #: Whether a failed commit can take back what it made visible (not the classic ones).
@@ -442,6 +455,7 @@ class OutputCommitter(ABC):
         )
 
     def setup_task(self, task: TaskAttempt) -> None:
+        """Prepare ``task`` (from :meth:`task_attempt`) to write; call before its writes."""
         self._check_task(task)
         TASK_FILES.reopen_attempt(self.job_id, task.attempt_id)
         self._setup_task(task)
@@ -451,7 +465,20 @@ class OutputCommitter(ABC):
         return True
 
     def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
-        """Commit the attempt; refused (and the attempt aborted) while a file is still open."""
+        """Commit the attempt: its files become part of the job (still invisible).
+
+        Waits for the attempt's files still closing in the background, then saves one
+        record of the attempt's files in the store.
+
+        Returns:
+            The :class:`~magicfs.TaskCommitMessage` to hand to :meth:`commit_job`
+            (picklable and JSON-serialisable).
+
+        Raises:
+            magicfs.errors.CommitFailedError: a file is still open or could not be
+                saved; the attempt has been aborted.
+            magicfs.errors.JobNotActiveError: the job has ended (committed or aborted).
+        """
         self._check_task(task)
         failed = TASK_FILES.settle(self.job_id, task.attempt_id)  # closes in the background
         if failed:
@@ -580,9 +607,27 @@ class OutputCommitter(ABC):
     # -- job commit ------------------------------------------------------------------------------
 
     def commit_job(self, messages: Messages | None = None) -> JobSummary:
-        """Publish exactly the task records ``messages`` name (or, without, the listed ones).
+        """Commit the job: every file of the committed tasks appears at its final name.
 
-        Finishes a commit that an earlier driver started (see the module docstring).
+        Publishes exactly the task attempts ``messages`` name, without listing; without
+        ``messages`` it lists the committed tasks (the last committed attempt of each
+        task wins). Every record is loaded and validated before anything is made
+        visible; then the files are published ``threads`` at a time, ``_SUCCESS`` is
+        written and the job's temporary state deleted. Called again with the same job
+        id, in any process, it finishes a commit that an earlier driver started.
+
+        Args:
+            messages: the :meth:`commit_task` messages, one per task.
+
+        Returns:
+            A :class:`~magicfs.JobSummary`: files, bytes, tasks, seconds, and
+            ``cleanup_incomplete`` if clean-up left something (the output is whole).
+
+        Raises:
+            magicfs.errors.JobCommitError: a stage failed; the error names the stage and
+                the file. What was made visible has been rolled back unless the error
+                says ``recoverable`` (then ``commit_job()`` again finishes the job).
+            magicfs.errors.NothingToCommitError: the job was already committed.
         """
         start = time.monotonic()
         stages = _Stages(self.stats)
