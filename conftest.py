@@ -203,7 +203,7 @@ def azurite_server(tmp_path_factory) -> Iterator:
     if not os.access(AZURITE_BLOB, os.X_OK):
         pytest.fail(
             f"Azurite is not installed ({AZURITE_BLOB} is missing). From the repository root "
-            f"run: {AZURITE_INSTALL}   (.ci/run does this)",
+            f"run: {AZURITE_INSTALL}   (tests/install_servers.sh does this)",
             pytrace=False,
         )
     with AzuriteServer(AZURITE_BLOB, tmp_path_factory.mktemp("azurite")) as server:
@@ -220,7 +220,7 @@ def azurite_logged(tmp_path_factory) -> Iterator:
     if not os.access(AZURITE_BLOB, os.X_OK):
         pytest.fail(
             f"Azurite is not installed ({AZURITE_BLOB} is missing). From the repository root "
-            f"run: {AZURITE_INSTALL}   (.ci/run does this)",
+            f"run: {AZURITE_INSTALL}   (tests/install_servers.sh does this)",
             pytrace=False,
         )
     workdir = tmp_path_factory.mktemp("azurite-logged")

@@ -1,8 +1,9 @@
 """A pandas job on Azure Blob with zero bytes copied: the block-list committer.
 
-Runs against a local Azurite (``npm install --prefix .ci/node azurite@3``, as the README's
-test command does); point ``storage_options`` at your own account (e.g.
-``{"account_name": "...", "credential": ...}``, adlfs's options) to use it for real.
+Runs against a local Azurite (``npm install --prefix .ci/node azurite@3``, as
+``tests/install_servers.sh`` does for the tests); point ``storage_options`` at your own
+account (e.g. ``{"account_name": "...", "credential": ...}``, adlfs's options) to use it
+for real.
 """
 
 import pathlib

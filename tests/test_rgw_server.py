@@ -17,7 +17,6 @@ import textwrap
 
 import pytest
 import s3fs
-
 from helpers.servers import accepts_connections
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -44,7 +43,9 @@ def test_rgw_bucket_fails_a_test_that_parks_an_upload(rgw_client, rgw_bucket, re
     checked = _checked_bucket(request, rgw_client)
     name = next(checked)
     rgw_client.create_multipart_upload(Bucket=name, Key="left/behind")
-    with pytest.raises(pytest.fail.Exception, match=r"1 multipart uploads parked: \['left/behind'\]"):
+    with pytest.raises(
+        pytest.fail.Exception, match=r"1 multipart uploads parked: \['left/behind'\]"
+    ):
         next(checked)
     assert name not in [b["Name"] for b in rgw_client.list_buckets()["Buckets"]]
 

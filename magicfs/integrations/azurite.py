@@ -1,11 +1,11 @@
 """A local Azurite (Azure Blob emulator) for the Azure example and benchmark.
 
-Azurite is an npm package (``npm install --prefix .ci/node azurite@3``, as the README's
-test command does); this module starts its Blob service the way the examples need it:
-data in memory, on 127.0.0.1, a free port, telemetry off, and every request it serves
-logged, so a run can count its requests (:meth:`LocalAzurite.operations`: a job commit
-on the block-list committer copies nothing). The test suite starts its own, supervised
-server (``tests/helpers/servers.py``).
+Azurite is an npm package (``npm install --prefix .ci/node azurite@3``, as
+``tests/install_servers.sh`` does for the tests); this module starts its Blob service the
+way the examples need it: data in memory, on 127.0.0.1, a free port, telemetry off, and
+every request it serves logged, so a run can count its requests
+(:meth:`LocalAzurite.operations`: a job commit on the block-list committer copies nothing).
+The test suite starts its own, supervised server (``tests/helpers/servers.py``).
 """
 
 from __future__ import annotations
