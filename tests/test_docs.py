@@ -19,6 +19,7 @@ import inspect
 import json
 import pathlib
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -260,3 +261,26 @@ def test_the_entry_points_explain_themselves(entry_point):
         assert section in doc, f"{entry_point.__name__}: no {section} section"
     for parameter in inspect.signature(entry_point).parameters:
         assert parameter.lstrip("*") in doc, f"{entry_point.__name__}: {parameter} undocumented"
+
+
+def shell_commands() -> list[tuple[str, str]]:
+    """Every ``$ magicfs ...`` line of the pages' transcripts: (page:line, arguments)."""
+    found = []
+    for page in PAGES:
+        for number, line in enumerate(page.read_text().splitlines(), 1):
+            match = re.match(r"\s*\$ magicfs (.*?)\s*(#.*)?$", line)
+            if match:
+                found.append((f"{page_id(page)}:{number}", match[1]))
+    return found
+
+
+@pytest.mark.parametrize(("where", "arguments"), shell_commands(), ids=lambda v: str(v))
+def test_command_line_examples_are_valid_commands(where, arguments):
+    """The transcripts' commands are ones the ``magicfs`` command accepts (their output
+    comes from tests/test_cli.py's runs against the embedded server)."""
+    from magicfs.integrations.cli import build_parser
+
+    try:
+        build_parser().parse_args(shlex.split(arguments))
+    except SystemExit as e:
+        pytest.fail(f"{where}: `magicfs {arguments}` is refused by the command line ({e})")
