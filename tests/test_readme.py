@@ -16,9 +16,11 @@ README = (ROOT / "README.md").read_text()
 
 
 def test_ci_runs_exactly_the_readme_test_command():
+    """The README and the development guide show the command CI runs, exactly."""
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert "pytest" in ci
     assert f"```bash\n{ci}\n```" in README
+    assert f"```bash\n{ci}\n```" in (ROOT / "docs" / "development.md").read_text()
 
 
 def comparison(text: str) -> dict[str, tuple[str, str]]:
