@@ -568,7 +568,7 @@ def test_two_jobs_to_one_destination_do_not_touch_each_other(target):
     assert_nothing_left(target)
 
 
-# --- 11. pandas and pyarrow through committer.fs (README "Writing a job") ------------------------
+# --- 11. pandas and pyarrow through committer.fs (docs/engines/pandas-pyarrow.md) -----------------
 
 FRAME = pd.DataFrame({"year": [2023, 2024, 2024], "amount": [1.5, 2.0, 3.25]})
 

@@ -1,6 +1,6 @@
-"""No module of magicfs imports a layer above its own (README "Architecture").
+"""No module of magicfs imports a layer above its own (docs/architecture.md).
 
-The layers, lowest first, as the README's table states them. Every module must belong
+The layers, lowest first, as docs/architecture.md's table states them. Every module must belong
 to one (a new file fails here until it is placed), and every relative import must point
 at its own layer or one below.
 """

@@ -1,6 +1,6 @@
-"""Every filesystem operation on a task path, on every store: the README's table, row by row.
+"""Every filesystem operation on a task path, on every store: the documentation's table, row by row.
 
-Each test is one row of "Operations on task paths" in the README, run on S3 (moto, the
+Each test is one row of "Operations on task paths" in docs/filesystem.md, run on S3 (moto, the
 magic committer), a local disk, memory, Azure Blob (Azurite) and GCS (the emulator) —
 those four with the manifest committer — and Azure Blob with the block-list committer
 (``abfs-block-list``: S3's deferred semantics, blocks staged on the final blobs instead

@@ -8,7 +8,7 @@
   random per writer, so no other writer's blob can match).
 * **delete**: Delete Blob. **discard**: nothing — Azure has no request that deletes
   staged blocks alone; they stay invisible until the name is next published or Azure
-  drops them 7 days after staging (README "Azure: block lists").
+  drops them 7 days after staging (docs/stores/azure.md).
 """
 
 from __future__ import annotations

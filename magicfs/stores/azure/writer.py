@@ -19,7 +19,7 @@ Life of one file (``abfs://c/out/__magic_job-7/.../__base/a.csv`` -> ``c/out/a.c
    ``close()`` while an exception propagates, garbage collection unclosed): no
    ``.pending`` is written and the marker is deleted. Azure has no request that drops
    staged blocks alone: they stay invisible until the name's next publish discards them,
-   or Azure does after 7 days (README "Azure: block lists").
+   or Azure does after 7 days (docs/stores/azure.md).
 
 An empty file stages nothing: its record lists no block, and job commit publishes an
 empty list, which makes a zero-byte blob.

@@ -16,7 +16,7 @@ mechanisms keep it at the limit:
   than 10 calls in the last second (its rate cannot be measured, and its calls are not
   what overran the store). Over a cycle the job runs at about 95% of what the store
   allows. (botocore's own ``adaptive`` retry mode cuts by 30% each time and regrows
-  slowly: measured, 52% of a 500/s store and 88% of a 200/s one; see the README's
+  slowly: measured, 52% of a 500/s store and 88% of a 200/s one; see docs/stores/s3.md,
   "Large jobs".)
 * **fixed** (``max_request_rate=N`` on a committer): at most N calls per second from
   this job, however clean the replies; for a bucket that serves readers at the same
