@@ -94,19 +94,22 @@ class Committer:
         return self.speculation is not None
 
 
+#: The S3 stores: moto (``s3``) and Ceph RGW (``rgw``, a production S3 implementation).
+S3_STORES = ("s3", "rgw")
+
 COMMITTERS = {
     c.name: c
     for c in (
         Committer(
             "magic",
-            ("s3",),
+            S3_STORES,
             deferred_writes=True,
             success_committer="magic",
             detects_duplicate_destinations=True,
         ),
         Committer(
             "directory",
-            ("s3",),
+            S3_STORES,
             speculation="last",
             deferred_writes=True,
             success_committer="directory",
@@ -114,7 +117,7 @@ COMMITTERS = {
         ),
         Committer(
             "partitioned",
-            ("s3",),
+            S3_STORES,
             speculation="last",
             deferred_writes=True,
             success_committer="partitioned",
@@ -123,7 +126,7 @@ COMMITTERS = {
         ),
         Committer(
             "file-v1",
-            ("s3", "file"),
+            (*S3_STORES, "file"),
             speculation="last",
             task_records=False,
             guarantees=False,
@@ -131,7 +134,7 @@ COMMITTERS = {
         ),
         Committer(
             "file-v2",
-            ("s3", "file"),
+            (*S3_STORES, "file"),
             hides_output=False,
             abortable=False,
             speculation=None,
@@ -292,14 +295,14 @@ class Target:
     def lists_pending(self) -> bool:
         """What is pending is listed apart from the destination's entries (S3 uploads,
         Azure staged blocks); elsewhere it is the hidden entries left in the destination."""
-        return self.pair.store == "s3" or self.kind.deferred_writes
+        return self.pair.store in S3_STORES or self.kind.deferred_writes
 
     def pending(self) -> list[str]:
         """S3: the keys of the bucket's multipart uploads (relative to the destination);
         Azure block lists: the blobs under the destination holding staged blocks and no
         committed one; rename stores: the hidden entries left under the destination (but
         ``_SUCCESS``)."""
-        if self.pair.store == "s3":
+        if self.pair.store in S3_STORES:
             uploads = self.s3_client.list_multipart_uploads(Bucket=self.bucket)
             prefix = self.root.partition("/")[2] + "/"
             return sorted(u["Key"].removeprefix(prefix) for u in uploads.get("Uploads", []))
@@ -353,9 +356,11 @@ class Target:
 def make_target(request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Target:
     """A :class:`Target` for ``pair`` on a fresh destination (conftest.py's store fixtures)."""
     store = pair.store
-    if store == "s3":
-        bucket = request.getfixturevalue("bucket")
-        options = {**request.getfixturevalue("s3_options"), "skip_instance_cache": True}
+    if store in S3_STORES:
+        on_rgw = store == "rgw"
+        bucket = request.getfixturevalue("rgw_bucket" if on_rgw else "bucket")
+        server = request.getfixturevalue("rgw_server" if on_rgw else "s3_server")
+        options = {**server.storage_options, "skip_instance_cache": True}
         # One s3fs for the committers and the observer: a client costs 0.1-0.4 s to make.
         fs = fsspec.filesystem("s3", **options)
         target = Target(
@@ -363,7 +368,7 @@ def make_target(request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Ta
             fs,
             f"s3://{bucket}/out",
             {"fs": fs},
-            s3_client=request.getfixturevalue("s3_client"),
+            s3_client=request.getfixturevalue("rgw_client" if on_rgw else "s3_client"),
             bucket=bucket,
         )
         if pair.committer.name in _STAGING:
