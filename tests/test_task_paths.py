@@ -1,14 +1,15 @@
 """Every filesystem operation on a task path, on every store: the documentation's table, row by row.
 
-Each test is one row of "Operations on task paths" in docs/filesystem.md, run on S3 (moto, the
-magic committer), a local disk, memory, Azure Blob (Azurite) and GCS (the emulator) —
-those four with the manifest committer — and Azure Blob with the block-list committer
-(``abfs-block-list``: S3's deferred semantics, blocks staged on the final blobs instead
-of multipart uploads). Each asserts what a user would observe: the bytes published at
-job commit, what is left pending (S3: no multipart upload, ever; Azure block lists: the
-blobs holding staged blocks and no committed one, which no request can delete: those of
-files deleted or never published stay, invisible), and for refused operations an error
-naming the path, the reason and what to do instead — raised before anything was changed.
+Each test is one row of "Operations on task paths" in docs/filesystem.md, run on S3 (moto
+and Ceph RGW, ``rgw``, a production S3 implementation; the magic committer), a local disk,
+memory, Azure Blob (Azurite) and GCS (the emulator) — those four with the manifest committer
+— and Azure Blob with the block-list committer (``abfs-block-list``: S3's deferred
+semantics, blocks staged on the final blobs instead of multipart uploads). Each asserts what
+a user would observe: the bytes published at job commit, what is left pending (S3: no
+multipart upload, ever; Azure block lists: the blobs holding staged blocks and no committed
+one, which no request can delete: those of files deleted or never published stay,
+invisible), and for refused operations an error naming the path, the reason and what to do
+instead — raised before anything was changed.
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ from magicfs.errors import (
 )
 from magicfs.task_files import TASK_FILES
 
-STORES = ["s3", "file", "memory", "abfs", "abfs-block-list", "gcs"]
+#: The S3 stores: moto and Ceph RGW (magic committer on both).
+S3 = ("s3", "rgw")
+STORES = [*S3, "file", "memory", "abfs", "abfs-block-list", "gcs"]
 #: Stores whose task files are deferred: written on their final names, invisible, with no
 #: bytes to read until job commit (S3 multipart uploads, Azure staged blocks).
-DEFERRED = ("s3", "abfs-block-list")
+DEFERRED = (*S3, "abfs-block-list")
 #: What a refusal of a deferred task file says its bytes are, per store.
 STORAGE_OF_TASK_FILES = {
     "s3": "an unfinished multipart upload",
+    "rgw": "an unfinished multipart upload",
     "abfs-block-list": "uncommitted blocks staged on abfs://",
 }
 
@@ -87,7 +91,7 @@ class TaskStore:
         return self.published()
 
     def published(self) -> dict[str, bytes]:
-        if self.kind == "s3":  # boto3: s3fs would read a key "q?versionId=1" as version 1 of "q"
+        if self.kind in S3:  # boto3: s3fs would read a key "q?versionId=1" as version 1 of "q"
             return {
                 key.removeprefix("out/"): self.s3_client.get_object(Bucket=self.bucket, Key=key)[
                     "Body"
@@ -112,7 +116,7 @@ class TaskStore:
         """Pending multipart uploads in the bucket (S3); Azure block lists: the blobs of
         the container holding staged blocks and no committed one (``Key``: the blob name,
         listed with the Azure SDK); none elsewhere."""
-        if self.kind == "s3":
+        if self.kind in S3:
             return pending_uploads(self.s3_client, self.bucket)
         if self.kind == "abfs-block-list":
             return [{"Key": name} for name in staged_blobs(self.raw, self.bucket)]
@@ -150,10 +154,12 @@ def forget_this_process(ts: TaskStore, relative: str) -> None:
 def ts(request, tmp_path) -> TaskStore:
     kind = request.param
     client = bucket = None
-    if kind == "s3":
-        bucket = request.getfixturevalue("bucket")
-        client = request.getfixturevalue("s3_client")
-        options = {**request.getfixturevalue("s3_options"), "skip_instance_cache": True}
+    if kind in S3:
+        on_rgw = kind == "rgw"
+        bucket = request.getfixturevalue("rgw_bucket" if on_rgw else "bucket")
+        client = request.getfixturevalue("rgw_client" if on_rgw else "s3_client")
+        server = request.getfixturevalue("rgw_server" if on_rgw else "s3_server")
+        options = {**server.storage_options, "skip_instance_cache": True}
         committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=options)
         root = f"{bucket}/plain"
     elif kind == "file":
@@ -308,7 +314,7 @@ def test_reading_a_task_file(ts):
             with pytest.raises(DeferredFileError, match=r"x.csv: cannot read a task file") as e:
                 read()
             assert STORAGE_OF_TASK_FILES[ts.kind] in str(e.value), name
-            if ts.kind == "s3":  # (the staging committers need S3)
+            if ts.kind in S3:  # (the staging committers need S3)
                 assert "committer='directory'" in str(e.value), name
         else:
             assert read() in (b"1,2\n", b"1,"), name
@@ -356,7 +362,7 @@ def test_write_then_rename_inside_the_task(ts):
         with pytest.raises(DeferredFileError, match=r"part.tmp: cannot move a task file") as e:
             ts.fs.mv(ts.path("part.tmp"), ts.path("part.csv"))
         assert STORAGE_OF_TASK_FILES[ts.kind] in str(e.value)
-        if ts.kind == "s3":
+        if ts.kind in S3:
             assert "staging committer" in str(e.value)
         # nothing lost: the file is still there, under the name it was written with
         assert ts.commit() == {"part.tmp": b"payload"}
@@ -405,7 +411,7 @@ def test_deleting_task_files(ts):
     assert ts.commit() == {"keep.csv": b"keep"}
 
 
-@pytest.mark.parametrize("ts", ["s3"], indirect=True)
+@pytest.mark.parametrize("ts", S3, indirect=True)
 def test_deleting_a_task_directory_aborts_each_upload_once(ts, request_log):
     for name in ("a.csv", "d/b.csv", "d/e/c.csv"):
         ts.fs.pipe_file(ts.path(name), b"x")
