@@ -77,6 +77,16 @@ class TaskNotActiveError(MagicFSError, RuntimeError):
     """
 
 
+class OutsideTaskPathError(MagicFSError, PermissionError):
+    """A write through a job's filesystem to its destination, outside every task path.
+
+    Such a file would skip the commit protocol: visible at once, and kept when the job
+    aborts. Nothing has been written when this is raised; the message names the file and
+    the route to use (``task.path(...)`` with ``job.fs``, ``task.url(...)`` with
+    ``job.storage_options``).
+    """
+
+
 class JobAlreadyActiveError(MagicFSError, FileExistsError):
     """``setup_job`` for a job id that is already active (or already committed) here.
 

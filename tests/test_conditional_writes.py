@@ -13,10 +13,12 @@ import threading
 
 import pytest
 from helpers import as_another_process, object_keys, pending_uploads, visible_keys
+from helpers.s3_targets import S3_TARGETS, s3_target
 
 from magicfs import MagicCommitter
 from magicfs.errors import JobCommitError
 from magicfs.stores.s3.conditional import PROBE_PREFIX
+from magicfs.stores.s3.store import error_code
 
 
 class Sent:
@@ -48,13 +50,58 @@ def drop_if_none_match(fs, operation: str) -> None:
     fs.s3.meta.events.register(f"before-sign.s3.{operation}", strip)
 
 
+@pytest.fixture(params=S3_TARGETS)
+def target(request):
+    return s3_target(request)
+
+
 @pytest.fixture
-def make_committer(bucket, s3_options):
+def make_committer(target):
+    def make(**kwargs) -> MagicCommitter:
+        options = {**target.options, "skip_instance_cache": True}
+        return MagicCommitter(f"s3://{target.bucket}/out", storage_options=options, **kwargs)
+
+    return make
+
+
+@pytest.fixture
+def moto_committer(bucket, s3_options):
     def make(**kwargs) -> MagicCommitter:
         options = {**s3_options, "skip_instance_cache": True}
         return MagicCommitter(f"s3://{bucket}/out", storage_options=options, **kwargs)
 
     return make
+
+
+#: What each store does with If-None-Match on CompleteMultipartUpload, and so what the
+#: refusal of a create-only file over an existing object says.
+REFUSAL = {
+    "moto": "the store refused to complete the upload over it (412 PreconditionFailed)",
+    "rgw": "this store does not honour If-None-Match on CompleteMultipartUpload "
+    "(PutObject: refused with 412 PreconditionFailed, as asked; CompleteMultipartUpload: "
+    "answered 200 and replaced the existing object), so magicfs checked with HEAD just "
+    "before and refuses to replace it",
+}
+#: The probe's requests on each store (RGW's completion succeeds: nothing to abort).
+PROBE = {
+    "moto": [
+        ("PutObject", None),
+        ("PutObject", "*"),
+        ("CreateMultipartUpload", None),
+        ("UploadPart", None),
+        ("CompleteMultipartUpload", "*"),
+        ("AbortMultipartUpload", None),
+        ("DeleteObject", None),
+    ],
+    "rgw": [
+        ("PutObject", None),
+        ("PutObject", "*"),
+        ("CreateMultipartUpload", None),
+        ("UploadPart", None),
+        ("CompleteMultipartUpload", "*"),
+        ("DeleteObject", None),
+    ],
+}
 
 
 def run_job(committer, files: dict[str, tuple[bytes, str]]):
@@ -84,72 +131,104 @@ def assert_refused_cleanly(s3_client, bucket: str, existing: dict[str, bytes]) -
     assert [k for k in object_keys(s3_client, bucket) if "__magic" in k] == []
 
 
-# --- a store that honours If-None-Match on both (moto, as AWS) ----------------------------
+# --- on each store: moto (honours both conditions, as AWS), Ceph RGW 16.2 (PutObject's) --
 
 
 @pytest.mark.parametrize("mode", ["xb", "create"])
-def test_create_only_over_an_existing_object_fails_the_job(make_committer, s3_client, bucket, mode):
-    s3_client.put_object(Bucket=bucket, Key="out/x.csv", Body=b"theirs")
+def test_create_only_over_an_existing_object_fails_the_job(make_committer, target, mode):
+    client, bucket = target.client, target.bucket
+    client.put_object(Bucket=bucket, Key="out/x.csv", Body=b"theirs")
     committer = make_committer()
     messages = run_job(committer, {"x.csv": (b"ours", mode), "y.csv": (b"y", "wb")})
     with pytest.raises(JobCommitError) as failure:
         committer.commit_job(messages)
     message = str(failure.value)
-    assert f"s3://{bucket}/out/x.csv already exists" in message
-    assert "opened 'xb' (create only)" in message and "412 PreconditionFailed" in message
-    assert_refused_cleanly(s3_client, bucket, {"out/x.csv": b"theirs"})
+    assert f"s3://{bucket}/out/x.csv already exists and the file was opened 'xb'" in message
+    assert REFUSAL[target.name] in message
+    assert_refused_cleanly(client, bucket, {"out/x.csv": b"theirs"})
 
 
-def test_create_only_over_a_free_name_is_published(make_committer, s3_client, bucket):
+def test_create_only_over_a_free_name_is_published(make_committer, target):
     committer = make_committer()
     committer.commit_job(run_job(committer, {"x.csv": (b"ours", "xb"), "z": (b"z", "create")}))
-    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/x.csv", "out/z"]
-    assert body(s3_client, bucket, "out/x.csv") == b"ours"
-    assert pending_uploads(s3_client, bucket) == []
+    assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS", "out/x.csv", "out/z"]
+    assert target.body("out/x.csv") == b"ours" and target.body("out/z") == b"z"
+    assert pending_uploads(target.client, target.bucket) == []
 
 
-def test_the_probe_is_paid_once_per_bucket_and_leaves_nothing(make_committer, s3_client, bucket):
+def test_pipe_file_create_outside_a_job_is_refused_by_the_store(make_committer, target):
+    # Not a task path: the magic filesystem hands it to s3fs, whose conditional PUT
+    # both stores honour (RGW too: only its completions ignore the condition).
+    target.client.put_object(Bucket=target.bucket, Key="other/x.csv", Body=b"theirs")
+    committer = make_committer()
+    with pytest.raises(OSError) as refused:
+        committer.fs.pipe_file(f"{target.bucket}/other/x.csv", b"ours", mode="create")
+    # s3fs makes a FileExistsError of moto's 412; RGW's error reply has no <Message>,
+    # and s3fs turns it into OSError(22, None): the store's code is behind it.
+    assert error_code(refused.value) == "PreconditionFailed"
+    assert isinstance(refused.value, FileExistsError) == (target.name == "moto")
+    assert target.body("other/x.csv") == b"theirs"
+
+
+def test_the_probe_is_paid_once_per_bucket_and_leaves_nothing(make_committer, target):
     committer = make_committer()
     sent = Sent(committer.store_fs)
     files = {f"f{n}.csv": (b"data", "xb") for n in range(3)}
     committer.commit_job(run_job(committer, files))
-    # One probe for the writers and the job commit of this process: PUT, conditional
-    # PUT (412), create, part, conditional completion (412), abort, DELETE.
-    assert sent.probes() == [
-        ("PutObject", None),
-        ("PutObject", "*"),
-        ("CreateMultipartUpload", None),
-        ("UploadPart", None),
-        ("CompleteMultipartUpload", "*"),
-        ("AbortMultipartUpload", None),
-        ("DeleteObject", None),
-    ]
-    # Each completion asked the store (it honours the condition): no HEAD before it.
+    # One probe for the writers and the job commit of this process.
+    assert sent.probes() == PROBE[target.name]
+    # Where the store honours the completion's condition, each completion carries it;
+    # where not, each is preceded by one HEAD of its destination.
     completions = [inm for op, url, inm in sent.requests if op == "CompleteMultipartUpload"]
-    assert completions.count("*") == 3 + 1
+    heads = [url for op, url, _ in sent.requests if op == "HeadObject"]
+    checked = sum(url.endswith(tuple(f"/out/{name}" for name in files)) for url in heads)
+    if target.name == "moto":
+        assert completions.count("*") == 3 + 1 and checked == 0
+    else:
+        assert completions.count("*") == 1 and checked == 3  # the probe's, then HEADs
     # A second job of the same process on the same bucket pays nothing more.
     second = make_committer()
     sent_again = Sent(second.store_fs)
     second.commit_job(run_job(second, {"g.csv": (b"data", "xb")}))
     assert sent_again.probes() == []
-    assert [k for k in object_keys(s3_client, bucket) if PROBE_PREFIX in k] == []
-    assert pending_uploads(s3_client, bucket) == []
+    keys = object_keys(target.client, target.bucket)
+    assert [k for k in keys if PROBE_PREFIX in k] == []
+    assert pending_uploads(target.client, target.bucket) == []
 
 
-def test_jobs_without_create_only_files_never_probe(make_committer, s3_client, bucket):
+def test_jobs_without_create_only_files_never_probe(make_committer, target):
     committer = make_committer()
     sent = Sent(committer.store_fs)
     committer.commit_job(run_job(committer, {"a.csv": (b"a", "wb"), "b.csv": (b"b", "wb")}))
     assert sent.probes() == []
     assert [inm for op, _, inm in sent.requests if op == "CompleteMultipartUpload"] == [None] * 2
+    heads = [url for op, url, _ in sent.requests if op == "HeadObject"]
+    assert not any(url.endswith(("/out/a.csv", "/out/b.csv")) for url in heads)
 
 
-# --- a store that ignores If-None-Match on CompleteMultipartUpload (as Ceph RGW 16.2) ------
-
-
-def test_ignored_condition_falls_back_to_a_head_and_refuses(make_committer, s3_client, bucket):
-    s3_client.put_object(Bucket=bucket, Key="out/x.csv", Body=b"theirs")
+def test_a_second_writer_of_a_create_only_path_is_refused(make_committer, target):
+    # Another process opening the same task path 'xb': the marker's conditional PUT,
+    # which both stores honour, refuses it.
     committer = make_committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    with committer.fs.open(task.path("x.csv"), "xb") as f:
+        f.write(b"first")
+    as_another_process(committer, task)
+    with pytest.raises(FileExistsError, match="another writer has already opened this path"):
+        committer.fs.open(task.path("x.csv"), "xb")
+    committer.commit_job([committer.commit_task(task)])
+    assert target.body("out/x.csv") == b"first"
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+# --- moto made to ignore If-None-Match (a botocore hook drops the header), as RGW does ---
+
+
+def test_ignored_condition_falls_back_to_a_head_and_refuses(moto_committer, s3_client, bucket):
+    s3_client.put_object(Bucket=bucket, Key="out/x.csv", Body=b"theirs")
+    committer = moto_committer()
     drop_if_none_match(committer.store_fs, "CompleteMultipartUpload")
     sent = Sent(committer.store_fs)
     messages = run_job(committer, {"x.csv": (b"ours", "xb"), "y.csv": (b"y", "wb")})
@@ -171,8 +250,8 @@ def test_ignored_condition_falls_back_to_a_head_and_refuses(make_committer, s3_c
     ]
 
 
-def test_ignored_condition_still_publishes_a_free_name(make_committer, s3_client, bucket):
-    committer = make_committer()
+def test_ignored_condition_still_publishes_a_free_name(moto_committer, s3_client, bucket):
+    committer = moto_committer()
     drop_if_none_match(committer.store_fs, "CompleteMultipartUpload")
     sent = Sent(committer.store_fs)
     committer.commit_job(run_job(committer, {"x.csv": (b"ours", "xb")}))
@@ -183,10 +262,10 @@ def test_ignored_condition_still_publishes_a_free_name(make_committer, s3_client
     assert [k for k in object_keys(s3_client, bucket) if PROBE_PREFIX in k] == []
 
 
-def test_ignored_condition_on_the_marker_falls_back_to_a_head(make_committer, s3_client, bucket):
+def test_ignored_condition_on_the_marker_falls_back_to_a_head(moto_committer, s3_client, bucket):
     # Two writers of one task path in different processes: the second must be refused
     # even where PutObject's If-None-Match is ignored.
-    committer = make_committer()
+    committer = moto_committer()
     drop_if_none_match(committer.store_fs, "PutObject")
     committer.setup_job()
     task = committer.task_attempt(0)

@@ -187,3 +187,91 @@ def test_dask_to_csv_compresses_by_the_name_function(s3_options, s3_client, buck
         for k in ("csv/part-0.csv.gz", "csv/part-1.csv.gz")
     ]
     assert pd.concat(frames, ignore_index=True).equals(FRAME)
+
+
+# --- job.fs under the destination, outside any task path: refused --------------------------------
+
+
+def test_job_fs_write_outside_task_paths_is_refused_on_s3(s3_options, s3_client, bucket):
+    dest = f"s3://{bucket}/sales"
+    job = magicfs.write_job(dest, storage_options=s3_options)
+    with pytest.raises(ValueError, match="stop"), job, job.task(0) as task:
+        with job.fs.open(task.path("kept.csv"), "wb") as f:
+            f.write(b"task output\n")
+        # the user forgot task.path: the README's job.fs, the destination's own name
+        with pytest.raises(magicfs.errors.OutsideTaskPathError) as refused:
+            job.fs.open(f"{bucket}/sales/x.csv", "wb")
+        message = str(refused.value)
+        assert f"s3://{bucket}/sales/x.csv" in message
+        assert "task.path('x.csv')" in message and "task.url('x.csv')" in message
+        for write in (
+            lambda: job.fs.pipe_file(f"{bucket}/sales/_metadata", b"summary"),
+            lambda: job.fs.touch(f"{bucket}/sales/year=2024/y.csv"),
+            lambda: job.fs.pipe({f"{bucket}/sales/z.csv": b"z"}),
+            lambda: FRAME.to_csv(
+                f"magic::s3://{bucket}/sales/w.csv", storage_options=job.storage_options
+            ),
+        ):
+            with pytest.raises(magicfs.errors.OutsideTaskPathError):
+                write()
+        # nothing but the job's own hidden tree in the destination
+        keys = object_keys(s3_client, bucket, "sales/")
+        assert [key for key in keys if not key.startswith("sales/__magic_job-")] == []
+        # outside the destination, job.fs passes through as before; reads too
+        job.fs.pipe_file(f"{bucket}/elsewhere/note.txt", b"plain")
+        assert job.fs.cat_file(f"{bucket}/elsewhere/note.txt") == b"plain"
+        raise ValueError("stop")  # the job aborts
+    assert object_keys(s3_client, bucket, "sales/") == []
+    assert visible_keys(s3_client, bucket) == ["elsewhere/note.txt"]
+
+
+def test_job_fs_write_outside_task_paths_is_refused_on_a_local_disk(tmp_path):
+    dest = tmp_path / "out"
+    with magicfs.write_job(f"file://{dest}") as job, job.task(0) as task:
+        with pytest.raises(magicfs.errors.OutsideTaskPathError, match=r"task\.path\('x\.csv'\)"):
+            FRAME.to_csv(job.fs.open(f"{dest}/x.csv", "w"))
+        with job.fs.open(task.path("x.csv"), "w") as f:
+            FRAME.to_csv(f, index=False)
+    assert sorted(p.name for p in dest.iterdir()) == ["_SUCCESS", "x.csv"]
+    assert pd.read_csv(dest / "x.csv").equals(FRAME)
+
+
+# --- polars: a file object from job.fs; the URL route names it -----------------------------------
+
+
+def test_polars_writes_parquet_and_csv_into_a_job(s3_options, s3_client, bucket):
+    import polars as pl
+
+    frame = pl.DataFrame({"id": [1, 2, 3], "name": ["a", "b", "c"]})
+    dest = f"s3://{bucket}/pl"
+    with magicfs.write_job(dest, storage_options=s3_options) as job, job.task(0) as task:
+        with job.fs.open(task.path("year=2024/part-0.parquet"), "wb") as f:
+            frame.write_parquet(f)
+        with job.fs.open(task.path("year=2024/part-0.csv"), "wb") as f:
+            frame.write_csv(f)
+        assert visible_keys(s3_client, bucket, "pl/") == []  # nothing before job commit
+    assert visible_keys(s3_client, bucket, "pl/") == [
+        "pl/_SUCCESS",
+        "pl/year=2024/part-0.csv",
+        "pl/year=2024/part-0.parquet",
+    ]
+    csv = s3_client.get_object(Bucket=bucket, Key="pl/year=2024/part-0.csv")["Body"].read()
+    assert csv == b"id,name\n1,a\n2,b\n3,c\n"
+    body = s3_client.get_object(Bucket=bucket, Key="pl/year=2024/part-0.parquet")["Body"].read()
+    assert pl.read_parquet(io.BytesIO(body)).equals(frame)
+
+
+def test_polars_url_route_says_which_route_to_use(s3_options, s3_client, bucket):
+    import polars as pl
+
+    frame = pl.DataFrame({"id": [1]})
+    dest = f"s3://{bucket}/pl"
+    with magicfs.write_job(dest, storage_options=s3_options) as job, job.task(0) as task:
+        for write in (frame.write_parquet, frame.write_csv):
+            with pytest.raises(ValueError) as refused:
+                write(task.url("part-0.parquet"), storage_options=job.storage_options)
+            assert "job.fs.open(task.path(name), 'wb')" in str(refused.value)
+    assert visible_keys(s3_client, bucket, "pl/") == ["pl/_SUCCESS"]
+    # the options are still a plain dict for everything else
+    assert dict(job.storage_options["magic"]) == job.storage_options["magic"]
+    assert repr(job.storage_options["magic"]) == repr(dict(job.storage_options["magic"]))

@@ -40,6 +40,7 @@ from typing import Any
 
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
+from ..filesystems.magic import MagicOptions
 from ..layouts.magic import MagicJobLayout
 from ..names import PENDING_SUFFIX, PENDINGSET_SUFFIX
 from ..paths import is_deferred_write
@@ -97,6 +98,7 @@ class BlockListCommitter(PendingsetCommitter):
             block_lists=True,
             part_size=block_size,
             parts_in_flight=blocks_in_flight,
+            job_root=self.dest,
         )
 
     @property
@@ -105,11 +107,14 @@ class BlockListCommitter(PendingsetCommitter):
 
     @property
     def storage_options(self) -> dict[str, Any]:
-        magic = {
-            "block_lists": True,
-            "part_size": self.block_size,
-            "parts_in_flight": self.blocks_in_flight,
-        }
+        magic = MagicOptions(
+            {
+                "block_lists": True,
+                "part_size": self.block_size,
+                "parts_in_flight": self.blocks_in_flight,
+                "job_root": self.dest,
+            }
+        )
         return {"magic": magic, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:

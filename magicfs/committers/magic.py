@@ -40,6 +40,7 @@ from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
+from ..filesystems.magic import MagicOptions
 from ..layouts.magic import MagicJobLayout
 from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
 from ..paths import is_deferred_write
@@ -91,7 +92,10 @@ class MagicCommitter(S3PendingsetCommitter):
         self.in_memory = in_memory
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
         self._fs = MagicFileSystem(
-            fs=self.store_fs, in_memory=in_memory, retry_policy=self.retry_policy
+            fs=self.store_fs,
+            in_memory=in_memory,
+            retry_policy=self.retry_policy,
+            job_root=self.dest,  # writes to the destination outside task paths: refused
         )
 
     @property
@@ -100,7 +104,9 @@ class MagicCommitter(S3PendingsetCommitter):
 
     @property
     def storage_options(self) -> dict[str, Any]:
-        magic = {"in_memory": True} if self.in_memory else {}
+        magic = MagicOptions(job_root=self.dest)
+        if self.in_memory:
+            magic["in_memory"] = True
         return {"magic": magic, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:

@@ -36,6 +36,7 @@ from typing import Any, cast
 
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
+from ..filesystems.magic import MagicOptions
 from ..layouts.manifest import ManifestJobLayout
 from ..names import MANIFEST_SUFFIX
 from ..protocol.attempts import Messages
@@ -107,7 +108,8 @@ class ManifestCommitter(OutputCommitter):
         self.cleanup_enabled = cleanup
         self.layout = ManifestJobLayout(self.dest, self.job_id, self.app_attempt)
         self.store = RenameStore(self.store_fs, self.threads)
-        self._fs = MagicFileSystem(fs=self.store_fs)
+        # job_root: writes to the destination outside task paths are refused.
+        self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest)
 
     @property
     def fs(self) -> MagicFileSystem:
@@ -115,7 +117,8 @@ class ManifestCommitter(OutputCommitter):
 
     @property
     def storage_options(self) -> dict[str, Any]:
-        return {"magic": {}, self.protocol: dict(self.store_options)}
+        magic = MagicOptions(job_root=self.dest)
+        return {"magic": magic, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:
         return "magic::" + cast(str, self.store_fs.unstrip_protocol(self.work_path_for(attempt_id)))

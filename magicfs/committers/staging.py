@@ -57,6 +57,7 @@ from typing import Any, cast
 
 from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitError
 from ..filesystems import MagicFileSystem
+from ..filesystems.magic import MagicOptions
 from ..layouts.manifest import ManifestJobLayout
 from ..names import PENDINGSET_SUFFIX
 from ..paths import join
@@ -162,7 +163,7 @@ class StagingCommitter(S3PendingsetCommitter):
     @property
     def storage_options(self) -> dict[str, Any]:
         """The options of :meth:`work_url_for`'s chained URLs: ``magic`` over ``file``."""
-        return {"magic": {}, "file": {}}
+        return {"magic": MagicOptions(), "file": {}}
 
     def work_url_for(self, attempt_id: str) -> str:
         """``magic::file://<work path>``, as the manifest committer's on a local disk.

@@ -32,6 +32,7 @@ _MAGIC_OPTIONS = (
     "check_job_active",
     "background_close",
     "retry_policy",
+    "checksum",
 )
 
 

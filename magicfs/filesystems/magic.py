@@ -36,6 +36,7 @@ from typing import Any, cast
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 
+from ..errors import OutsideTaskPathError
 from ..paths import is_magic_path
 from ..stores.capabilities import capabilities
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
@@ -90,6 +91,22 @@ class MagicFileSystem(ChainedFileSystem):
     False: task paths are routed to the manifest committer's attempt directory. Each
     committer builds its ``fs`` with its own choice, and ``committer.storage_options``
     carry it to URL-based writers.
+
+    ``job_root`` (None): the destination of the job this filesystem writes for, as the
+    wrapped filesystem names it. Committers set it on ``job.fs`` (and in the options of
+    ``task.url(...)``): a write under it *outside* every task path (``open`` for
+    writing, ``pipe``, ``put``, ``touch``, ``copy``/``mv`` into it) raises
+    :class:`~magicfs.errors.OutsideTaskPathError` before anything is written.
+
+    Decision: refuse, not publish at job commit. Such a write is almost always a
+    forgotten ``task.path(...)``, and written through, the file would be visible at once
+    and kept when the job aborts. Publishing it at job commit instead would need a
+    job-level attempt that no task owns (who commits it, which copy wins when two
+    workers write ``_metadata``?). The files that route was meant for, Dask's and
+    pyarrow's ``_metadata``/``_common_metadata`` summaries, are not written by magicfs's
+    writers (``magicfs.dask`` refuses ``write_metadata_file``); a job that wants one
+    writes it under a task path, like any other file. Reads, deletes, and anything
+    outside the destination pass through unchanged.
     """
 
     protocol = "magic"
@@ -109,6 +126,7 @@ class MagicFileSystem(ChainedFileSystem):
         background_close: bool = True,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         block_lists: bool = False,
+        job_root: str | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -126,6 +144,7 @@ class MagicFileSystem(ChainedFileSystem):
         self.background_close = background_close
         self.retry_policy = retry_policy
         self.block_lists = block_lists
+        self.job_root = job_root.rstrip("/") if job_root else None
         found = capabilities(fs)
         self.view: S3TaskView | RoutedTaskView
         if found.block_lists and block_lists:
@@ -184,6 +203,27 @@ class MagicFileSystem(ChainedFileSystem):
             return any(self._task(p) for p in path)
         return isinstance(path, str) and is_magic_path(self._inner(path))
 
+    def _refuse_outside_tasks(self, path: Any, operation: str) -> None:
+        """Refuse a write under :attr:`job_root` that is not on a task path (see the class)."""
+        if self.job_root is None:
+            return
+        root = self.job_root
+        for target in path if isinstance(path, (list, tuple)) else [path]:
+            if not isinstance(target, str) or self._task(target):
+                continue
+            inner = self._inner(target).rstrip("/")
+            if inner != root and not inner.startswith(root + "/"):
+                continue
+            name = inner[len(root) + 1 :] or "<name>"
+            raise OutsideTaskPathError(
+                f"{self.unstrip_protocol(inner)}: not written ({operation}): it is inside the "
+                f"destination of this filesystem's job ({self.unstrip_protocol(root)}) but "
+                "outside every task path, so it would be visible at once and kept if the job "
+                f"aborted. Write it at task.path({name!r}) with job.fs (or task.url({name!r}) "
+                f"with job.storage_options): it appears at {self.unstrip_protocol(inner)} when "
+                "the job commits"
+            )
+
     def unstrip_protocol(self, name: str) -> str:
         return cast(str, self.fs.unstrip_protocol(name))
 
@@ -194,6 +234,8 @@ class MagicFileSystem(ChainedFileSystem):
     def open(self, path: str, mode: str = "rb", **kwargs: Any) -> Any:
         path = self._strip_protocol(path)
         if not self._task(path):
+            if not mode.startswith("r") or "+" in mode:
+                self._refuse_outside_tasks(path, f"open {mode!r}")
             return self.fs.open(path, mode, **kwargs)
         return super().open(path, mode, **kwargs)  # text and compression layers over _open
 
@@ -224,6 +266,7 @@ class MagicFileSystem(ChainedFileSystem):
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> Any:
         if not self._task(path):
+            self._refuse_outside_tasks(path, "pipe_file")
             return self.fs.pipe_file(path, value, mode=mode, **kwargs)
         self.view.pipe_file(self._inner(path), value, mode=mode, **kwargs)
 
@@ -231,6 +274,7 @@ class MagicFileSystem(ChainedFileSystem):
         if callback is not None:
             kwargs["callback"] = callback
         if not self._task(rpath):
+            self._refuse_outside_tasks(rpath, "put_file")
             return self.fs.put_file(lpath, rpath, **kwargs)
         kwargs.pop("callback", None)
         self.view.put_file(lpath, self._inner(rpath), **kwargs)
@@ -243,12 +287,15 @@ class MagicFileSystem(ChainedFileSystem):
         self.view.get_file(self._inner(rpath), lpath, **kwargs)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> Any:
+        if not self._task(path2):
+            self._refuse_outside_tasks(path2, "cp_file")
         if not (self._task(path1) or self._task(path2)):
             return self.fs.cp_file(path1, path2, **kwargs)
         self.view.cp_file(self._inner(path1), self._inner(path2), **kwargs)
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> Any:
         if not self._task(path):
+            self._refuse_outside_tasks(path, "touch")
             return self.fs.touch(path, truncate=truncate, **kwargs)
         self.view.touch(self._inner(path), truncate=truncate, **kwargs)
 
@@ -296,6 +343,8 @@ class MagicFileSystem(ChainedFileSystem):
     # -- compound operations ---------------------------------------------------------------------
 
     def copy(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> Any:
+        if not self._task(path2):
+            self._refuse_outside_tasks(path2, "copy")
         if not (self._task(path1) or self._task(path2)):
             return self.fs.copy(path1, path2, recursive=recursive, **kwargs)
         self._check_sources(path1, recursive, kwargs.get("maxdepth"), "copy")
@@ -304,6 +353,8 @@ class MagicFileSystem(ChainedFileSystem):
     cp = copy
 
     def mv(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> Any:
+        if not self._task(path2):
+            self._refuse_outside_tasks(path2, "mv")
         if not (self._task(path1) or self._task(path2)):
             return self.fs.mv(path1, path2, recursive=recursive, **kwargs)
         if isinstance(self.view, RoutedTaskView):  # the store's own move: a rename on disk
@@ -329,6 +380,7 @@ class MagicFileSystem(ChainedFileSystem):
 
     def put(self, lpath: Any, rpath: Any, recursive: bool = False, **kwargs: Any) -> Any:
         if not self._task(rpath):
+            self._refuse_outside_tasks(rpath, "put")
             return self.fs.put(lpath, rpath, recursive=recursive, **kwargs)
         return super().put(lpath, rpath, recursive=recursive, **kwargs)
 
@@ -336,6 +388,7 @@ class MagicFileSystem(ChainedFileSystem):
 
     def pipe(self, path: Any, value: Any = None, **kwargs: Any) -> Any:
         targets = path if isinstance(path, dict) else {path: value}
+        self._refuse_outside_tasks([t for t in targets if not self._task(t)], "pipe")
         if not self._task(list(targets)):
             return self.fs.pipe(path, value, **kwargs)
         for target, data in targets.items():
@@ -371,6 +424,27 @@ def _passed(name: str) -> Any:
     method.__name__ = name
     method.__doc__ = f"``{name}`` of the wrapped filesystem (task paths routed on rename stores)."
     return method
+
+
+class MagicOptions(dict[str, Any]):
+    """The ``"magic"`` entry of ``committer.storage_options``: a plain dict of
+    :class:`MagicFileSystem` options, whose ``str()`` also says what to do when a
+    writer cannot use it.
+
+    Why: writers with their own storage clients (polars, Arrow's filesystems) never hand
+    a URL to fsspec; polars rejects ``storage_options`` whose values are not strings,
+    quoting ``str(value)``. Its error then reads "invalid value for 'magic': '{...}'
+    magicfs: ... job.fs.open(task.path(name), 'wb')" and names the route that works, a
+    file object opened through ``job.fs``. ``repr()``, equality, pickling and JSON are a
+    dict's.
+    """
+
+    def __str__(self) -> str:
+        return (
+            f"{dict.__repr__(self)} -- magicfs: task URLs open only through fsspec "
+            "(pandas, Dask); this writer uses its own storage client. Hand it a file "
+            "object instead: with job.fs.open(task.path(name), 'wb') as f: write to f"
+        )
 
 
 def chained_url(store_url: str) -> str:

@@ -7,7 +7,9 @@ What each filesystem operation does with such a file follows from that:
 
 * **writes** (``open`` ``wb``/``xb``, ``pipe_file``, ``put_file``, ``touch``, ``copy``
   into the task) stream into a new upload; writing a path again replaces it (the earlier
-  upload is aborted at once when this process wrote it, else by the job's sweep);
+  upload is aborted at once when this process wrote it, else by the job's sweep).
+  ``xb`` and ``mode="create"`` make the file create-only: job commit refuses to replace
+  an object at its final name (:mod:`magicfs.stores.s3.conditional`);
 * **reads** (``open`` ``rb``, ``cat``, ``get``, ``copy``/``mv`` *from* the task file)
   raise :class:`~magicfs.errors.DeferredFileError`: there are no bytes to read yet, and
   returning the marker's empty bytes would silently lose data;
@@ -35,6 +37,7 @@ from ..layouts.magic import job_marker_for
 from ..names import PENDING_SUFFIX
 from ..paths import MagicPath, final_destination, is_deferred_write, parse_magic_path
 from ..records import SinglePendingCommit
+from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..stores.s3.store import S3Store
 from ..stores.s3.sweep import abort_uploads, load_pending, uploads_of
@@ -74,6 +77,7 @@ class S3TaskView:
         background_close: bool = True,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         registry: TaskFiles = TASK_FILES,
+        checksum: str | None = DEFAULT_CHECKSUM,
     ):
         self.fs = fs
         self.store = S3Store(fs, retry_policy)
@@ -83,6 +87,7 @@ class S3TaskView:
         self.check_job_active = check_job_active
         self.background_close = background_close
         self.registry = registry
+        self.checksum = checksum
 
     def url(self, path: str) -> str:
         """``path`` with the store's protocol, for messages."""
@@ -119,6 +124,7 @@ class S3TaskView:
             in_memory=self.in_memory,
             background_close=self.background_close,
             registry=self.registry,
+            checksum=self.checksum,
         )
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:

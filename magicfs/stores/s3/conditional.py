@@ -45,12 +45,15 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
+from . import checksums
 from .store import S3Store, error_code
 
 log = logging.getLogger("magicfs.s3.conditional")
 
 #: What magicfs sends to ask for "only if nothing is there".
 IF_NONE_MATCH = "*"
+#: ``extraData`` key of a record whose file was opened ``xb`` (complete only if absent).
+IF_NONE_MATCH_KEY = "magicfs.if-none-match"
 PROBE_PREFIX = "_magicfs_probe-"
 
 
@@ -115,11 +118,17 @@ async def _aprobe(store: S3Store, bucket: str, scratch_dir: str) -> ConditionalS
     key = f"{prefix.rstrip('/')}/{PROBE_PREFIX}{uuid.uuid4().hex}".lstrip("/")
     where = f"s3://{bucket}/{key}"
     try:
-        await store.acall("put_object", Bucket=bucket, Key=key, Body=b"probe")
+        header = await checksums.aheader(store.fs, b"probe")  # as every write: see there
+        await store.acall("put_object", Bucket=bucket, Key=key, Body=b"probe", **header)
         try:
             put_outcome, put_detail = await _aoutcome(
                 store.acall(
-                    "put_object", Bucket=bucket, Key=key, Body=b"probe", IfNoneMatch=IF_NONE_MATCH
+                    "put_object",
+                    Bucket=bucket,
+                    Key=key,
+                    Body=b"probe",
+                    IfNoneMatch=IF_NONE_MATCH,
+                    **header,
                 )
             )
             complete, complete_detail = await _aprobe_completion(store, bucket, key)
@@ -150,7 +159,13 @@ async def _aprobe_completion(store: S3Store, bucket: str, key: str) -> tuple[boo
     upload_id = upload["UploadId"]
     try:
         part = await store.acall(
-            "upload_part", Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=1, Body=b"x"
+            "upload_part",
+            Bucket=bucket,
+            Key=key,
+            UploadId=upload_id,
+            PartNumber=1,
+            Body=b"x",
+            **await checksums.aheader(store.fs, b"x"),
         )
         outcome, detail = await _aoutcome(
             store.acall(

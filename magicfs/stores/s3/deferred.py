@@ -9,6 +9,8 @@
   destination where it does not (learned by a probe, once per process and bucket, the
   first time a job commits such a file: :mod:`.conditional`, which states the costs and
   the HEAD's race window). Either way an existing object fails the job, naming the file.
+* **checksums** recorded by the writer are checked before anything is published and
+  passed to the completion, for the store to verify (:mod:`.checksums`).
 * **published?** that same test (one HEAD), which roll-back uses: it needs nothing but
   the commits, so it works after an in-process failure and after a driver died.
 * **delete**: DeleteObjects, per bucket. **discard**: AbortMultipartUpload.
@@ -23,7 +25,8 @@ from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
-from .conditional import aconditional_support
+from . import checksums
+from .conditional import IF_NONE_MATCH_KEY, aconditional_support
 from .store import S3Store, error_code
 from .sweep import abort_uploads, uploads_of
 from .tracking import META_JOB_ID
@@ -31,9 +34,6 @@ from .tracking import META_JOB_ID
 log = logging.getLogger("magicfs.s3.commit")
 
 T = TypeVar("T")
-
-#: ``extraData`` key of a record whose file was opened ``xb`` (complete only if absent).
-IF_NONE_MATCH_KEY = "magicfs.if-none-match"
 
 
 class S3Deferred:
@@ -63,6 +63,7 @@ class S3Deferred:
             raise InvalidCommitData(
                 source, "extraData", "an Azure block list, not an S3 multipart upload"
             )
+        checksums.check_record(commit, source)
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
         create_only = commit.extra_data.get(IF_NONE_MATCH_KEY) == "*"
@@ -82,13 +83,14 @@ class S3Deferred:
                         "replace it. Write to another name, or delete the object first"
                     )
         try:
-            await self.store.acomplete_upload(
+            reply = await self.store.acomplete_upload(
                 commit.bucket,
                 commit.destination_key,
                 commit.upload_id,
                 commit.etags,
                 length=commit.length,
                 if_none_match=if_none_match,
+                part_checksums=checksums.recorded(commit),
             )
         except OSError as e:
             code = error_code(e)
@@ -103,6 +105,7 @@ class S3Deferred:
                     "first"
                 ) from e
             raise
+        checksums.check_reply(commit, reply)
 
     async def apublished(self, commit: SinglePendingCommit) -> bool:
         head = await self.store.ahead_object(commit.bucket, commit.destination_key)

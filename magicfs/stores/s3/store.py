@@ -25,6 +25,7 @@ from typing import Any, TypeVar, cast
 from fsspec.asyn import sync
 
 from ...errors import StoreCallError
+from . import checksums
 from .rate import RateControl
 from .retry import (
     DEFAULT_POLICY,
@@ -222,6 +223,7 @@ class S3Store:
         """PUT ``body`` at ``key`` (``if_none_match``: only if no object is there), then
         forget what s3fs's listing cache knew of it."""
         params: dict[str, Any] = {"Bucket": bucket, "Key": key, "Body": body}
+        params.update(await checksums.aheader(self.fs, body))  # a header, not a trailer
         if metadata:
             params["Metadata"] = metadata
         if if_none_match:
@@ -281,14 +283,19 @@ class S3Store:
         self, bucket: str, key: str, upload_id: str, number: int, body: bytes
     ) -> concurrent.futures.Future[dict[str, Any]]:
         """Upload part ``number`` in the background; the future's result has its ``ETag``."""
-        return self.submit(
-            "upload_part",
-            Bucket=bucket,
-            Key=key,
-            UploadId=upload_id,
-            PartNumber=number,
-            Body=body,
-        )
+
+        async def part() -> dict[str, Any]:
+            return await self.acall(
+                "upload_part",
+                Bucket=bucket,
+                Key=key,
+                UploadId=upload_id,
+                PartNumber=number,
+                Body=body,
+                **await checksums.aheader(self.fs, body),  # a header, not a trailer
+            )
+
+        return self.run_background(part())
 
     async def acomplete_upload(
         self,
@@ -299,19 +306,27 @@ class S3Store:
         *,
         length: int | None = None,
         if_none_match: bool = False,
+        part_checksums: tuple[str, Sequence[str]] | None = None,
     ) -> dict[str, Any]:
         """Make the upload visible at ``key``: part ``n`` is ``etags[n-1]``.
 
         ``length`` is sent as ``MpuObjectSize``: S3 then refuses to complete an
         upload whose parts do not add up to the length the writer recorded.
+        ``part_checksums`` (algorithm, one per part) go with the parts: a store that
+        verifies them refuses parts whose bytes are not those (:mod:`.checksums`).
         """
+        parts: list[dict[str, Any]] = [
+            {"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)
+        ]
+        if part_checksums is not None:
+            algorithm, values = part_checksums
+            for part, value in zip(parts, values, strict=True):
+                part[checksums.parameter(algorithm)] = value
         params: dict[str, Any] = {
             "Bucket": bucket,
             "Key": key,
             "UploadId": upload_id,
-            "MultipartUpload": {
-                "Parts": [{"PartNumber": n, "ETag": etag} for n, etag in enumerate(etags, 1)]
-            },
+            "MultipartUpload": {"Parts": parts},
         }
         if length is not None:
             params["MpuObjectSize"] = length

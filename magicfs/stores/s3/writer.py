@@ -63,7 +63,8 @@ from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
 from ...task_files import TASK_FILES, TaskFile, TaskFiles
-from .conditional import aconditional_support
+from . import checksums
+from .conditional import IF_NONE_MATCH_KEY, aconditional_support
 from .job_check import job_still_active
 from .store import S3Store, error_code
 from .tracking import META_WRITER, marker_metadata, upload_metadata
@@ -116,6 +117,7 @@ class MagicS3Writer(io.BufferedIOBase):
         in_memory: bool = False,
         background_close: bool = True,
         registry: TaskFiles = TASK_FILES,
+        checksum: str | None = checksums.DEFAULT_ALGORITHM,
     ):
         super().__init__()
         if part_size < MIN_PART_SIZE:
@@ -124,6 +126,9 @@ class MagicS3Writer(io.BufferedIOBase):
         self.path = path
         self.mode = mode
         self.part_size = part_size
+        #: The parts' checksum algorithm (:mod:`.checksums`), or ``None``.
+        self.checksum = checksums.checked_algorithm(checksum)
+        self._part_checksums: dict[int, str] = {}
         self._store = store
         self._registry = registry
         self._job_id = magic_path.job_id
@@ -196,11 +201,15 @@ class MagicS3Writer(io.BufferedIOBase):
     async def _begin(self) -> str:
         """Intent marker, then the upload: see the module docstring for the order."""
         await self._put_marker()
+        params: dict[str, Any] = {}
+        if self.checksum:
+            params["ChecksumAlgorithm"] = self.checksum
         response = await self._store.acall(
             "create_multipart_upload",
             Bucket=self.bucket,
             Key=self.destination_key,
             Metadata=upload_metadata(self._job_id, self._attempt_id),
+            **params,
         )
         self.upload_id = response["UploadId"]
         return self.upload_id
@@ -211,6 +220,7 @@ class MagicS3Writer(io.BufferedIOBase):
             "Key": self.marker_key,
             "Body": b"",
             "Metadata": marker_metadata(self._job_id, self._attempt_id, self._nonce),
+            **await checksums.aheader(self.fs, b""),
         }
         if "x" in self.mode:
             support = await aconditional_support(self._store, self.bucket, self._magic_dir)
@@ -379,11 +389,13 @@ class MagicS3Writer(io.BufferedIOBase):
             parts_done = [r for r in results if not isinstance(r, BaseException)]
             commit = self._commit_record([result["ETag"] for result in parts_done])
             if not self._in_memory:
+                record = commit.to_bytes()
                 await self._store.acall(
                     "put_object",
                     Bucket=self.bucket,
                     Key=pending_path(self.marker_key),
-                    Body=commit.to_bytes(),
+                    Body=record,
+                    **await checksums.aheader(self.fs, record),
                 )
                 self.fs.invalidate_cache(f"{self.bucket}/{pending_path(self.marker_key)}")
         except BaseException as error:
@@ -491,13 +503,20 @@ class MagicS3Writer(io.BufferedIOBase):
             self._slots.release()
             raise
         BUFFER_BUDGET.take(len(body))  # and at most BUFFER_BUDGET across the process
+        if self.checksum:  # here, not on the IO loop: the loop serves every writer
+            self._part_checksums[number] = checksums.compute(self.checksum, body)
         future = self._store.run_background(self._part(number, body))
         size = len(body)
         future.add_done_callback(lambda done: self._part_done(done, size))
         self._parts[number] = future
 
     async def _part(self, number: int, body: bytes) -> dict[str, Any]:
+        """Upload one part, with its checksum as a header (the store checks the bytes)."""
         upload_id = await asyncio.wrap_future(self._start)
+        if self.checksum:
+            checksum = {checksums.parameter(self.checksum): self._part_checksums[number]}
+        else:
+            checksum = await checksums.aheader(self.fs, body)
         return await self._store.acall(
             "upload_part",
             Bucket=self.bucket,
@@ -505,6 +524,7 @@ class MagicS3Writer(io.BufferedIOBase):
             UploadId=upload_id,
             PartNumber=number,
             Body=body,
+            **checksum,
         )
 
     def _part_done(self, future: concurrent.futures.Future[dict[str, Any]], size: int) -> None:
@@ -530,11 +550,19 @@ class MagicS3Writer(io.BufferedIOBase):
             destination_key=self.destination_key,
             etags=etags,
             length=self._written,
-            extra_data={"magicfs.if-none-match": "*"} if "x" in self.mode else {},
+            extra_data=self._extra_data(len(etags)),
             iostatistics=stats,
             # Where the record is saved, as Hadoop's loader fills it in (none in memory).
             filename=None if self._in_memory else "s3://" + pending_path(self.path),
         )
+
+    def _extra_data(self, parts: int) -> dict[str, str]:
+        """What the record says beyond Hadoop's fields: create-only, the checksums."""
+        extra = {IF_NONE_MATCH_KEY: "*"} if "x" in self.mode else {}
+        if self.checksum:
+            ordered = [self._part_checksums[n] for n in range(1, parts + 1)]
+            extra.update(checksums.record_fields(self.checksum, ordered))
+        return extra
 
     def _save_pending(self, etags: list[str]) -> SinglePendingCommit:
         commit = self._commit_record(etags)
