@@ -50,6 +50,8 @@ from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessa
 from ..protocol.journal import JournalKeeper
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
 from ..stores.capabilities import is_s3
+from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
+from ..stores.s3.checksums import checked_algorithm
 from ..stores.s3.store import DELETE_BATCH, PendingUpload
 from ..stores.s3.sweep import (
     abort_uploads,
@@ -74,7 +76,9 @@ class MagicCommitter(S3PendingsetCommitter):
     Options beyond :class:`OutputCommitter`'s: ``in_memory`` (writers keep commit data
     in the task's process: fewer requests, but task commit must run in the process
     that wrote the files; see :mod:`magicfs.stores.s3.tracking`); ``retry_policy`` (how every
-    S3 call is retried: :mod:`magicfs.stores.s3.retry`).
+    S3 call is retried: :mod:`magicfs.stores.s3.retry`); ``checksum`` (``"CRC32"``: the
+    writers' part checksums, verified at job commit; ``None`` for a store that refuses
+    them: :mod:`magicfs.stores.s3.checksums`).
     """
 
     name = "magic"
@@ -84,17 +88,20 @@ class MagicCommitter(S3PendingsetCommitter):
         dest: str,
         *,
         in_memory: bool = False,
+        checksum: str | None = DEFAULT_CHECKSUM,
         **options: Any,
     ):
         super().__init__(dest, **options)
         if not is_s3(self.store_fs):
             raise ValueError(f"{dest}: the magic committer needs an S3 destination (s3://)")
         self.in_memory = in_memory
+        self.checksum = checked_algorithm(checksum)
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
         self._fs = MagicFileSystem(
             fs=self.store_fs,
             in_memory=in_memory,
             retry_policy=self.retry_policy,
+            checksum=self.checksum,
             job_root=self.dest,  # writes to the destination outside task paths: refused
         )
 
@@ -107,6 +114,8 @@ class MagicCommitter(S3PendingsetCommitter):
         magic = MagicOptions(job_root=self.dest)
         if self.in_memory:
             magic["in_memory"] = True
+        if self.checksum != DEFAULT_CHECKSUM:
+            magic["checksum"] = self.checksum
         return {"magic": magic, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:

@@ -39,6 +39,8 @@ from fsspec.implementations.chained import ChainedFileSystem
 from ..errors import OutsideTaskPathError
 from ..paths import is_magic_path
 from ..stores.capabilities import capabilities
+from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
+from ..stores.s3.checksums import checked_algorithm
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
 from .originals import store_filesystem, unwrapped
 from .routed_view import RoutedTaskView
@@ -84,6 +86,9 @@ class MagicFileSystem(ChainedFileSystem):
       and finishes in the background; the task's commit waits for it (and fails if it
       failed). False: ``close()`` waits, and raises what failed.
     * ``retry_policy``: how S3 calls are retried (:class:`magicfs.stores.s3.retry.RetryPolicy`).
+    * ``checksum`` (``"CRC32"``): the checksum algorithm of every part, kept in the
+      ``.pending`` record and verified at job commit (:mod:`magicfs.stores.s3.checksums`);
+      ``None`` for a store that refuses checksums.
 
     Azure Blob (adlfs): ``block_lists`` (False) chooses the view. True: task files are
     blocks staged on their final blob, published by the block-list committer
@@ -125,6 +130,7 @@ class MagicFileSystem(ChainedFileSystem):
         check_job_active: bool = True,
         background_close: bool = True,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
+        checksum: str | None = DEFAULT_CHECKSUM,
         block_lists: bool = False,
         job_root: str | None = None,
         **kwargs: Any,
@@ -143,6 +149,7 @@ class MagicFileSystem(ChainedFileSystem):
         self.check_job_active = check_job_active
         self.background_close = background_close
         self.retry_policy = retry_policy
+        self.checksum = checked_algorithm(checksum)
         self.block_lists = block_lists
         self.job_root = job_root.rstrip("/") if job_root else None
         found = capabilities(fs)
@@ -165,6 +172,7 @@ class MagicFileSystem(ChainedFileSystem):
                 check_job_active=check_job_active,
                 background_close=background_close,
                 retry_policy=retry_policy,
+                checksum=self.checksum,
             )
         else:
             self.view = RoutedTaskView(
