@@ -312,9 +312,13 @@ def pytest_configure(config) -> None:
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Mark every test that uses an RGW fixture ``rgw``: ``pytest -m rgw`` runs them."""
+    """Mark ``rgw`` every test that uses an RGW fixture or runs on the ``rgw`` store (a
+    parameter id, as ``[magic-rgw]``): ``pytest -m rgw`` runs them."""
     for item in items:
-        if any(name.startswith("rgw_") for name in getattr(item, "fixturenames", ())):
+        uses_fixture = any(name.startswith("rgw_") for name in getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        on_store = callspec is not None and "rgw" in callspec.id.split("-")
+        if uses_fixture or on_store:
             item.add_marker(pytest.mark.rgw)
 
 

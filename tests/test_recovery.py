@@ -48,9 +48,24 @@ def run_crashing_job(tmp_path, dest, die, **spec) -> list[magicfs.TaskCommitMess
 # --- S3, magic committer -------------------------------------------------------------------
 
 
+#: The S3 stores the chosen kill points also run on: moto and Ceph RGW (a production S3).
+S3_STORES = ["s3", "rgw"]
+
+
 @pytest.fixture
-def s3_job(bucket, s3_options, s3_client, tmp_path):
-    """The job: ``dest``, ``run(die)``, ``committer(**options)``, ``contents()``, ``left()``."""
+def store() -> str:
+    """The S3 store of ``s3_job``: moto, unless a test parametrizes it (``S3_STORES``)."""
+    return "s3"
+
+
+@pytest.fixture
+def s3_job(request, store, tmp_path):
+    """The job: ``dest``, ``run(die)``, ``committer(**options)``, ``contents()``, ``left()``,
+    on ``store`` (``bucket``, ``client`` and ``options`` of that store)."""
+    on_rgw = store == "rgw"
+    bucket = request.getfixturevalue("rgw_bucket" if on_rgw else "bucket")
+    s3_client = request.getfixturevalue("rgw_client" if on_rgw else "s3_client")
+    s3_options = request.getfixturevalue("rgw_server" if on_rgw else "s3_server").storage_options
     dest = f"s3://{bucket}/out"
     job_id = f"crash-{uuid.uuid4().hex[:8]}"
 
@@ -79,17 +94,25 @@ def s3_job(bucket, s3_options, s3_client, tmp_path):
         state = [k for k in object_keys(s3_client, bucket) if "__magic_job-" in k]
         return pending_uploads(s3_client, bucket), state
 
-    return SimpleNamespace(dest=dest, run=run, committer=committer, contents=contents, left=left)
+    return SimpleNamespace(
+        dest=dest,
+        run=run,
+        committer=committer,
+        contents=contents,
+        left=left,
+        bucket=bucket,
+        client=s3_client,
+        options=s3_options,
+    )
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 @pytest.mark.parametrize("conflict_mode", ["append", "fail", "replace"])
 @pytest.mark.parametrize("with_messages", [True, False])
-def test_killed_mid_publish_then_commit_job_finishes_exactly(
-    s3_job, s3_client, bucket, conflict_mode, with_messages
-):
+def test_killed_mid_publish_then_commit_job_finishes_exactly(s3_job, conflict_mode, with_messages):
     job = s3_job
     if conflict_mode != "fail":
-        s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old data")
+        job.client.put_object(Bucket=job.bucket, Key="out/old.csv", Body=b"old data")
     messages = job.run({"op": "CompleteMultipartUpload", "nth": 5}, conflict_mode=conflict_mode)
     assert len(messages) == 4
     assert len(job.contents()) == 5 + (conflict_mode == "append")  # half published: 5 files
@@ -101,21 +124,22 @@ def test_killed_mid_publish_then_commit_job_finishes_exactly(
         expected["old.csv"] = b"old data"
     assert job.contents() == expected
     assert summary.files == 12
-    success = json.loads(s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    success = json.loads(
+        job.client.get_object(Bucket=job.bucket, Key="out/_SUCCESS")["Body"].read()
+    )
     assert success["jobId"] == summary.job_id
     assert job.left() == ([], [])
     with pytest.raises(NothingToCommitError, match="already been committed"):
         job.committer().commit_job()
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 @pytest.mark.parametrize("conflict_mode", ["append", "fail"])
-def test_killed_mid_publish_then_abort_job_rolls_back_exactly(
-    s3_job, s3_client, bucket, conflict_mode
-):
+def test_killed_mid_publish_then_abort_job_rolls_back_exactly(s3_job, conflict_mode):
     job = s3_job
     before = {}
     if conflict_mode == "append":
-        s3_client.put_object(Bucket=bucket, Key="out/old.csv", Body=b"old data")
+        job.client.put_object(Bucket=job.bucket, Key="out/old.csv", Body=b"old data")
         before = {"old.csv": b"old data"}
     job.run({"op": "CompleteMultipartUpload", "nth": 7}, conflict_mode=conflict_mode)
     assert len(job.contents()) == len(before) + 7
@@ -126,13 +150,14 @@ def test_killed_mid_publish_then_abort_job_rolls_back_exactly(
     assert job.contents() == before
 
 
-def test_replace_killed_after_deleting_old_data_is_finished_not_rolled_back(
-    s3_job, s3_client, bucket
-):
+@pytest.mark.parametrize("store", S3_STORES)
+def test_replace_killed_after_deleting_old_data_is_finished_not_rolled_back(s3_job):
     job = s3_job
     for n in range(3):
-        s3_client.put_object(Bucket=bucket, Key=f"out/old-{n}.csv", Body=b"old")
-    s3_client.put_object(Bucket=bucket, Key="out/t0/f0.csv", Body=b"an old file the job replaces")
+        job.client.put_object(Bucket=job.bucket, Key=f"out/old-{n}.csv", Body=b"old")
+    job.client.put_object(
+        Bucket=job.bucket, Key="out/t0/f0.csv", Body=b"an old file the job replaces"
+    )
     job.run({"op": "CompleteMultipartUpload", "nth": 2}, conflict_mode="replace")
     assert len(job.contents()) == 2  # old data deleted, 2 new files visible
     with pytest.raises(JobCommitError, match=r"already deleted .*commit_job\(\)") as refused:
@@ -182,39 +207,46 @@ def test_in_memory_killed_mid_publish_then_rolled_back(s3_job, s3_client, bucket
     assert job.left() == ([], [])
 
 
-def test_jobs_command_lists_and_recovers(s3_job, s3_options, s3_client, bucket, capsys):
+@pytest.mark.parametrize("store", S3_STORES)
+def test_jobs_command_lists_and_recovers(s3_job, capsys):
     from magicfs.integrations.cli import main
 
     job = s3_job
     job.run({"op": "CompleteMultipartUpload", "nth": 3})
-    endpoint = s3_options["client_kwargs"]["endpoint_url"]
-    store = ["--endpoint-url", endpoint, "-o", "key=testing", "-o", "secret=testing"]
-    assert main(["jobs", "list", "--json", *store, job.dest]) == 0
+    store_args = _cli_store_options(job.options)
+    assert main(["jobs", "list", "--json", *store_args, job.dest]) == 0
     listed = json.loads(capsys.readouterr().out)["jobs"]
     job_id = job.committer().job_id
     assert [(j["jobId"], j["state"], j["phase"], j["taskRecords"]) for j in listed] == [
         (job_id, "committing", "publishing", 4)
     ]
-    assert main(["jobs", "cleanup", "--job", job_id, *store, job.dest]) == 1  # refused
+    assert main(["jobs", "cleanup", "--job", job_id, *store_args, job.dest]) == 1  # refused
     assert "did not finish" in capsys.readouterr().err
-    assert main(["jobs", "recover", "--json", "--job", job_id, *store, job.dest]) == 0
+    assert main(["jobs", "recover", "--json", "--job", job_id, *store_args, job.dest]) == 0
     outcome = json.loads(capsys.readouterr().out)
     assert (outcome["stateBefore"], outcome["files"]) == ("committing", 12)
     assert job.contents() == ALL and job.left() == ([], [])
-    assert main(["jobs", "list", "--fail-if-any", *store, job.dest]) == 0
+    assert main(["jobs", "list", "--fail-if-any", *store_args, job.dest]) == 0
 
 
-def test_jobs_command_rolls_back(s3_job, s3_options, s3_client, bucket, capsys):
+@pytest.mark.parametrize("store", S3_STORES)
+def test_jobs_command_rolls_back(s3_job, capsys):
     from magicfs.integrations.cli import main
 
     job = s3_job
     job.run({"op": "CompleteMultipartUpload", "nth": 3})
-    endpoint = s3_options["client_kwargs"]["endpoint_url"]
-    store = ["--endpoint-url", endpoint, "-o", "key=testing", "-o", "secret=testing"]
-    assert main(["jobs", "list", "--fail-if-any", *store, job.dest]) == 1
+    store_args = _cli_store_options(job.options)
+    assert main(["jobs", "list", "--fail-if-any", *store_args, job.dest]) == 1
     assert "magicfs jobs recover --job" in capsys.readouterr().out
-    assert main(["jobs", "rollback", "--job", job.committer().job_id, *store, job.dest]) == 0
+    assert main(["jobs", "rollback", "--job", job.committer().job_id, *store_args, job.dest]) == 0
     assert job.contents() == {} and job.left() == ([], [])
+
+
+def _cli_store_options(options: dict) -> list[str]:
+    """``magicfs jobs`` options naming the store of ``options`` (s3fs storage options)."""
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    key, secret = options["key"], options["secret"]
+    return ["--endpoint-url", endpoint, "-o", f"key={key}", "-o", f"secret={secret}"]
 
 
 # --- a local disk, manifest committer ----------------------------------------------------------
