@@ -193,6 +193,100 @@ def test_bad_options_fail_clearly(spark, tmp_path):
         )
 
 
+def test_unknown_options_are_refused_listing_the_valid_ones(spark, tmp_path):
+    """A misspelt option (``formt``) or one the source does not read must not be ignored."""
+    for name, value in [("formt", "csv"), ("codec", "gzip")]:
+        with pytest.raises(Exception) as refused:
+            sales(spark, 10, 1).write.format("magicfs").mode("append").option(name, value).save(
+                f"file://{tmp_path}/out"
+            )
+        message = str(refused.value)
+        assert f"unknown option {name}" in message
+        for valid in ("format:", "partitionBy:", "compression:", "storage_options.<name>"):
+            assert valid.lower() in message.lower()
+    assert not (tmp_path / "out").exists()  # refused before the job was set up
+    with pytest.raises(Exception, match="compression 'snappy' is not supported for csv"):
+        sales(spark, 10, 1).write.format("magicfs").mode("append").option("format", "csv").option(
+            "compression", "snappy"
+        ).save(f"file://{tmp_path}/out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_compression_option_for_csv_json_and_parquet(spark, tmp_path):
+    import gzip
+
+    import pyarrow.parquet as pq
+
+    for fmt, codec in [("csv", "gzip"), ("json", "gzip"), ("parquet", "zstd")]:
+        out = tmp_path / fmt
+        sales(spark, 100, 2).write.format("magicfs").mode("append").option("format", fmt).option(
+            "compression", codec
+        ).option("partitionBy", "year").save(f"file://{out}")
+        files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "_SUCCESS")
+        assert {p.parent.name for p in files} == {"year=2023", "year=2024", "year=2025"}
+        if fmt == "parquet":
+            assert all(p.suffix == ".parquet" for p in files)
+            assert {pq.read_metadata(p).row_group(0).column(0).compression for p in files} == {
+                "ZSTD"
+            }
+            rows = sum(pq.read_metadata(p).num_rows for p in files)
+        else:
+            assert all(p.name.endswith(f".{fmt}.gz") for p in files)
+            text = [gzip.decompress(p.read_bytes()).decode() for p in files]
+            if fmt == "csv":
+                assert all(t.startswith('"id","amount"\n') for t in text)
+                rows = sum(len(t.splitlines()) - 1 for t in text)
+            else:
+                rows = sum(len(t.splitlines()) for t in text)
+                assert set(json.loads(text[0].splitlines()[0])) == {"id", "amount"}
+        assert rows == 100, fmt
+
+
+def test_readme_recipe_runs_without_pyspark_python(tmp_path):
+    """The README's recipe from its venv, PYSPARK_PYTHON unset and no venv on PATH: Spark's
+    default ``python3`` has no magicfs, so magicfs points a local master's workers at
+    ``sys.executable`` (data source and ``write_partitions``)."""
+    import subprocess
+
+    script = """
+import json, os, sys
+from pyspark.sql import SparkSession
+spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+         .config("spark.driver.bindAddress", "127.0.0.1")
+         .config("spark.driver.host", "127.0.0.1").getOrCreate())
+import magicfs.spark
+magicfs.spark.register(spark)
+out = sys.argv[1]
+spark.range(0, 10, numPartitions=2).write.format("magicfs").mode("append").save(f"file://{out}/ds")
+def write(task, rows):
+    with task.fs.open(task.path(f"part-{task.partition_id}.txt"), "w") as f:
+        return sum(1 for row in rows if f.write(f"{row}\\n"))
+summary = magicfs.spark.write_partitions(
+    spark.sparkContext.parallelize(range(6), 2), write, f"file://{out}/rdd"
+)
+print(json.dumps({"python": spark.sparkContext.pythonExec, "rdd_files": summary.files}))
+spark.stop()
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "VIRTUAL_ENV")}
+    venv_bin = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join(
+        d for d in env.get("PATH", "").split(os.pathsep) if os.path.abspath(d) != venv_bin
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"python": sys.executable, "rdd_files": 2}
+    names = sorted(p.name for p in (tmp_path / "ds").iterdir())
+    assert names[0] == "_SUCCESS" and len(names) == 3
+    assert all(name.endswith(".parquet") for name in names[1:])
+
+
 # --- per-partition writers ---------------------------------------------------------------------
 
 

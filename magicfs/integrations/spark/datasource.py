@@ -23,6 +23,15 @@ Modes: ``append`` (conflict mode ``append``, or the ``conflict_mode`` option) an
 ``overwrite`` (``replace``: the destination's old data is deleted at job commit, after
 every task succeeded; a job that fails deletes nothing). Spark rejects ``error`` and
 ``ignore`` for Python data sources.
+
+Options (:data:`.options.OPTIONS`): ``format``, ``partitionBy``, ``compression``
+(:func:`.formats.check_compression`), ``conflict_mode``, ``threads`` and
+``storage_options.*``. Any other name is refused before the job is set up, listing
+these: Spark itself accepts and ignores unknown options. Spark's own
+``.partitionBy(...)`` method cannot be supported: Spark 4 checks it against the
+table's partitioning before calling a Python data source (which has none), and fails
+with "The provided partitioning or clustering columns do not match the existing
+table's" before magicfs runs; use ``.option("partitionBy", "year")``.
 """
 
 from __future__ import annotations
@@ -37,9 +46,10 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from ...committers import TaskCommitMessage, committer_for
-from .formats import write_batches
-from .options import check_format, split_columns, storage_options
+from .formats import check_compression, write_batches
+from .options import check_format, check_options, split_columns, storage_options
 from .partitions import spark_task
+from .python import use_driver_python
 
 
 @dataclasses.dataclass
@@ -68,7 +78,9 @@ class MagicfsWriter(DataSourceArrowWriter):
         dest = lowered.get("path")
         if not dest:
             raise ValueError("magicfs: no destination: use .save(path) or .option('path', ...)")
+        check_options(options)
         self.format = check_format(lowered.get("format"))
+        self.compression = check_compression(self.format, lowered.get("compression"))
         self.partition_by = split_columns(lowered.get("partitionby"))
         missing = [c for c in self.partition_by if c not in schema.fieldNames()]
         if missing:
@@ -101,6 +113,7 @@ class MagicfsWriter(DataSourceArrowWriter):
                 self.format,
                 self.partition_by,
                 basename=f"part-{run.task.task_index:05d}-{committer.job_id}",
+                compression=self.compression,
             )
         assert run.message is not None
         return MagicfsCommitMessage(run.message)
@@ -113,5 +126,10 @@ class MagicfsWriter(DataSourceArrowWriter):
 
 
 def register(spark: Any) -> None:
-    """Make ``df.write.format("magicfs")`` available in ``spark``."""
+    """Make ``df.write.format("magicfs")`` available in ``spark``.
+
+    On a ``local`` master with no ``PYSPARK_PYTHON`` set, the Python workers are pointed
+    at this interpreter (the one that has magicfs): see :mod:`.python`.
+    """
+    use_driver_python(spark.sparkContext)
     spark.dataSource.register(MagicfsDataSource)

@@ -27,6 +27,7 @@ from typing import Any
 from pyspark import TaskContext
 
 from ...committers import JobSummary, OutputCommitter, TaskAttempt, committer_for
+from .python import use_driver_python
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +80,7 @@ def write_partitions(
     those of :func:`magicfs.committer_for`. Returns the job summary; on any failure the
     job is aborted (nothing visible, nothing parked) and the error raised.
     """
+    use_driver_python(rdd.context)  # a local master's workers run this interpreter
     committer = committer_for(dest, **options)
     committer.setup_job()
 
