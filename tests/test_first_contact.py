@@ -31,6 +31,17 @@ import magicfs
 FRAME = pd.DataFrame({"id": [1, 2, 3], "name": ["a", "b", "c"]})
 
 
+@pytest.fixture(params=["moto", "rgw"])
+def store(request):
+    """``(storage options, boto3 client, fresh bucket)`` on moto and on Ceph RGW."""
+    if request.param == "moto":
+        names = ("s3_options", "s3_client", "bucket")
+        return tuple(request.getfixturevalue(name) for name in names)
+    server = request.getfixturevalue("rgw_server")
+    client = request.getfixturevalue("rgw_client")
+    return server.storage_options, client, request.getfixturevalue("rgw_bucket")
+
+
 @pytest.fixture
 def installed():
     """``magicfs.install()`` for one test; always undone."""
@@ -42,9 +53,8 @@ def installed():
 
 
 @pytest.mark.parametrize("order", ["install-first", "install-after-setup"])
-def test_install_keeps_s3_on_the_magic_committer(
-    order, installed, s3_options, s3_client, bucket, request_log
-):
+def test_install_keeps_s3_on_the_magic_committer(order, installed, store, request_log):
+    s3_options, s3_client, bucket = store
     dest = f"s3://{bucket}/sales"
     if order == "install-first":
         installed()
@@ -115,7 +125,8 @@ def _suffixes() -> list:
 
 
 @pytest.mark.parametrize("suffix", _suffixes())
-def test_pandas_infers_compression_from_a_task_url_on_s3(suffix, s3_options, s3_client, bucket):
+def test_pandas_infers_compression_from_a_task_url_on_s3(suffix, store):
+    s3_options, s3_client, bucket = store
     dest = f"s3://{bucket}/out"
     with magicfs.write_job(dest, storage_options=s3_options) as job, job.task(0) as task:
         FRAME.to_csv(task.url(f"part-0.csv{suffix}"), storage_options=job.storage_options)
@@ -192,7 +203,8 @@ def test_dask_to_csv_compresses_by_the_name_function(s3_options, s3_client, buck
 # --- job.fs under the destination, outside any task path: refused --------------------------------
 
 
-def test_job_fs_write_outside_task_paths_is_refused_on_s3(s3_options, s3_client, bucket):
+def test_job_fs_write_outside_task_paths_is_refused_on_s3(store):
+    s3_options, s3_client, bucket = store
     dest = f"s3://{bucket}/sales"
     job = magicfs.write_job(dest, storage_options=s3_options)
     with pytest.raises(ValueError, match="stop"), job, job.task(0) as task:
@@ -239,7 +251,8 @@ def test_job_fs_write_outside_task_paths_is_refused_on_a_local_disk(tmp_path):
 # --- polars: a file object from job.fs; the URL route names it -----------------------------------
 
 
-def test_polars_writes_parquet_and_csv_into_a_job(s3_options, s3_client, bucket):
+def test_polars_writes_parquet_and_csv_into_a_job(store):
+    s3_options, s3_client, bucket = store
     import polars as pl
 
     frame = pl.DataFrame({"id": [1, 2, 3], "name": ["a", "b", "c"]})
