@@ -112,14 +112,135 @@ class JobCommitError(CommitFailedError):
 
 
 class StoreCallError(MagicFSError, OSError):
-    """A store request that kept failing through every retry (``magicfs.stores.s3.retry``).
+    """A store request that failed: refused, kept failing through every retry, or unanswered.
 
-    The message names the operation, the object, how many times it was tried and the
-    last error (also ``__cause__``); ``operation`` and ``target`` carry the first two.
+    The message names the operation, the object (``s3://bucket/key``, with the upload id
+    where there is one), and the store's answer: HTTP status, error code and message
+    (``HTTP 400 InvalidPart (the store sent no message)``), or, when nothing answered, the
+    endpoint that did not (:mod:`magicfs.stores.s3.failures`). The store's own error stays
+    available as ``__cause__`` (``error_code()`` finds its code there). ``operation`` and
+    ``target`` carry the first two, ``status`` and ``code`` the answer (``None`` without
+    one), ``attempts`` how many times the call was made, and ``gave_up`` is true when the
+    error was worth retrying and the retries ran out (an outage, not a refusal).
+
+    Subclasses keep the exception classes s3fs gives the same answers, so callers'
+    ``except FileNotFoundError`` (``NoSuchKey``, ``NoSuchUpload``), ``PermissionError``,
+    ``FileExistsError`` and ``TimeoutError`` still work; other refusals keep s3fs's
+    ``errno``.
     """
 
-    def __init__(self, message: str, *, operation: str, target: str, attempts: int):
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str,
+        target: str,
+        attempts: int,
+        status: int | None = None,
+        code: str | None = None,
+        gave_up: bool = False,
+    ):
         super().__init__(message)
         self.operation = operation
         self.target = target
         self.attempts = attempts
+        self.status = status
+        self.code = code
+        self.gave_up = gave_up
+
+    def __reduce__(self) -> tuple[object, ...]:  # keyword arguments survive pickling
+        return (
+            _rebuild_store_error,
+            (
+                type(self),
+                str(self),
+                self.operation,
+                self.target,
+                self.attempts,
+                self.status,
+                self.code,
+                self.gave_up,
+                self.errno,
+            ),
+        )
+
+
+def _rebuild_store_error(
+    cls: type[StoreCallError],
+    message: str,
+    operation: str,
+    target: str,
+    attempts: int,
+    status: int | None,
+    code: str | None,
+    gave_up: bool,
+    errno: int | None,
+) -> StoreCallError:
+    error = cls(
+        message,
+        operation=operation,
+        target=target,
+        attempts=attempts,
+        status=status,
+        code=code,
+        gave_up=gave_up,
+    )
+    error.errno = errno
+    return error
+
+
+class StoreNotFoundError(StoreCallError, FileNotFoundError):
+    """:class:`StoreCallError` for a missing object or upload (``NoSuchKey``, ``NoSuchUpload``)."""
+
+
+class StoreAccessDeniedError(StoreCallError, PermissionError):
+    """:class:`StoreCallError` for a request the store does not allow (``AccessDenied``...)."""
+
+
+class StoreExistsError(StoreCallError, FileExistsError):
+    """:class:`StoreCallError` for a conditional write that found an object (``If-None-Match``)."""
+
+
+class StoreTimeoutError(StoreCallError, TimeoutError):
+    """:class:`StoreCallError` for a request the store timed out (``RequestTimeout``)."""
+
+
+class StoreUnreachableError(StoreCallError, ConnectionError):
+    """:class:`StoreCallError` when no answer came: connection refused, timed out or reset.
+
+    The message names the endpoint; ``status`` and ``code`` are ``None``.
+    """
+
+
+class MissingBucketError(StoreCallError):
+    """:class:`StoreCallError` for ``NoSuchBucket``: the bucket itself is not there.
+
+    Deliberately *not* a ``FileNotFoundError`` (s3fs makes it one): code that reads "no
+    such file" as "nothing there yet" (a job's absent journal, an absent record) would
+    otherwise carry on against a bucket that does not exist, and fail later with a message
+    naming neither the bucket nor the job. ``errno`` is ``ENOENT``.
+    """
+
+
+class UploadsLeftError(MagicFSError, OSError):
+    """Multipart uploads that could not be aborted and are left parked (billed) on the store.
+
+    ``uploads`` lists ``(bucket, key, upload_id)`` of every one left; ``command`` is the
+    ``magicfs`` command line that aborts them once the store accepts aborts again (add
+    the store options, such as ``--endpoint-url``, it needs). The message names how many,
+    the first few, the first error and the command.
+    """
+
+    def __init__(self, message: str, *, uploads: list[tuple[str, str, str]], command: str):
+        super().__init__(message)
+        self.uploads = uploads
+        self.command = command
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_uploads_left, (str(self), self.uploads, self.command))
+
+
+def _rebuild_uploads_left(
+    message: str, uploads: list[tuple[str, str, str]], command: str
+) -> UploadsLeftError:
+    return UploadsLeftError(message, uploads=uploads, command=command)

@@ -10,10 +10,12 @@ drops the header from the request (the store then never sees it, as RGW ignores 
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 from helpers import as_another_process, object_keys, pending_uploads, visible_keys
 from helpers.s3_targets import S3_TARGETS, s3_target
+from test_recovery import ALL, run_crashing_job
 
 from magicfs import MagicCommitter
 from magicfs.errors import JobCommitError
@@ -278,3 +280,37 @@ def test_ignored_condition_on_the_marker_falls_back_to_a_head(moto_committer, s3
     committer.commit_job([committer.commit_task(task)])
     assert body(s3_client, bucket, "out/x.csv") == b"first"
     assert pending_uploads(s3_client, bucket) == []
+
+
+# --- a job commit killed half-way, then finished: its own files are no conflict ----------
+
+
+@pytest.mark.parametrize("store", ["s3", pytest.param("rgw", marks=pytest.mark.rgw)])
+def test_killed_mid_publish_then_finished_with_create_only_files(request, store, tmp_path):
+    on_rgw = store == "rgw"
+    client = request.getfixturevalue("rgw_client" if on_rgw else "s3_client")
+    bucket = request.getfixturevalue("rgw_bucket" if on_rgw else "bucket")
+    server = request.getfixturevalue("rgw_server" if on_rgw else "s3_server")
+    job_id = f"crash-{uuid.uuid4().hex[:8]}"
+    messages = run_crashing_job(
+        tmp_path,
+        f"s3://{bucket}/out",
+        {"op": "CompleteMultipartUpload", "nth": 5},
+        job_id=job_id,
+        storage_options=server.storage_options,
+        pipe_mode="create",
+    )
+    assert len(visible_keys(client, bucket, "out/t")) == 5  # published before the kill
+    committer = MagicCommitter(
+        f"s3://{bucket}/out",
+        job_id=job_id,
+        storage_options={**server.storage_options, "skip_instance_cache": True},
+    )
+    summary = committer.commit_job(messages)
+    assert summary.files == 12
+    assert {
+        key.removeprefix("out/"): client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        for key in visible_keys(client, bucket, "out/t")
+    } == ALL
+    assert pending_uploads(client, bucket) == []
+    assert [k for k in object_keys(client, bucket) if "__magic" in k] == []

@@ -31,6 +31,7 @@ from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SU
 from ..paths import join
 from ..protocol.committer import OutputCommitter
 from ..stores.capabilities import is_s3
+from ..stores.s3.failures import listing_error
 from . import committer_for
 
 STATES = ("active", "committing", "committed", "ended")
@@ -158,7 +159,12 @@ def _names(fs: Any, directory: str) -> list[str]:
     fs.invalidate_cache(directory)
     try:
         entries = fs.ls(directory, detail=False)
-    except (FileNotFoundError, NotADirectoryError):
+    except FileNotFoundError as e:
+        failure = listing_error("list_objects_v2", directory, e)
+        if failure is not e:  # the bucket itself is missing: no "no jobs" answer
+            raise failure from e
+        return []
+    except NotADirectoryError:
         return []
     return [e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != directory]
 

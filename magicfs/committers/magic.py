@@ -57,6 +57,7 @@ from ..stores.s3.sweep import (
     abort_uploads,
     load_pending,
     recorded_ids,
+    release_command,
     sweep_job,
     tree_keys,
     uploads_of,
@@ -274,7 +275,9 @@ class MagicCommitter(S3PendingsetCommitter):
             )
 
     def _discard_records(self, paths: list[str]) -> None:
-        abort_uploads(self.store, uploads_of(load_pending(self.store, paths)))
+        abort_uploads(
+            self.store, uploads_of(load_pending(self.store, paths)), release=self._release
+        )
         self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
 
     def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
@@ -303,7 +306,7 @@ class MagicCommitter(S3PendingsetCommitter):
         task_record = self.layout.pendingset(task.task_id)
         commits = [f.commit for f in files if f.commit is not None]
         commits += load_pending(self.store, [p for p in listing if p.endswith(PENDING_SUFFIX)])
-        aborted = abort_uploads(self.store, uploads_of(commits))
+        aborted = abort_uploads(self.store, uploads_of(commits), release=self._release)
         named = {_marker_of(c.filename) for c in commits if self._trustworthy(c)} | {
             f.path for f in files if f.commit is not None
         }
@@ -455,6 +458,11 @@ class MagicCommitter(S3PendingsetCommitter):
 
     def _key(self, path: str) -> str:
         return self.store.split(path)[1]
+
+    @property
+    def _release(self) -> str:
+        """The command that aborts the uploads this job leaves parked (messages)."""
+        return release_command(self.bucket, self.dest_key, self.job_id)
 
     def _location(self, path: str) -> dict[str, str]:
         bucket, key = self.store.split(path)

@@ -44,6 +44,7 @@ from ..records import (
 )
 from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredBackend
+from ..stores.s3.client import client_config
 from ..stores.s3.deferred import S3Deferred
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
 from ..stores.s3.store import S3Store
@@ -236,9 +237,9 @@ class S3PendingsetCommitter(PendingsetCommitter):
     retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in
     requests per second, on this job's calls: :mod:`magicfs.stores.s3.rate`). Throttling
     is handled without either: every call starts through the store's adaptive rate
-    control (:mod:`magicfs.stores.s3.rate`), and the S3 client retries in botocore's
-    ``standard`` mode (unless ``storage_options`` configure ``retries`` themselves:
-    botocore's own ``adaptive`` mode would cut the rate a second time, by more).
+    control (:mod:`magicfs.stores.s3.rate`), and the S3 client gets a short connect
+    timeout and botocore's ``standard`` retries (:mod:`magicfs.stores.s3.client`; what
+    ``storage_options["config_kwargs"]`` sets is kept).
     """
 
     def __init__(
@@ -264,10 +265,6 @@ class S3PendingsetCommitter(PendingsetCommitter):
 
     def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
         options = dict(self.store_options)
-        config = dict(options.get("config_kwargs") or {})
-        # Job commit runs `threads` requests at once: give the client enough connections.
-        config.setdefault("max_pool_connections", max(10, self.threads * 2))
-        # Retries with jittered backoff; the rate itself is magicfs.stores.s3.rate's to control.
-        config.setdefault("retries", {"mode": "standard", "total_max_attempts": 5})
-        options["config_kwargs"] = config
+        # Timeouts, botocore's retries and the connection pool: magicfs.stores.s3.client.
+        options["config_kwargs"] = client_config(options.get("config_kwargs"), self.threads)
         return store_filesystem("s3", **options)

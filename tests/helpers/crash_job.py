@@ -95,7 +95,8 @@ def main(spec: dict[str, Any]) -> None:
         task = committer.task_attempt(index)
         committer.setup_task(task)
         for name, text in files.items():
-            committer.fs.pipe_file(task.path(name), text.encode())
+            mode = spec.get("pipe_mode", "overwrite")  # "create": files opened 'xb'
+            committer.fs.pipe_file(task.path(name), text.encode(), mode=mode)
         if die_at and die_at.get("during") == "task_commit" and index == die_at.get("task", 0):
             _ARMED.append(True)  # count this task commit's calls
         message = committer.commit_task(task)

@@ -204,6 +204,10 @@ def open_fs(url: str, args: argparse.Namespace) -> tuple[Any, str]:
     if args.endpoint_url:
         options["endpoint_url"] = args.endpoint_url
     remember_secrets(options)
+    if url.startswith(("s3://", "s3a://")):  # fail fast on a wrong or dead endpoint
+        from ...stores.s3.client import client_config
+
+        options["config_kwargs"] = client_config(options.get("config_kwargs"))
     log.debug("opening %s with storage options %s", url, redact(options))
     try:
         fs, path = fsspec.core.url_to_fs(url, **options)
@@ -225,24 +229,30 @@ def store_errors(url: str) -> Iterator[None]:
     """Turn the store's errors into one-line :class:`CliError` messages about ``url``."""
     from botocore.exceptions import BotoCoreError
 
+    from ...errors import StoreCallError
+    from ...stores.s3.failures import answer, is_not_connected
     from ...stores.s3.store import error_code
 
     try:
         yield
     except CliError:
         raise
-    except FileNotFoundError as e:
-        if error_code(e) == "NoSuchBucket":
-            raise CliError(f"{url}: no such bucket") from None
-        raise NotFound(f"{url}: no such file or directory") from None
-    except PermissionError:
-        raise CliError(f"{url}: access denied") from None
-    except IsADirectoryError:
-        raise CliError(f"{url}: is a directory, not a file") from None
     except OSError as e:
+        if error_code(e) == "NoSuchBucket":  # s3fs: FileNotFoundError; magicfs: its own
+            raise CliError(f"{url}: no such bucket") from None
+        if isinstance(e, FileNotFoundError):
+            raise NotFound(f"{url}: no such file or directory") from None
+        if isinstance(e, PermissionError):
+            raise CliError(f"{url}: access denied") from None
+        if isinstance(e, IsADirectoryError):
+            raise CliError(f"{url}: is a directory, not a file") from None
         code = error_code(e)
-        raise CliError(f"{url}: {code + ': ' if code else ''}{e}") from None
+        if isinstance(e, StoreCallError) or code is None:  # names its answer (or has none)
+            raise CliError(f"{url}: {e}") from None
+        raise CliError(f"{url}: {code}: {e}") from None
     except BotoCoreError as e:  # no credentials, no connection, bad endpoint ...
+        if is_not_connected(e):
+            raise CliError(f"{url}: {answer(e)}") from None
         raise CliError(f"{url}: {e}") from None
 
 

@@ -108,7 +108,7 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
-def _chain(error: BaseException) -> list[BaseException]:
+def chain(error: BaseException) -> list[BaseException]:
     """``error`` and its causes and contexts, nearest first (cycles cut)."""
     seen: list[BaseException] = []
     pending = [error]
@@ -123,7 +123,7 @@ def _chain(error: BaseException) -> list[BaseException]:
 
 def error_code(error: BaseException) -> str | None:
     """The S3 error code (``NoSuchUpload``, ``SlowDown`` ...) behind ``error``, if any."""
-    for candidate in _chain(error):
+    for candidate in chain(error):
         response = getattr(candidate, "response", None)
         if isinstance(response, dict):
             code = response.get("Error", {}).get("Code")
@@ -137,7 +137,7 @@ def is_transient(error: BaseException) -> bool:
     code = error_code(error)
     if code is not None:
         return code in TRANSIENT_CODES
-    return any(isinstance(e, _TRANSIENT_TYPES) for e in _chain(error))
+    return any(isinstance(e, _TRANSIENT_TYPES) for e in chain(error))
 
 
 def describe(operation: str, params: dict[str, Any]) -> str:

@@ -6,10 +6,18 @@ the multipart calls too. s3fs's helpers are not used where they fall short for a
 committer: its upload listing is neither paged nor prefix-scoped, and its bulk
 delete ignores per-key errors.
 
-Every call goes through one retry policy (:mod:`.retry`). Errors arrive as s3fs
-translates them (``FileNotFoundError`` for ``NoSuchUpload``, ``OSError`` otherwise) with
-the botocore ``ClientError`` as ``__cause__``, or, after exhausted retries, as
-:class:`~magicfs.errors.StoreCallError`; :func:`error_code` reads the S3 error code back.
+Every call goes through one retry policy (:mod:`.retry`). Every error it ends in is a
+:class:`~magicfs.errors.StoreCallError` naming the operation, the object, the HTTP status
+and the S3 error code (:mod:`.failures`), of the class s3fs would have raised
+(``FileNotFoundError`` for ``NoSuchKey``/``NoSuchUpload``, ``PermissionError``...), with
+s3fs's error and botocore's ``ClientError`` behind it as causes; :func:`error_code` reads
+the S3 error code back.
+
+What does not go through here: the s3fs methods the committers call for tree-shaped
+work (``fs.ls``/``fs.find`` of a job's tree and destination, ``fs.cat_file`` of a marker
+in ``magicfs jobs``, ``fs.open`` of task files). Their errors are s3fs's own; the layers
+that call them name the path (and a missing bucket: :mod:`magicfs.committers.jobs`).
+Rewriting them would mean wrapping s3fs's methods one by one.
 """
 
 from __future__ import annotations
@@ -24,8 +32,8 @@ from typing import Any, TypeVar, cast
 
 from fsspec.asyn import sync
 
-from ...errors import StoreCallError
 from . import checksums
+from .failures import answer, is_not_connected, store_error
 from .rate import RateControl
 from .retry import (
     DEFAULT_POLICY,
@@ -70,6 +78,8 @@ class S3Store:
         #: When calls start: adaptive to throttling, capped at ``max_rate``; see :mod:`.rate`.
         self.rate = RateControl(max_rate)
         self._watched: set[int] = set()
+        #: Has the endpoint ever answered this store (any HTTP reply, errors included)?
+        self.answered = False
 
     def split(self, path: str) -> tuple[str, str]:
         """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``.
@@ -88,17 +98,28 @@ class S3Store:
         return cast(dict[str, Any], sync(self.fs.loop, self.acall, operation, **params))
 
     async def acall(self, operation: str, **params: Any) -> dict[str, Any]:
-        """:meth:`call` for coroutines running on s3fs's IO loop."""
+        """:meth:`call` for coroutines running on s3fs's IO loop.
+
+        A failure is raised as a :class:`~magicfs.errors.StoreCallError` naming the
+        operation, the object and the store's answer (:mod:`.failures`). It is retried
+        only while transient (:mod:`.retry`), and a connection that cannot be made before
+        the endpoint ever answered this store is not retried at all: a wrong endpoint
+        or a store that is down fails the job in the S3 client's own attempts.
+        """
         retry = 0
         while True:
             await self.rate.acquire()
             try:
                 await self._watch_throttling()
                 response: dict[str, Any] = await self.fs._call_s3(operation, **params)
+                self.answered = True
                 return response
             except Exception as error:
-                if not is_transient(error):
-                    raise
+                if not is_transient(error) or (not self.answered and is_not_connected(error)):
+                    wrapped = store_error(operation, params, error, attempts=retry + 1, fs=self.fs)
+                    if wrapped is error:  # not the store's answer: a bad parameter, a bug
+                        raise
+                    raise wrapped from error
                 retry += 1
                 delay = self.policy.delay(retry)
                 budget = self.policy.budget
@@ -109,17 +130,17 @@ class S3Store:
                         if spent and retry < self.policy.attempts
                         else ""
                     )
-                    raise StoreCallError(
-                        f"{describe(operation, params)} failed {retry} times (each with the "
-                        f"S3 client's own retries){why}; last error: "
-                        f"{type(error).__name__}: {error}",
-                        operation=operation,
-                        target=describe(operation, params),
-                        attempts=retry,
+                    gave_up = f"failed {retry} times (each with the S3 client's own retries){why}"
+                    raise store_error(
+                        operation, params, error, attempts=retry, gave_up=gave_up, fs=self.fs
                     ) from error
                 self.retry_waits += delay
                 log.info(
-                    "%s: %s; retry %d in %.2fs", describe(operation, params), error, retry, delay
+                    "%s: %s; retry %d in %.2fs",
+                    describe(operation, params),
+                    answer(error, params.get("Bucket"), self.fs),
+                    retry,
+                    delay,
                 )
                 await asyncio.sleep(delay)
 
@@ -137,6 +158,7 @@ class S3Store:
     def _on_reply(self, response: Any = None, **_: Any) -> None:
         if response is None:
             return
+        self.answered = True
         http, parsed = response
         code = (parsed or {}).get("Error", {}).get("Code")
         if code in THROTTLING_CODES or getattr(http, "status_code", None) == 503:

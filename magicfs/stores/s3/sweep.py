@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
-from ...errors import InvalidCommitData
+from ...errors import InvalidCommitData, StoreCallError, UploadsLeftError
 from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX
 from ...paths import final_destination, is_deferred_write, split_magic_path
 from ...progress import progress_bar
@@ -57,29 +57,104 @@ class SweepOutcome:
     left_for_other_jobs: list[PendingUpload] = field(default_factory=list)
 
 
-def abort_uploads(
-    store: S3Store, uploads: Iterable[RecordedUpload], progress: bool | None = None
-) -> int:
-    """Abort each upload (concurrently); uploads already gone are fine. Returns aborts made.
+#: Uploads a message names one by one; the rest are counted.
+NAMED_UPLOADS = 3
+#: Aborts in flight at once: the committers' S3 client has 16 connections by default
+#: (:mod:`.client`), so more would only queue, and each would retry on its own.
+ABORTS_IN_FLIGHT = 16
 
-    Raises ``OSError`` naming how many could not be aborted and the first failure.
+
+def abort_uploads(
+    store: S3Store,
+    uploads: Iterable[RecordedUpload],
+    progress: bool | None = None,
+    release: str | None = None,
+) -> int:
+    """Abort each upload (:data:`ABORTS_IN_FLIGHT` at once); uploads already gone are fine.
+    Returns the aborts made.
+
+    **Bounded.** Once one abort has failed through all its retries (the store is down or
+    refusing aborts: :attr:`StoreCallError.gave_up <magicfs.errors.StoreCallError>`), no
+    further abort is started and those in flight are cancelled: a job's roll-back or
+    clean-up then ends within about one call's retries however many uploads it has, where
+    waiting out every abort's retries took 14 minutes for 200 uploads (see :mod:`.retry`).
+    Everything not aborted is reported by :class:`~magicfs.errors.UploadsLeftError`: how
+    many, the first few, the first error and ``release``, the command that aborts them
+    later (a generic ``magicfs uploads abort`` line when none is given).
     """
-    futures = {store.submit_abort(u.bucket, u.key, u.upload_id): u for u in uploads}
+    listed = list(uploads)
     aborted = 0
-    errors: list[str] = []
-    with progress_bar(len(futures), "aborting uploads", progress) as bar:
-        for future in concurrent.futures.as_completed(futures):
+    left: list[RecordedUpload] = []
+    first_error: BaseException | None = None
+    gave_up = False
+    running: dict[concurrent.futures.Future[bool], RecordedUpload] = {}
+
+    def settle(done: Iterable[concurrent.futures.Future[bool]]) -> None:
+        nonlocal aborted, first_error, gave_up
+        for future in done:
+            upload = running.pop(future)
             bar.update()
+            if future.cancelled():
+                left.append(upload)
+                continue
             try:
                 aborted += future.result()  # False: already aborted or completed
             except OSError as e:
-                upload = futures[future]
-                errors.append(f"s3://{upload.bucket}/{upload.key} (upload {upload.upload_id}): {e}")
-    if errors:
-        raise OSError(
-            f"could not abort {len(errors)} of {len(futures)} uploads; first: {errors[0]}"
-        )
+                left.append(upload)
+                first_error = first_error or e
+                if isinstance(e, StoreCallError) and e.gave_up and not gave_up:
+                    gave_up = True
+                    for other in running:
+                        other.cancel()  # stops its retries; it is counted as left
+
+    with progress_bar(len(listed), "aborting uploads", progress) as bar:
+        for number, upload in enumerate(listed):
+            while len(running) >= ABORTS_IN_FLIGHT and not gave_up:
+                finished = concurrent.futures.wait(
+                    running, return_when=concurrent.futures.FIRST_COMPLETED
+                )
+                settle(finished.done)
+            if gave_up:
+                left.extend(listed[number:])  # never sent
+                break
+            running[store.submit_abort(upload.bucket, upload.key, upload.upload_id)] = upload
+        settle(concurrent.futures.wait(running).done)
+    if left:
+        assert first_error is not None
+        raise _uploads_left(listed, left, first_error, gave_up, release)
     return aborted
+
+
+def _uploads_left(
+    listed: list[RecordedUpload],
+    left: list[RecordedUpload],
+    error: BaseException,
+    gave_up: bool,
+    release: str | None,
+) -> UploadsLeftError:
+    order = {id(u): n for n, u in enumerate(listed)}
+    left.sort(key=lambda u: order[id(u)])
+    named = ", ".join(
+        f"s3://{u.bucket}/{u.key} (upload {u.upload_id})" for u in left[:NAMED_UPLOADS]
+    )
+    more = f" and {len(left) - NAMED_UPLOADS:,} more" if len(left) > NAMED_UPLOADS else ""
+    stopped = "; the store kept failing aborts, so the rest were not waited for" if gave_up else ""
+    command = release or (
+        f"magicfs uploads abort --force s3://{left[0].bucket}/<prefix> (narrow it with --job "
+        "or --older-than to spare other jobs' uploads)"
+    )
+    return UploadsLeftError(
+        f"could not abort {len(left):,} of {len(listed):,} uploads, left parked: {named}{more}; "
+        f"first error: {type(error).__name__}: {error}{stopped}. Abort them once the store "
+        f"accepts aborts again: {command}",
+        uploads=[(u.bucket, u.key, u.upload_id) for u in left],
+        command=command,
+    )
+
+
+def release_command(bucket: str, dest_key: str, job_id: str) -> str:
+    """The command that aborts what job ``job_id`` left parked under ``s3://bucket/dest_key``."""
+    return f"magicfs uploads abort --force --job {job_id} s3://{bucket}/{dest_key}".rstrip("/")
 
 
 def load_pending(store: S3Store, paths: Iterable[str]) -> list[SinglePendingCommit]:
@@ -175,6 +250,7 @@ def sweep_job(
         store,
         [RecordedUpload(bucket, u.key, u.upload_id, f"job {job_id}") for u in candidates],
         progress,
+        release_command(bucket, dest_key, job_id),
     )
     return outcome
 

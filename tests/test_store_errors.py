@@ -1,0 +1,290 @@
+"""Store failures that name the store's answer, and failures that end in bounded time.
+
+Every error here is provoked for real: a completion with a wrong part ETag (the store
+answers ``InvalidPart``), a port nothing listens on, a bucket that does not exist, a
+store that refuses completions and aborts (the fault front, ``helpers.fault_front``).
+Each test asserts what the user sees: the message (operation, ``s3://bucket/key``, HTTP
+status, error code, endpoint, the uploads left and the command to release them), the
+exception classes callers rely on, the exit codes of ``magicfs``, and that nothing is
+left visible or parked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import socket
+import time
+
+import pytest
+from helpers import object_keys, pending_uploads, visible_keys
+from helpers.cli import run_cli
+
+import magicfs
+from magicfs.errors import (
+    JobCommitError,
+    MissingBucketError,
+    StoreNotFoundError,
+    StoreUnreachableError,
+    UploadsLeftError,
+)
+from magicfs.stores.s3.retry import RetryPolicy, error_code
+from magicfs.stores.s3.store import S3Store
+
+#: The promise for an endpoint that is down: the job fails within this many seconds.
+UNREACHABLE_BOUND = 10.0
+WRONG_ETAG = '"0123456789abcdef0123456789abcdef"'
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, taken, closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def unreachable_options(port: int) -> dict:
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
+        "skip_instance_cache": True,
+    }
+
+
+def write_files(committer, count: int = 3) -> list:
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    for n in range(count):
+        committer.fs.pipe_file(task.path(f"f{n}.csv"), f"{n}\n".encode())
+    return [committer.commit_task(task)]
+
+
+def spoil_etag(client, bucket: str, committer, message, index: int = 0) -> str:
+    """Give one commit of the task's record a wrong part ETag; returns its destination key."""
+    key = committer._key(message.record)
+    document = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    commit = document["commits"][index]
+    commit["etags"] = [WRONG_ETAG]
+    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(document).encode())
+    return commit["destinationKey"]
+
+
+def assert_rolled_back(client, bucket: str) -> None:
+    assert visible_keys(client, bucket) == []
+    assert pending_uploads(client, bucket) == []
+    assert [k for k in object_keys(client, bucket) if "__magic_job-" in k] == []
+
+
+# --- a completion the store refuses: InvalidPart --------------------------------------------
+
+
+def refused_completion(storage_options: dict, client, bucket: str) -> None:
+    committer = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options={**storage_options, "skip_instance_cache": True}
+    )
+    messages = write_files(committer, count=1)
+    key = spoil_etag(client, bucket, committer, messages[0])
+    with pytest.raises(JobCommitError) as failure:
+        committer.commit_job(messages)
+    message = str(failure.value)
+    assert re.search(
+        rf"CompleteMultipartUpload s3://{bucket}/{re.escape(key)} \(upload [^)]+\): "
+        r"HTTP 400 InvalidPart",
+        message,
+    ), message
+    assert "None" not in message.replace("NoneMatch", "")  # not s3fs's "[Errno 22] None"
+    assert "nothing of it is visible" in message and not failure.value.recoverable
+    cause = failure.value.__cause__
+    assert error_code(failure.value) == "InvalidPart"  # found through the cause chain
+    assert isinstance(cause, OSError)
+    assert_rolled_back(client, bucket)
+
+
+def test_refused_completion_names_operation_object_status_and_code(s3_options, s3_client, bucket):
+    refused_completion(s3_options, s3_client, bucket)
+
+
+def test_refused_completion_on_ceph_rgw(rgw_server, rgw_client, rgw_bucket):
+    # RGW's InvalidPart carries a code and no message: s3fs alone says "[Errno 22] None".
+    refused_completion(rgw_server.storage_options, rgw_client, rgw_bucket)
+
+
+def test_store_errors_keep_their_classes_and_codes(s3, bucket):
+    store = S3Store(s3)
+    with pytest.raises(StoreNotFoundError) as missing:
+        store.call("abort_multipart_upload", Bucket=bucket, Key="k", UploadId="no-such-upload")
+    assert isinstance(missing.value, FileNotFoundError)
+    assert error_code(missing.value) == "NoSuchUpload" and missing.value.code == "NoSuchUpload"
+    assert missing.value.status == 404
+    assert str(missing.value).startswith(
+        f"AbortMultipartUpload s3://{bucket}/k (upload no-such-upload): HTTP 404 NoSuchUpload"
+    )
+    assert store.read(f"{bucket}/absent.json", 100) is None  # NoSuchKey: nothing there
+
+
+# --- a bucket that does not exist -----------------------------------------------------------
+
+
+def test_missing_bucket_names_the_bucket_and_the_job(s3_options):
+    committer = magicfs.committer_for(
+        "s3://no-such-bucket-b/out", storage_options={**s3_options, "skip_instance_cache": True}
+    )
+    with pytest.raises(MissingBucketError) as failure:
+        committer.setup_job()
+    message = str(failure.value)
+    assert "HTTP 404 NoSuchBucket: bucket no-such-bucket-b does not exist" in message
+    assert f"s3://no-such-bucket-b/out/__magic_job-{committer.job_id}/" in message
+    assert not isinstance(failure.value, FileNotFoundError)  # never "nothing there yet"
+    assert error_code(failure.value) == "NoSuchBucket"
+
+
+def test_write_job_to_a_missing_bucket(s3_options):
+    with (
+        pytest.raises(MissingBucketError, match="bucket no-such-bucket-c does not exist"),
+        magicfs.write_job("s3://no-such-bucket-c/sales", storage_options=s3_options),
+    ):
+        pass
+
+
+# --- an endpoint that refuses connections --------------------------------------------------
+
+
+def test_closed_port_fails_setup_fast_naming_the_endpoint():
+    port = closed_port()
+    committer = magicfs.committer_for("s3://bkt/out", storage_options=unreachable_options(port))
+    start = time.monotonic()
+    with pytest.raises(StoreUnreachableError) as failure:
+        committer.setup_job()
+    assert time.monotonic() - start < UNREACHABLE_BOUND
+    message = str(failure.value)
+    assert f"no answer from the store at http://127.0.0.1:{port}: connection refused" in message
+    assert message.startswith("GetObject s3://bkt/out/__magic_job-")
+    assert isinstance(failure.value, ConnectionError) and failure.value.attempts == 1
+
+
+def test_closed_port_fails_write_job_fast():
+    port = closed_port()
+    start = time.monotonic()
+    with (
+        pytest.raises(StoreUnreachableError, match=rf"http://127\.0\.0\.1:{port}"),
+        magicfs.write_job("s3://bkt/sales", storage_options=unreachable_options(port)),
+    ):
+        pass
+    assert time.monotonic() - start < UNREACHABLE_BOUND
+
+
+def test_user_client_settings_are_kept(s3_options):
+    options = {
+        **s3_options,
+        "config_kwargs": {"connect_timeout": 7, "retries": {"max_attempts": 1}},
+    }
+    committer = magicfs.committer_for("s3://bkt/out", storage_options=options)
+    config = committer.store_fs.config_kwargs
+    assert config["connect_timeout"] == 7 and config["retries"] == {"max_attempts": 1}
+    default = magicfs.committer_for("s3://bkt/out", storage_options=s3_options)
+    assert default.store_fs.config_kwargs["connect_timeout"] == 2.0
+
+
+# --- the CLI: a missing bucket and a closed port exit non-zero ------------------------------
+
+
+@pytest.mark.parametrize("command", [("jobs", "list"), ("uploads", "list")])
+def test_cli_on_a_missing_bucket_exits_1(s3_server, command):
+    store = ["--endpoint-url", s3_server.endpoint_url, "-o", "key=testing", "-o", "secret=testing"]
+    result = run_cli(*command, *store, "s3://no-such-bucket-d/x")
+    assert result.code == 1, result.output
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "no-such-bucket-d" in lines[0] and "no such bucket" in lines[0]
+
+
+@pytest.mark.parametrize("command", [("jobs", "list"), ("uploads", "list")])
+def test_cli_on_a_closed_port_exits_1(command):
+    port = closed_port()
+    store = ["--endpoint-url", f"http://127.0.0.1:{port}", "-o", "key=t1234", "-o", "secret=t5678"]
+    start = time.monotonic()
+    result = run_cli(*command, *store, "s3://bkt/x")
+    assert time.monotonic() - start < UNREACHABLE_BOUND + 5  # plus the interpreter's start
+    assert result.code == 1, result.output
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and f"http://127.0.0.1:{port}" in lines[0], result.stderr
+    assert "t5678" not in result.output
+
+
+# --- a store refusing every completion and every abort ---------------------------------------
+
+FILES = 40
+
+
+def test_refused_completions_and_aborts_end_within_the_budget(faults_front, s3_client, bucket):
+    budget = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2, budget=2.0)
+    storage = {**faults_front.storage_options, "skip_instance_cache": True}
+    committer = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options=storage, retry_policy=budget
+    )
+    committer.store_fs.retries = 1  # s3fs's own SlowDown retries: the policy's are enough
+    messages = write_files(committer, count=FILES)
+    faults_front.add_rule(["CompleteMultipartUpload", "AbortMultipartUpload"], "503")
+    start = time.monotonic()
+    with pytest.raises(JobCommitError) as failure:
+        committer.commit_job(messages)
+    took = time.monotonic() - start
+    assert took < 60, took
+    message = str(failure.value)
+    assert "failed in stage publish" in message and failure.value.recoverable
+    assert "HTTP 503 SlowDown" in message
+    # The roll-back's error names the uploads left parked and how to release them.
+    match = re.search(r"could not abort (\d+) of (\d+) uploads, left parked: (s3://\S+)", message)
+    assert match, message
+    assert int(match.group(1)) == int(match.group(2)) == FILES
+    assert match.group(3).startswith(f"s3://{bucket}/out/f")
+    command = f"magicfs uploads abort --force --job {committer.job_id} s3://{bucket}/out"
+    assert command in message
+    assert len(pending_uploads(s3_client, bucket)) == FILES
+    aborts = faults_front.stats()["AbortMultipartUpload"]["requests"]
+    assert aborts < FILES * 12  # not every abort waited out its own retries
+
+    faults_front.clear()  # the store accepts aborts again; the operator runs the command
+    store = [
+        "--endpoint-url",
+        faults_front.endpoint_url,
+        "-o",
+        "key=testing",
+        "-o",
+        "secret=testing",
+    ]
+    result = run_cli(*shlex.split(command)[1:], *store)
+    assert result.code == 0, result.output
+    assert f"Total: {FILES} uploads aborted" in result.stdout
+    assert pending_uploads(s3_client, bucket) == []
+    assert visible_keys(s3_client, bucket) == []
+
+
+def test_abort_job_with_aborts_refused_lists_the_uploads_left(faults_front, s3_client, bucket):
+    quick = RetryPolicy(attempts=3, base_delay=0.05, max_delay=0.1)
+    storage = {**faults_front.storage_options, "skip_instance_cache": True}
+    committer = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options=storage, retry_policy=quick
+    )
+    committer.store_fs.retries = 1
+    write_files(committer, count=FILES)
+    faults_front.add_rule("AbortMultipartUpload", "500")
+    with pytest.raises(UploadsLeftError) as failure:
+        committer.abort_job()
+    left = failure.value
+    assert len(left.uploads) == FILES
+    assert {key for _, key, _ in left.uploads} == {f"out/f{n}.csv" for n in range(FILES)}
+    assert (
+        left.command == f"magicfs uploads abort --force --job {committer.job_id} s3://{bucket}/out"
+    )
+    assert "HTTP 500 InternalError" in str(left) and "were not waited for" in str(left)
+    # One window of aborts was tried (each through its retries), not every upload.
+    assert faults_front.stats()["AbortMultipartUpload"]["requests"] < FILES * 3 * 3
+    assert len(pending_uploads(s3_client, bucket)) == FILES
+
+    faults_front.clear()
+    committer.abort_job()  # the store is back: the roll-back finishes
+    assert_rolled_back(s3_client, bucket)
