@@ -106,11 +106,6 @@ async def aconditional_support(store: S3Store, bucket: str, scratch_dir: str) ->
     return support
 
 
-def forget() -> None:
-    """Forget every answer (for tests that swap the store behind an endpoint)."""
-    _LEARNT.clear()
-
-
 async def _aprobe(store: S3Store, bucket: str, scratch_dir: str) -> ConditionalSupport:
     scratch_bucket, prefix = store.split(scratch_dir)
     if scratch_bucket != bucket:  # a job whose records live in another bucket
