@@ -1,5 +1,6 @@
 """The operator command line, run as operators run it: ``python -m magicfs ...`` in a child
-process against the moto server on 127.0.0.1, checked by exit code, output and the store.
+process against the moto server on 127.0.0.1 (the basics also against Ceph RGW), checked
+by exit code, output and the store.
 
 Pending uploads are real: written through ``MagicFileSystem`` magic paths or by real
 magic-committer jobs whose tasks committed but whose job did not.
@@ -9,15 +10,18 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import datetime
 import json
 
 import pytest
+import s3fs
 from helpers import object_keys, pending_uploads, visible_keys
 from helpers.cli import run_cli
 from helpers.paging import PagedUploadListing
 from helpers.reference_documents import MANIFEST_SUCCESS, SUCCESS
 
 import magicfs
+from conftest import _checked_bucket
 from magicfs import MagicFileSystem
 from magicfs.integrations.cli.common import duration, redact, remember_secrets, scrub
 from magicfs.integrations.cli.uploads import Selection, measure, select
@@ -30,8 +34,6 @@ from magicfs.records import (
 )
 from magicfs.stores.s3.store import S3Store
 
-#: What moto reports as the initiation time of every upload.
-MOTO_INITIATED = "2010-11-10T20:48:33Z"
 SECRET = "SUPERSECRET123"
 
 # Hadoop's SuccessData example (reference §1.4): written by an S3A committer.
@@ -39,9 +41,42 @@ HADOOP_S3A_SUCCESS = SUCCESS
 HADOOP_MANIFEST_SUCCESS = MANIFEST_SUCCESS
 
 
+#: The S3 stores of the tests parametrized over ``store``: moto and Ceph RGW.
+S3_STORES = ["s3", "rgw"]
+
+
+# This module's S3 fixtures (``s3``, ``s3_client``, ``bucket``, ``options``, ``cli``)
+# follow ``store``: moto, unless a test parametrizes ``store`` with ``S3_STORES``.
 @pytest.fixture
-def options(s3_options):
-    return {**s3_options, "skip_instance_cache": True}
+def store() -> str:
+    return "s3"
+
+
+@pytest.fixture
+def server(request, store):
+    """The running S3 server of ``store`` (conftest's ``s3_server`` or ``rgw_server``)."""
+    return request.getfixturevalue("rgw_server" if store == "rgw" else "s3_server")
+
+
+@pytest.fixture
+def s3(server):
+    return s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
+
+
+@pytest.fixture
+def s3_client(server):
+    return server.boto3_client()
+
+
+@pytest.fixture
+def bucket(request, s3_client):
+    """A new bucket on ``store``, checked for parked uploads as conftest's ``bucket``."""
+    yield from _checked_bucket(request, s3_client)
+
+
+@pytest.fixture
+def options(server):
+    return {**server.storage_options, "skip_instance_cache": True}
 
 
 @pytest.fixture
@@ -50,11 +85,15 @@ def magic(s3):
 
 
 @pytest.fixture
-def cli(s3_server):
-    """``magicfs ARGS --endpoint-url <moto>``; credentials come from the environment."""
+def cli(server):
+    """``magicfs ARGS --endpoint-url <server>``; credentials come from the environment."""
+    keys = {
+        "AWS_ACCESS_KEY_ID": server.storage_options["key"],
+        "AWS_SECRET_ACCESS_KEY": server.storage_options["secret"],
+    }
 
     def run(*args: str, env: dict[str, str] | None = None):
-        return run_cli(*args, "--endpoint-url", s3_server.endpoint_url, env=env)
+        return run_cli(*args, "--endpoint-url", server.endpoint_url, env={**keys, **(env or {})})
 
     return run
 
@@ -68,6 +107,15 @@ def park(magic, bucket: str, key: str, data: bytes) -> None:
 
 def uploads_by_key(client, bucket: str, prefix: str = "") -> dict[str, str]:
     return {u["Key"]: u["UploadId"] for u in pending_uploads(client, bucket, prefix)}
+
+
+def initiated_by_key(client, bucket: str) -> dict[str, str]:
+    """Each pending upload's initiation time as the store reports it, in UTC to the second."""
+    listing = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    return {
+        u["Key"]: u["Initiated"].astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for u in listing
+    }
 
 
 def start_job(options, bucket: str, dest: str, job_id: str, files: dict[str, bytes]):
@@ -88,11 +136,13 @@ def start_job(options, bucket: str, dest: str, job_id: str, files: dict[str, byt
 # --- uploads list -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 @pytest.mark.parks_uploads("magicfs uploads lists parked uploads: the test parks some")
 def test_list_shows_each_upload_with_its_parked_bytes(cli, magic, s3_client, bucket):
     park(magic, bucket, "data/a.csv", b"x" * 100)
     park(magic, bucket, "data/year=2024/b.csv", b"y" * 2000)
     ids = uploads_by_key(s3_client, bucket)
+    initiated = initiated_by_key(s3_client, bucket)  # moto: always 2010-11-10T20:48:33Z
 
     result = cli("uploads", "list", f"s3://{bucket}/data")
     assert result.code == 0, result.output
@@ -100,11 +150,12 @@ def test_list_shows_each_upload_with_its_parked_bytes(cli, magic, s3_client, buc
     assert lines[0] == f"Uploads under s3://{bucket}/data/:"
     # Fixed columns (the output streams: no widths computed over every line first).
     assert lines[1] == (
-        f"  {MOTO_INITIATED}  {'100':>17} bytes  s3://{bucket}/data/a.csv  "
+        f"  {initiated['data/a.csv']}  {'100':>17} bytes  s3://{bucket}/data/a.csv  "
         f"upload {ids['data/a.csv']}"
     )
     assert (
-        f"  {MOTO_INITIATED}  {'2,000':>17} bytes  s3://{bucket}/data/year=2024/b.csv" in (lines[2])
+        f"  {initiated['data/year=2024/b.csv']}  {'2,000':>17} bytes  "
+        f"s3://{bucket}/data/year=2024/b.csv" in (lines[2])
     )
     assert lines[-1] == "Total: 2 uploads found, 2,100 bytes (2.1 KiB) parked."
 
@@ -114,10 +165,11 @@ def test_list_shows_each_upload_with_its_parked_bytes(cli, magic, s3_client, buc
         "data/a.csv": (ids["data/a.csv"], 100, 1),
         "data/year=2024/b.csv": (ids["data/year=2024/b.csv"], 2000, 1),
     }
-    assert {u["initiated"] for u in document["uploads"]} == {MOTO_INITIATED}
+    assert {u["key"]: u["initiated"] for u in document["uploads"]} == initiated
     assert uploads_by_key(s3_client, bucket) == ids  # listing changes nothing
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 @pytest.mark.parks_uploads("magicfs uploads lists parked uploads: the test parks some")
 def test_prefix_is_a_directory_so_data_never_matches_data10(cli, magic, s3_client, bucket):
     park(magic, bucket, "data/a.csv", b"a")
@@ -136,6 +188,7 @@ def test_prefix_is_a_directory_so_data_never_matches_data10(cli, magic, s3_clien
     assert list(uploads_by_key(s3_client, bucket)) == ["data10/b.csv"]
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 @pytest.mark.parks_uploads("magicfs uploads lists parked uploads: the test parks some")
 def test_fail_if_any_guards_a_pipeline(cli, magic, bucket):
     park(magic, bucket, "out/a.csv", b"a")
@@ -190,6 +243,7 @@ def test_bad_durations_are_refused(text):
 # --- uploads abort ----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 def test_abort_without_force_is_a_dry_run(cli, magic, s3_client, bucket):
     park(magic, bucket, "out/a.csv", b"a" * 10)
     park(magic, bucket, "out/b.csv", b"b" * 20)
@@ -219,6 +273,7 @@ def test_abort_without_force_is_a_dry_run(cli, magic, s3_client, bucket):
     assert forced.stdout == json.dumps(document, indent=2, ensure_ascii=False) + "\n"
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 def test_abort_job_a_leaves_job_b_alone(cli, options, s3_client, bucket):
     job_a, _ = start_job(options, bucket, "data", "A", {"a1.csv": b"a1", "a2.csv": b"a2"})
     job_b, messages_b = start_job(options, bucket, "data", "B", {"b1.csv": b"b1"})
@@ -252,6 +307,7 @@ def test_job_without_a_magic_tree_records_nothing(cli, options, magic, bucket):
     )
 
 
+@pytest.mark.parametrize("store", S3_STORES)
 def test_missing_bucket_is_one_line(cli):
     result = cli("uploads", "list", "s3://no-such-bucket-here/data")
     assert result.code == 1
@@ -288,6 +344,25 @@ def test_list_uploads_follows_every_page(s3, s3_client, magic, bucket):
     uploads = list(measure(store, select(store, Selection(bucket, "data/", None, None, None))))
     assert sorted(u.key for u in uploads) == sorted(real)
     assert sum(u.bytes for u in uploads) == 1 + 2 + 3 + 4 + 5
+
+
+@pytest.mark.parks_uploads("paging through parked uploads")
+def test_list_uploads_follows_real_pages_on_rgw(rgw_s3, rgw_bucket):
+    """RGW honours MaxUploads (moto answers in one page): with pages of 2, asked for by a
+    botocore hook on the client, every upload is listed once, over 3 real pages."""
+    magic = MagicFileSystem(fs=rgw_s3)
+    for index in range(5):
+        park(magic, rgw_bucket, f"data/part-{index}.csv", b"z" * (index + 1))
+    markers = []
+
+    def small_pages(params, **kwargs):
+        params["MaxUploads"] = 2
+        markers.append(params.get("KeyMarker", ""))
+
+    rgw_s3.s3.meta.events.register("before-parameter-build.s3.ListMultipartUploads", small_pages)
+    listed = list(S3Store(rgw_s3).list_uploads(rgw_bucket, "data/"))
+    assert [u.key for u in listed] == [f"data/part-{index}.csv" for index in range(5)]
+    assert markers == ["", "data/part-1.csv", "data/part-3.csv"]
 
 
 @pytest.mark.slow  # about 5,000 requests to moto: 40-50 s here
