@@ -32,6 +32,7 @@ from typing import Any, TypeVar, cast
 
 from fsspec.asyn import sync
 
+from ...errors import MissingBucketError
 from . import checksums
 from .failures import answer, is_not_connected, store_error
 from .rate import RateControl
@@ -393,10 +394,10 @@ class S3Store:
 
     async def aabort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
         """Abort an upload; ``False`` if it no longer exists (already aborted or completed:
-        ``NoSuchUpload``). Every abort in magicfs goes through here."""
+        ``NoSuchUpload``; or its bucket is gone). Every abort in magicfs goes through here."""
         try:
             await self.acall("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload_id)
-        except FileNotFoundError:
+        except (FileNotFoundError, MissingBucketError):
             return False
         return True
 
