@@ -30,7 +30,8 @@
   ``.tls_storage_options``, ``.ca_file``. ``rgw_s3`` (a fresh s3fs), ``rgw_client``
   (boto3) and ``rgw_bucket`` (a new bucket per test, like ``bucket``: a test leaving
   multipart uploads parked fails unless marked ``parks_uploads``) go with it. Tests using
-  them are marked ``rgw`` (``pytest -m rgw`` runs only those). Where the Ceph packages
+  them are marked ``rgw`` (``pytest -m rgw`` runs only those). ``rgw_fault_front``
+  (session): the fault front in front of RGW. Where the Ceph packages
   are missing they are skipped, counted in one line at the end of the session; under
   ``CI=true`` they fail with the install command instead.
 * ``hadoop_records`` (session): Hadoop's own manifest-committer record classes (jars of
@@ -152,9 +153,10 @@ def fault_front(s3_server) -> Iterator:
 
 @pytest.fixture(autouse=True)
 def _fresh_fault_front(request) -> None:
-    """No rule or count of an earlier test reaches a test that uses the fault front."""
-    if "fault_front" in request.fixturenames:
-        request.getfixturevalue("fault_front").clear()
+    """No rule or count of an earlier test reaches a test that uses a fault front."""
+    for name in ("fault_front", "rgw_fault_front"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).clear()
 
 
 @pytest.fixture
@@ -376,6 +378,18 @@ def rgw_bucket(request, rgw_client) -> Iterator[str]:
     """A new empty bucket on RGW; as ``bucket``: emptied and deleted afterwards, and a test
     that leaves multipart uploads parked fails unless marked ``parks_uploads``."""
     yield from _checked_bucket(request, rgw_client)
+
+
+@pytest.fixture(scope="session")
+def rgw_fault_front(rgw_server) -> Iterator:
+    """The fault-injecting front (as ``fault_front``) in front of RGW: it forwards SigV4
+    signatures intact, and its clients use RGW's test keys."""
+    from helpers.fault_front import FaultFront
+
+    options = rgw_server.storage_options
+    credentials = (options["key"], options["secret"])
+    with FaultFront(rgw_server.endpoint_url, seed=0, credentials=credentials) as front:
+        yield front
 
 
 # --- Hadoop's own record classes ------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Jobs through a misbehaving S3: throttling, errors, lost replies, transient and persistent.
 
 The faults are injected on the wire by the fault front (``helpers.fault_front``) between
-s3fs and moto. Transient faults must leave the exact output of a clean run and nothing
-parked (magicfs's retry policy, :mod:`magicfs.stores.s3.retry`, on top of botocore's); a fault
-that never goes away must end in an error that names what failed and what is left, and
-the command that finishes the job once the store is healthy again.
+s3fs and the store: moto, and Ceph RGW (a production S3 implementation). Transient faults
+must leave the exact output of a clean run and nothing parked (magicfs's retry policy,
+:mod:`magicfs.stores.s3.retry`, on top of botocore's); a fault that never goes away must end
+in an error that names what failed and what is left, and the command that finishes the job
+once the store is healthy again.
 """
 
 from __future__ import annotations
@@ -15,12 +16,49 @@ import pytest
 from helpers import object_keys, pending_uploads, visible_keys
 
 import magicfs
+from conftest import _checked_bucket
 from magicfs.errors import JobCommitError
 from magicfs.stores.s3.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
 TASKS = {t: {f"t{t}/f{n}.csv": f"{t},{n}\n".encode() for n in range(5)} for t in range(4)}
 ALL = {f"out/{name}": data for files in TASKS.values() for name, data in files.items()}
+
+
+#: The stores every scenario runs on: moto and Ceph RGW, each behind its own fault front.
+S3_STORES = ["s3", "rgw"]
+
+
+@pytest.fixture(params=S3_STORES)
+def store(request) -> str:
+    """The store of each scenario; this module's ``s3_client``, ``bucket`` and
+    ``faults_front`` follow it."""
+    return request.param
+
+
+@pytest.fixture
+def server(request, store):
+    return request.getfixturevalue("rgw_server" if store == "rgw" else "s3_server")
+
+
+@pytest.fixture
+def s3_client(server):
+    """A client straight to the store (never through the front), to observe it."""
+    return server.boto3_client()
+
+
+@pytest.fixture
+def bucket(request, s3_client):
+    yield from _checked_bucket(request, s3_client)
+
+
+@pytest.fixture
+def faults_front(request, store):
+    """The store's fault front with no rules and zeroed statistics; cleared afterwards."""
+    front = request.getfixturevalue("rgw_fault_front" if store == "rgw" else "fault_front")
+    front.clear()
+    yield front
+    front.clear()
 
 
 def committer_via(front, bucket, *, client_attempts=None, **options):
@@ -138,8 +176,9 @@ def test_every_completion_and_abort_failing(faults_front, s3_client, bucket, s3_
     from magicfs.integrations.cli import main
 
     endpoint = faults_front.storage_options["client_kwargs"]["endpoint_url"]
-    store = ["--endpoint-url", endpoint, "-o", "key=testing", "-o", "secret=testing"]
-    assert main(["jobs", "rollback", "--job", job, *store, f"s3://{bucket}/out"]) == 0
+    key, secret = faults_front.credentials
+    store_args = ["--endpoint-url", endpoint, "-o", f"key={key}", "-o", f"secret={secret}"]
+    assert main(["jobs", "rollback", "--job", job, *store_args, f"s3://{bucket}/out"]) == 0
     assert published(s3_client, bucket) == {}
     assert_nothing_left(s3_client, bucket)
 

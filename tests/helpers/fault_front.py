@@ -761,9 +761,13 @@ class FaultFront:
         latency_ms: float = 0.0,
         port: int = 0,
         startup_timeout: float = 30.0,
+        credentials: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
     ) -> None:
         _loopback_address(upstream_url)
         self.upstream_url = upstream_url
+        #: The upstream store's access key and secret, for the clients made here (moto
+        #: takes any; Ceph RGW checks them: the front forwards SigV4 signatures intact).
+        self.credentials = credentials
         self.seed = seed
         self.latency_ms = latency_ms
         self.requested_port = port
@@ -857,9 +861,10 @@ class FaultFront:
     @property
     def storage_options(self) -> dict[str, Any]:
         """Options for ``s3fs.S3FileSystem`` (add ``skip_instance_cache=True``)."""
+        key, secret = self.credentials
         return {
-            "key": ACCESS_KEY,
-            "secret": SECRET_KEY,
+            "key": key,
+            "secret": secret,
             "client_kwargs": {"endpoint_url": self.endpoint_url},
         }
 
@@ -872,8 +877,8 @@ class FaultFront:
             "s3",
             endpoint_url=self.endpoint_url,
             region_name=REGION,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
+            aws_access_key_id=self.credentials[0],
+            aws_secret_access_key=self.credentials[1],
             config=Config(**config) if config else None,
         )
 
