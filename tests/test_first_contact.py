@@ -217,6 +217,7 @@ def test_job_fs_write_outside_task_paths_is_refused_on_s3(store):
         assert f"s3://{bucket}/sales/x.csv" in message
         assert "task.path('x.csv')" in message and "task.url('x.csv')" in message
         for write in (
+            lambda: job.fs.open(f"{dest}/u.csv", "wb"),  # dest + "/x.csv", as a URL
             lambda: job.fs.pipe_file(f"{bucket}/sales/_metadata", b"summary"),
             lambda: job.fs.touch(f"{bucket}/sales/year=2024/y.csv"),
             lambda: job.fs.pipe({f"{bucket}/sales/z.csv": b"z"}),
