@@ -16,6 +16,9 @@ import re
 import shlex
 import socket
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from helpers import object_keys, pending_uploads, visible_keys
@@ -176,6 +179,34 @@ def test_closed_port_fails_write_job_fast():
     assert time.monotonic() - start < UNREACHABLE_BOUND
 
 
+def test_endpoint_that_does_not_answer_fails_setup_fast():
+    # A listening socket whose accept queue is full: Linux drops further SYNs, so a
+    # client's connection attempt gets no answer at all (a firewalled or dead host).
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(0)
+        port = server.getsockname()[1]
+        fillers = [socket.socket() for _ in range(3)]
+        for filler in fillers:
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+        time.sleep(0.2)
+        try:
+            committer = magicfs.committer_for(
+                "s3://bkt/out", storage_options=unreachable_options(port)
+            )
+            start = time.monotonic()
+            with pytest.raises(StoreUnreachableError) as failure:
+                committer.setup_job()
+            assert time.monotonic() - start < UNREACHABLE_BOUND
+        finally:
+            for filler in fillers:
+                filler.close()
+    message = str(failure.value)
+    assert f"no answer from the store at http://127.0.0.1:{port}: connection timed out" in (message)
+    assert failure.value.attempts == 1  # no magicfs retries around it
+
+
 def test_user_client_settings_are_kept(s3_options):
     options = {
         **s3_options,
@@ -185,7 +216,7 @@ def test_user_client_settings_are_kept(s3_options):
     config = committer.store_fs.config_kwargs
     assert config["connect_timeout"] == 7 and config["retries"] == {"max_attempts": 1}
     default = magicfs.committer_for("s3://bkt/out", storage_options=s3_options)
-    assert default.store_fs.config_kwargs["connect_timeout"] == 2.0
+    assert default.store_fs.config_kwargs["connect_timeout"] == 1.5
 
 
 # --- the CLI: a missing bucket and a closed port exit non-zero ------------------------------
@@ -214,20 +245,50 @@ def test_cli_on_a_closed_port_exits_1(command):
     assert "t5678" not in result.output
 
 
-# --- a store refusing every completion and every abort ---------------------------------------
+# --- a store refusing every completion and every abort (moto and RGW, behind a front) ---------
 
 FILES = 40
 
 
-def test_refused_completions_and_aborts_end_within_the_budget(faults_front, s3_client, bucket):
-    budget = RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2, budget=2.0)
-    storage = {**faults_front.storage_options, "skip_instance_cache": True}
-    committer = magicfs.committer_for(
-        f"s3://{bucket}/out", storage_options=storage, retry_policy=budget
+@dataclass
+class Outage:
+    """A store behind its fault front: the front, a client straight to the store, a bucket."""
+
+    front: Any
+    client: Any
+    bucket: str
+
+    def committer(self, policy: RetryPolicy):
+        storage = {**self.front.storage_options, "skip_instance_cache": True}
+        committer = magicfs.committer_for(
+            f"s3://{self.bucket}/out", storage_options=storage, retry_policy=policy
+        )
+        committer.store_fs.retries = 1  # s3fs's own SlowDown retries: the policy's are enough
+        return committer
+
+    def cli(self, command: str):
+        key, secret = self.front.credentials
+        store = ["--endpoint-url", self.front.endpoint_url, "-o", f"key={key}"]
+        return run_cli(*shlex.split(command)[1:], *store, "-o", f"secret={secret}")
+
+
+@pytest.fixture(params=["s3", "rgw"])
+def outage(request) -> Iterator[Outage]:
+    rgw = request.param == "rgw"
+    front = request.getfixturevalue("rgw_fault_front" if rgw else "fault_front")
+    bucket = request.getfixturevalue("rgw_bucket" if rgw else "bucket")
+    client = request.getfixturevalue("rgw_client" if rgw else "s3_client")
+    front.clear()
+    yield Outage(front, client, bucket)
+    front.clear()
+
+
+def test_refused_completions_and_aborts_end_within_the_budget(outage):
+    committer = outage.committer(
+        RetryPolicy(attempts=4, base_delay=0.05, max_delay=0.2, budget=2.0)
     )
-    committer.store_fs.retries = 1  # s3fs's own SlowDown retries: the policy's are enough
     messages = write_files(committer, count=FILES)
-    faults_front.add_rule(["CompleteMultipartUpload", "AbortMultipartUpload"], "503")
+    outage.front.add_rule(["CompleteMultipartUpload", "AbortMultipartUpload"], "503")
     start = time.monotonic()
     with pytest.raises(JobCommitError) as failure:
         committer.commit_job(messages)
@@ -240,51 +301,38 @@ def test_refused_completions_and_aborts_end_within_the_budget(faults_front, s3_c
     match = re.search(r"could not abort (\d+) of (\d+) uploads, left parked: (s3://\S+)", message)
     assert match, message
     assert int(match.group(1)) == int(match.group(2)) == FILES
-    assert match.group(3).startswith(f"s3://{bucket}/out/f")
-    command = f"magicfs uploads abort --force --job {committer.job_id} s3://{bucket}/out"
+    assert match.group(3).startswith(f"s3://{outage.bucket}/out/f")
+    command = f"magicfs uploads abort --force --job {committer.job_id} s3://{outage.bucket}/out"
     assert command in message
-    assert len(pending_uploads(s3_client, bucket)) == FILES
-    aborts = faults_front.stats()["AbortMultipartUpload"]["requests"]
+    assert len(pending_uploads(outage.client, outage.bucket)) == FILES
+    aborts = outage.front.stats()["AbortMultipartUpload"]["requests"]
     assert aborts < FILES * 12  # not every abort waited out its own retries
 
-    faults_front.clear()  # the store accepts aborts again; the operator runs the command
-    store = [
-        "--endpoint-url",
-        faults_front.endpoint_url,
-        "-o",
-        "key=testing",
-        "-o",
-        "secret=testing",
-    ]
-    result = run_cli(*shlex.split(command)[1:], *store)
+    outage.front.clear()  # the store accepts aborts again; the operator runs the command
+    result = outage.cli(command)
     assert result.code == 0, result.output
     assert f"Total: {FILES} uploads aborted" in result.stdout
-    assert pending_uploads(s3_client, bucket) == []
-    assert visible_keys(s3_client, bucket) == []
+    assert pending_uploads(outage.client, outage.bucket) == []
+    assert visible_keys(outage.client, outage.bucket) == []
 
 
-def test_abort_job_with_aborts_refused_lists_the_uploads_left(faults_front, s3_client, bucket):
-    quick = RetryPolicy(attempts=3, base_delay=0.05, max_delay=0.1)
-    storage = {**faults_front.storage_options, "skip_instance_cache": True}
-    committer = magicfs.committer_for(
-        f"s3://{bucket}/out", storage_options=storage, retry_policy=quick
-    )
-    committer.store_fs.retries = 1
+def test_abort_job_with_aborts_refused_lists_the_uploads_left(outage):
+    committer = outage.committer(RetryPolicy(attempts=3, base_delay=0.05, max_delay=0.1))
     write_files(committer, count=FILES)
-    faults_front.add_rule("AbortMultipartUpload", "500")
+    outage.front.add_rule("AbortMultipartUpload", "500")
     with pytest.raises(UploadsLeftError) as failure:
         committer.abort_job()
     left = failure.value
     assert len(left.uploads) == FILES
     assert {key for _, key, _ in left.uploads} == {f"out/f{n}.csv" for n in range(FILES)}
-    assert (
-        left.command == f"magicfs uploads abort --force --job {committer.job_id} s3://{bucket}/out"
+    assert left.command == (
+        f"magicfs uploads abort --force --job {committer.job_id} s3://{outage.bucket}/out"
     )
     assert "HTTP 500 InternalError" in str(left) and "were not waited for" in str(left)
     # One window of aborts was tried (each through its retries), not every upload.
-    assert faults_front.stats()["AbortMultipartUpload"]["requests"] < FILES * 3 * 3
-    assert len(pending_uploads(s3_client, bucket)) == FILES
+    assert outage.front.stats()["AbortMultipartUpload"]["requests"] < FILES * 3 * 3
+    assert len(pending_uploads(outage.client, outage.bucket)) == FILES
 
-    faults_front.clear()
+    outage.front.clear()
     committer.abort_job()  # the store is back: the roll-back finishes
-    assert_rolled_back(s3_client, bucket)
+    assert_rolled_back(outage.client, outage.bucket)

@@ -5,12 +5,13 @@ its ``legacy`` mode, five attempts. A committer makes thousands of calls and has
 retry policy on top (:mod:`.retry`), so the client it builds (the ``config_kwargs`` of
 its s3fs filesystem) gets:
 
-* ``connect_timeout`` :data:`CONNECT_TIMEOUT` s (the AWS SDK for Java 2.x default): a
-  TCP handshake takes milliseconds; one lost SYN is resent after 1 s and still fits;
+* ``connect_timeout`` :data:`CONNECT_TIMEOUT` s (the AWS SDK for Java 2.x waits 2 s): a
+  TCP handshake takes milliseconds, even across an ocean; one lost SYN is resent after
+  1 s and still fits, and botocore retries a timed-out connection with a new one;
 * ``retries``: botocore's ``standard`` mode with :data:`CLIENT_ATTEMPTS` attempts in
   all. Its back-off before attempt ``n + 1`` is up to ``2**(n-1)`` s, so three attempts
   wait at most 3 s. An endpoint that refuses connections therefore fails a call within
-  about 3 s, and one that does not answer within ``3 * 2 + 3 = 9`` s; magicfs adds no
+  about 3 s, and one that does not answer within ``3 * 1.5 + 3 = 7.5`` s; magicfs adds no
   retry of its own to a connection that was never made before the endpoint first
   answered (:meth:`~magicfs.stores.s3.store.S3Store.acall`). Throttling and 5xx
   replies are retried further by the retry policy and paced by the rate control
@@ -27,7 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 #: Seconds to wait for a TCP connection to the endpoint.
-CONNECT_TIMEOUT = 2.0
+CONNECT_TIMEOUT = 1.5
 #: Attempts botocore makes per call (its ``total_max_attempts``, ``standard`` mode).
 CLIENT_ATTEMPTS = 3
 

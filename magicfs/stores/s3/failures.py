@@ -53,7 +53,8 @@ NO_ANSWER_TYPES = (
 )
 #: Errors that mean no connection could be made (nothing was sent).
 NOT_CONNECTED_TYPES = (
-    botocore.exceptions.EndpointConnectionError,  # ConnectTimeoutError is one too
+    botocore.exceptions.EndpointConnectionError,
+    botocore.exceptions.ConnectTimeoutError,
     aiohttp.ClientConnectorError,
     ConnectionRefusedError,
 )
