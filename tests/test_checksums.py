@@ -13,11 +13,13 @@ import threading
 import xml.etree.ElementTree as ET
 
 import botocore.compat
+import fsspec
 import pytest
 from helpers import pending_uploads, visible_keys
 from helpers.reference_documents import PENDING
 from helpers.s3_targets import S3_TARGETS, s3_target
 
+import magicfs
 from magicfs import MagicCommitter, MagicFileSystem
 from magicfs.errors import InvalidCommitData, JobCommitError
 from magicfs.records import SinglePendingCommit
@@ -268,3 +270,33 @@ def test_a_job_over_tls_needs_no_checksum_setting(rgw_server, rgw_client, rgw_bu
     body = rgw_client.get_object(Bucket=rgw_bucket, Key="out/a.bin")["Body"].read()
     assert body == data
     assert pending_uploads(rgw_client, rgw_bucket) == []
+
+
+# --- the staging committers: their task commit uploads local files, with checksums too ---
+
+
+def test_staging_uploads_carry_checksums_to_the_completion(target):
+    committer = magicfs.committer_for(
+        f"s3://{target.bucket}/out",
+        committer="directory",
+        storage_options={**target.options, "skip_instance_cache": True},
+    )
+    sent = Requests(committer.store_fs)
+    committer.setup_job()
+    data = b"staged" * (2 << 20)  # 12 MiB: two 8 MiB parts
+    message = write_task(committer, 0, {"s.bin": data})
+    records = fsspec.core.url_to_fs(committer.staging_dir)[0]  # on local disk
+    (commit,) = json.loads(records.cat_file(message.record))["commits"]
+    parts = commit["extraData"]["magicfs.checksum.parts"].split(",")
+    assert parts == [
+        checksums.compute("CRC32", data[: 8 * MiB]),
+        checksums.compute("CRC32", data[8 * MiB :]),
+    ]
+    (create,) = sent.of("CreateMultipartUpload")
+    assert create[0]["x-amz-checksum-algorithm"] == "CRC32"
+    assert [headers["x-amz-checksum-crc32"] for headers, _ in sent.of("UploadPart")] == parts
+    committer.commit_job([message])
+    (completion,) = sent.of("CompleteMultipartUpload")
+    assert [p["ChecksumCRC32"] for p in completion_parts(completion[1])] == parts
+    assert target.body("out/s.bin") == data
+    assert pending_uploads(target.client, target.bucket) == []

@@ -72,6 +72,8 @@ from ..records import (
 )
 from ..stores.capabilities import is_s3
 from ..stores.local import TaskLocalFileSystem
+from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
+from ..stores.s3.checksums import checked_algorithm
 from ..stores.s3.sweep import sweep_job
 from ..stores.s3.tracking import upload_metadata
 from ..stores.s3.upload import upload_pending
@@ -123,11 +125,14 @@ class StagingCommitter(S3PendingsetCommitter):
         staging_dir: str | None = None,
         unique_filenames: bool = False,
         part_size: int = 8 << 20,
+        checksum: str | None = DEFAULT_CHECKSUM,
         **options: Any,
     ):
         super().__init__(dest, **options)
         if not is_s3(self.store_fs):
             raise ValueError(f"{dest}: the staging committers need an S3 destination (s3://)")
+        #: The uploads' part checksums (:mod:`magicfs.stores.s3.checksums`), or ``None``.
+        self.checksum = checked_algorithm(checksum)
         self.partitioned = partitioned
         self.name = "partitioned" if partitioned else "directory"
         self.unique_filenames = unique_filenames
@@ -304,6 +309,7 @@ class StagingCommitter(S3PendingsetCommitter):
                     part_size=self.part_size,
                     text=f"partition: {partition}" if partition else "",
                     metadata=upload_metadata(self.job_id, task.attempt_id),
+                    checksum=self.checksum,
                 )
 
         with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-staging") as pool:

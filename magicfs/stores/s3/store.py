@@ -295,19 +295,42 @@ class S3Store:
 
     # -- multipart uploads -----------------------------------------------------------------
 
-    def create_upload(self, bucket: str, key: str, metadata: dict[str, str] | None = None) -> str:
+    def create_upload(
+        self,
+        bucket: str,
+        key: str,
+        metadata: dict[str, str] | None = None,
+        checksum_algorithm: str | None = None,
+    ) -> str:
+        """Start an upload (``checksum_algorithm``: its parts' checksums, :mod:`.checksums`)."""
         params: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if metadata:
             params["Metadata"] = metadata
+        if checksum_algorithm:
+            params["ChecksumAlgorithm"] = checksum_algorithm
         upload_id: str = self.call("create_multipart_upload", **params)["UploadId"]
         return upload_id
 
     def submit_part(
-        self, bucket: str, key: str, upload_id: str, number: int, body: bytes
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        number: int,
+        body: bytes,
+        checksum: tuple[str, str] | None = None,
     ) -> concurrent.futures.Future[dict[str, Any]]:
-        """Upload part ``number`` in the background; the future's result has its ``ETag``."""
+        """Upload part ``number`` in the background; the future's result has its ``ETag``.
+
+        ``checksum`` (algorithm, base64 value) goes with it as a header, for the store to
+        verify; without one, a CRC32 header where botocore would add one itself.
+        """
 
         async def part() -> dict[str, Any]:
+            if checksum is not None:
+                header = {checksums.parameter(checksum[0]): checksum[1]}
+            else:
+                header = await checksums.aheader(self.fs, body)  # a header, not a trailer
             return await self.acall(
                 "upload_part",
                 Bucket=bucket,
@@ -315,7 +338,7 @@ class S3Store:
                 UploadId=upload_id,
                 PartNumber=number,
                 Body=body,
-                **await checksums.aheader(self.fs, body),  # a header, not a trailer
+                **header,
             )
 
         return self.run_background(part())

@@ -2,7 +2,9 @@
 
 The staging committers' task commit: the file already sits on local disk, so it is read
 in parts and uploaded, and the upload is recorded as a :class:`SinglePendingCommit`
-instead of being completed. Any failure aborts the upload before raising.
+instead of being completed. Any failure aborts the upload before raising. With a
+``checksum`` algorithm, the upload declares it, each part carries its checksum, and the
+record keeps them for job commit (:mod:`.checksums`), as the magic writer's do.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 
 from ...records import SinglePendingCommit, path_to_uri
+from . import checksums as part_checksums
 from .store import S3Store
 
 
@@ -22,21 +25,26 @@ def upload_pending(
     part_size: int = 8 << 20,
     text: str = "",
     metadata: dict[str, str] | None = None,
+    checksum: str | None = part_checksums.DEFAULT_ALGORITHM,
 ) -> SinglePendingCommit:
     """Upload ``local_path`` to ``bucket/key`` without completing it (empty files: one part).
 
     ``metadata`` goes on the upload, and so on the object it becomes: the committers put
     the job id there, which is how a retried or rolled-back commit knows its own files.
     """
-    upload_id = store.create_upload(bucket, key, metadata)
+    upload_id = store.create_upload(bucket, key, metadata, checksum_algorithm=checksum)
     try:
         etags: list[str] = []
+        sums: list[str] = []
         with open(local_path, "rb") as source:
             while True:
                 chunk = source.read(part_size)
                 if not chunk and etags:
                     break
-                part = store.submit_part(bucket, key, upload_id, len(etags) + 1, chunk)
+                if checksum:
+                    sums.append(part_checksums.compute(checksum, chunk))
+                sent = (checksum, sums[-1]) if checksum else None
+                part = store.submit_part(bucket, key, upload_id, len(etags) + 1, chunk, sent)
                 etags.append(part.result()["ETag"])
                 if len(chunk) < part_size:
                     break
@@ -51,4 +59,5 @@ def upload_pending(
         etags=etags,
         length=os.path.getsize(local_path),
         text=text,
+        extra_data=part_checksums.record_fields(checksum, sums) if checksum else {},
     )
