@@ -12,6 +12,7 @@ left visible or parked.
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import shlex
 import socket
@@ -126,6 +127,10 @@ def test_store_errors_keep_their_classes_and_codes(s3, bucket):
         f"AbortMultipartUpload s3://{bucket}/k (upload no-such-upload): HTTP 404 NoSuchUpload"
     )
     assert store.read(f"{bucket}/absent.json", 100) is None  # NoSuchKey: nothing there
+    # Errors cross process boundaries (Spark, Dask, Ray): class, message and fields survive.
+    copy = pickle.loads(pickle.dumps(missing.value))
+    assert type(copy) is StoreNotFoundError and str(copy) == str(missing.value)
+    assert (copy.code, copy.status, copy.operation) == ("NoSuchUpload", 404, "AbortMultipartUpload")
 
 
 # --- a bucket that does not exist -----------------------------------------------------------
