@@ -31,16 +31,16 @@
   (boto3) and ``rgw_bucket`` (a new bucket per test, like ``bucket``: a test leaving
   multipart uploads parked fails unless marked ``parks_uploads``) go with it. Tests using
   them are marked ``rgw`` (``pytest -m rgw`` runs only those). ``rgw_fault_front``
-  (session): the fault front in front of RGW. Where the Ceph packages
-  are missing they are skipped, counted in one line at the end of the session; under
-  ``CI=true`` they fail with the install command instead.
+  (session): the fault front in front of RGW. Where the Ceph packages are missing
+  (``rgw_installed``) these tests are skipped, counted in one line at the end of the
+  session; under ``CI=true`` they fail with the install command instead.
 * ``hadoop_records`` (session): Hadoop's own manifest-committer record classes (jars of
   the pyspark wheel, Java 17): ``hadoop_records(kind, path) -> dict`` loads and validates
   a ``manifest`` or ``success`` file, ``.save(kind, path)`` writes Hadoop's sample record,
   ``.print_success(path)`` runs ``ManifestPrinter`` (``tests/helpers/hadoop.py``).
 
-The emulators and RGW's daemons run under a watchdog that stops them when the session ends or dies
-(``tests/helpers/servers.py``); nothing here contacts anything but 127.0.0.1.
+The emulators and RGW's daemons run under a watchdog that stops them when the session
+ends or dies (``tests/helpers/servers.py``); nothing here contacts anything but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -344,10 +344,10 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 @pytest.fixture(scope="session")
-def rgw_server(tmp_path_factory) -> Iterator:
-    """Ceph RGW on loopback (HTTP and HTTPS); skipped where Ceph is not installed, failed
-    with the install command under ``CI=true``."""
-    from helpers.rgw import RGW_INSTALL, RgwServer, missing_programs
+def rgw_installed() -> None:
+    """Ceph's programs are on PATH; else the test is skipped (counted at the end), or,
+    under ``CI=true``, fails with the install command."""
+    from helpers.rgw import RGW_INSTALL, missing_programs
 
     missing = missing_programs()
     if missing:
@@ -355,6 +355,13 @@ def rgw_server(tmp_path_factory) -> Iterator:
         if _in_ci():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def rgw_server(rgw_installed, tmp_path_factory) -> Iterator:
+    """Ceph RGW on loopback (HTTP and HTTPS); see ``rgw_installed`` where it is missing."""
+    from helpers.rgw import RgwServer
+
     with RgwServer(tmp_path_factory.mktemp("rgw")) as server:
         yield server
 

@@ -50,7 +50,7 @@ def test_rgw_bucket_fails_a_test_that_parks_an_upload(rgw_client, rgw_bucket, re
     assert name not in [b["Name"] for b in rgw_client.list_buckets()["Buckets"]]
 
 
-def test_daemons_die_with_a_sigkilled_session(tmp_path):
+def test_daemons_die_with_a_sigkilled_session(rgw_installed, tmp_path):
     """A session killed by SIGKILL leaves no Ceph daemon behind: the watchdogs see their
     stdin close and stop the daemons by their PIDs."""
     script = textwrap.dedent(
