@@ -4,8 +4,9 @@ Each test runs a job in a child process (``tests/helpers/kill_harness.py``) thro
 fault front whose ``delay`` rule holds one chosen request; the moment the rule fires the
 child is SIGKILLed and the front stopped, so that request never reaches the server.
 Recovery then runs in a fresh process (``commit_job`` / ``abort_job``) against the server
-itself, and the test checks what the store holds. The randomised version of the same
-experiment is ``tests/test_kill_recovery.py``.
+itself, and the test checks what the store holds: moto, and Ceph RGW (a production S3
+implementation). The randomised version of the same experiment is
+``tests/test_kill_recovery.py``.
 """
 
 from __future__ import annotations
@@ -26,9 +27,16 @@ from helpers.kill_harness import (
 )
 
 
-@pytest.fixture(scope="module")
-def harness(s3_server, tmp_path_factory):
-    return KillHarness(s3_server.endpoint_url, str(tmp_path_factory.mktemp("recovery")))
+@pytest.fixture(scope="module", params=["s3", "rgw"])
+def harness(request, tmp_path_factory):
+    """The harness on moto (``s3``) or Ceph RGW (``rgw``): each kill point runs on both."""
+    server = request.getfixturevalue("rgw_server" if request.param == "rgw" else "s3_server")
+    options = server.storage_options
+    return KillHarness(
+        server.endpoint_url,
+        str(tmp_path_factory.mktemp("recovery")),
+        credentials=(options["key"], options["secret"]),
+    )
 
 
 def killed_at(harness, rule, committer="magic", conflict_mode="append"):
@@ -155,6 +163,7 @@ def test_commit_job_with_the_messages_of_a_finished_job_finds_nothing_to_commit(
     harness.discard(spec)
 
 
+@pytest.mark.parametrize("harness", ["s3"], indirect=True)  # a local disk: one run is enough
 def test_manifest_abort_after_a_kill_in_publish_removes_the_directories_it_created(harness):
     from helpers.kill_harness import ChildJob
 

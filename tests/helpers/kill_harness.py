@@ -93,6 +93,8 @@ class JobSpec:
     workdir: str  # messages/, buffer/ (staging), the child's stderr
     driver_messages: bool  # the job's driver commits with its messages (else it lists)
     hold: str = ""  # a phase at which the job waits for a line on stdin (exact kill points)
+    key: str = ACCESS_KEY  # the S3 store's credentials (moto takes any; Ceph RGW checks)
+    secret: str = SECRET_KEY
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -136,10 +138,12 @@ def preexisting_files(seed: int, count: int) -> dict[str, bytes]:
     }
 
 
-def storage_options(endpoint: str) -> dict[str, Any]:
+def storage_options(
+    endpoint: str, key: str = ACCESS_KEY, secret: str = SECRET_KEY
+) -> dict[str, Any]:
     return {
-        "key": ACCESS_KEY,
-        "secret": SECRET_KEY,
+        "key": key,
+        "secret": secret,
         "client_kwargs": {"endpoint_url": endpoint},
         "skip_instance_cache": True,
     }
@@ -157,7 +161,7 @@ def make_committer(spec: JobSpec, endpoint: str | None = None):
     endpoint = endpoint or spec.endpoint
     if spec.committer == "manifest":
         return magicfs.committer_for(spec.dest, committer="manifest", **options)
-    options["storage_options"] = storage_options(endpoint)
+    options["storage_options"] = storage_options(endpoint, spec.key, spec.secret)
     if spec.committer == "magic-mem":
         return magicfs.committer_for(spec.dest, committer="magic", in_memory=True, **options)
     if spec.committer == "directory":
@@ -1006,7 +1010,8 @@ def recover_in_child(spec: JobSpec, actions: list[str], timeout: float) -> list[
 
 
 class KillHarness:
-    """Runs rows against an S3 server (``upstream_url``, moto on 127.0.0.1) and local disk.
+    """Runs rows against an S3 server (``upstream_url``: moto or Ceph RGW on 127.0.0.1,
+    whose keys are ``credentials``) and local disk.
 
     Each S3 run gets its own bucket and its own fault front (seeded with the run's seed),
     both removed afterwards (``keep=True`` keeps them and the run's directory for a
@@ -1021,10 +1026,12 @@ class KillHarness:
         keep: bool = False,
         grace: float = 0.5,
         timeout: float = 120.0,
+        credentials: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
     ):
         import boto3
 
         self.upstream_url = upstream_url
+        self.credentials = credentials
         self.workdir = workdir or tempfile.mkdtemp(prefix="magicfs-kill-")
         self.keep = keep
         self.grace = grace
@@ -1033,8 +1040,8 @@ class KillHarness:
             "s3",
             endpoint_url=upstream_url,
             region_name="us-east-1",
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
+            aws_access_key_id=credentials[0],
+            aws_secret_access_key=credentials[1],
         )
         self.calibrations: dict[tuple, dict[str, float]] = {}
         self.calibration_results: list[RunResult] = []
@@ -1100,6 +1107,8 @@ class KillHarness:
             threads=4,
             workdir=run_dir,
             driver_messages=driver_messages,
+            key=self.credentials[0],
+            secret=self.credentials[1],
         )
         return spec, {name: _sha(data) for name, data in old.items()}
 
@@ -1107,7 +1116,10 @@ class KillHarness:
         """A fault front (started) in front of the server; stop it when done."""
         from .fault_front import FaultFront
 
-        return FaultFront(self.upstream_url, seed=seed, latency_ms=latency_ms).start()
+        front = FaultFront(
+            self.upstream_url, seed=seed, latency_ms=latency_ms, credentials=self.credentials
+        )
+        return front.start()
 
     def discard(self, spec: JobSpec) -> None:
         """Remove the run's bucket and directory (unless ``keep``)."""
