@@ -92,7 +92,8 @@ def endpoint_of(error: BaseException, fs: Any = None) -> str | None:
     """``scheme://host:port`` the failed request went to (from botocore's error, else
     the client ``fs`` made)."""
     for candidate in chain(error):
-        url = getattr(candidate, "kwargs", {}).get("endpoint_url")
+        details = getattr(candidate, "kwargs", None)  # botocore's exceptions keep theirs
+        url = details.get("endpoint_url") if isinstance(details, dict) else None
         if isinstance(url, str) and url:
             parts = urlsplit(url)
             return f"{parts.scheme}://{parts.netloc}"
