@@ -66,22 +66,12 @@ class S3Deferred:
         checksums.check_record(commit, source)
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
-        create_only = commit.extra_data.get(IF_NONE_MATCH_KEY) == "*"
         if_none_match = False
-        if create_only:
-            support = await aconditional_support(self.store, commit.bucket, self.scratch_dir())
-            if_none_match = support.complete
-            if not if_none_match:
-                head = await self.store.ahead_object(commit.bucket, commit.destination_key)
-                if head is not None and self._is_ours(head, commit):
-                    return  # completed by an earlier attempt of this job commit
-                if head is not None:
-                    raise FileExistsError(
-                        f"{self.url(commit.destination)} already exists and the file was "
-                        f"opened 'xb' (create only): "
-                        f"{support.limitation('CompleteMultipartUpload')} and refuses to "
-                        "replace it. Write to another name, or delete the object first"
-                    )
+        if commit.extra_data.get(IF_NONE_MATCH_KEY) == "*":
+            asked = await self._acreate_only(commit)
+            if asked is None:
+                return  # completed by an earlier attempt of this job commit
+            if_none_match = asked
         try:
             reply = await self.store.acomplete_upload(
                 commit.bucket,
@@ -98,14 +88,31 @@ class S3Deferred:
                 log.info("s3://%s was completed by an earlier attempt", commit.destination)
                 return
             if code == "PreconditionFailed":
-                raise FileExistsError(
-                    f"{self.url(commit.destination)} already exists and the file was opened "
-                    "'xb' (create only): the store refused to complete the upload over it "
-                    "(412 PreconditionFailed). Write to another name, or delete the object "
-                    "first"
-                ) from e
+                why = "the store refused to complete the upload over it (412 PreconditionFailed)"
+                raise self._exists(commit, why) from e
             raise
         checksums.check_reply(commit, reply)
+
+    async def _acreate_only(self, commit: SinglePendingCommit) -> bool | None:
+        """Before completing a create-only file: ``True`` to send ``If-None-Match`` (the
+        store honours it); else, after the fallback's HEAD, ``False`` (nothing there) or
+        ``None`` (this job's own object: done). Anyone else's object raises."""
+        support = await aconditional_support(self.store, commit.bucket, self.scratch_dir())
+        if support.complete:
+            return True
+        head = await self.store.ahead_object(commit.bucket, commit.destination_key)
+        if head is None:
+            return False
+        if self._is_ours(head, commit):
+            return None
+        why = f"{support.limitation('CompleteMultipartUpload')} and refuses to replace it"
+        raise self._exists(commit, why)
+
+    def _exists(self, commit: SinglePendingCommit, why: str) -> FileExistsError:
+        return FileExistsError(
+            f"{self.url(commit.destination)} already exists and the file was opened 'xb' "
+            f"(create only): {why}. Write to another name, or delete the object first"
+        )
 
     async def apublished(self, commit: SinglePendingCommit) -> bool:
         head = await self.store.ahead_object(commit.bucket, commit.destination_key)
