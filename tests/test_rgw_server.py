@@ -76,6 +76,31 @@ def test_daemons_die_with_a_sigkilled_session(rgw_installed, tmp_path):
     assert not any(accepts_connections(port) for port in ports)
 
 
+def test_a_failed_start_raises_with_the_daemons_logs_and_stops_the_others(
+    rgw_installed, tmp_path, monkeypatch
+):
+    """radosgw replaced by a wrapper that fails at once: the error names the daemon and
+    carries its output, and the monitor and OSD already started are stopped."""
+    wrappers = tmp_path / "bin"
+    wrappers.mkdir()
+    fake = wrappers / "radosgw"
+    fake.write_text("#!/bin/sh\necho 'radosgw: injected start-up failure' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
+    workdir = tmp_path / "cluster"
+    from helpers.rgw import RgwServer
+    from helpers.servers import ServerStartError
+
+    with pytest.raises(ServerStartError) as failed:
+        RgwServer(workdir, tls=False).start()
+    message = str(failed.value)
+    assert "client.rgw.a exited at startup" in message
+    assert "radosgw: injected start-up failure" in message
+    assert "--- mon.a.log" in message  # the other daemons' logs too
+    _wait_gone(_ceph_pids(workdir), timeout=15)
+    assert _ceph_pids(workdir) == []
+
+
 def _ceph_pids(workdir: pathlib.Path) -> list[int]:
     """The PIDs of the daemons whose command line names ``workdir``'s cluster (from /proc)."""
     found = []
