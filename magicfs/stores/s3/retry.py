@@ -58,13 +58,13 @@ that counts concurrent waits would fail it. Instead three rules keep a failing j
 So each stage of a failed commit (publish, roll-back, clean-up) ends within about one
 call's retries: with the default policy at most 7 s of magicfs's waits plus 4 times the
 client's 3 attempts (at most 3 s of botocore's back-off each), about 20 s, whatever the
-number of files. Measured on the fault front, a store answering every completion and
-every abort with ``503 SlowDown``: a 200-file job fails in 57 s (26 s publishing, 7 s of
-roll-back checks, 20 s of aborts, 290 abort requests), where it took over 14 minutes and
-3,630 abort requests before; a 1,000-file job in 60 s (257 abort requests): only the
-roll-back's one HEAD per file grows with the job. With a ``budget``, the budget bounds
-all of it: once spent, every later transient error (the roll-back's included) is final
-at once.
+number of files. Measured (``benchmarks/failing_job.py``) on the fault front, a store
+answering every completion and every abort with ``503 SlowDown``: a 200-file job fails
+in 57 s (26 s publishing, 7 s of roll-back checks, 20 s of aborts, 290 abort requests),
+where it took over 14 minutes and 3,630 abort requests before; a 1,000-file job in 60
+to 67 s (257 to 320 abort requests, two runs): only the roll-back's one HEAD per file
+grows with the job. With a ``budget``, the budget bounds all of it: once spent, every
+later transient error (the roll-back's included) is final at once.
 
 A call whose error survives the policy, or is final, raises
 :class:`~magicfs.errors.StoreCallError` (an ``OSError``, of the class s3fs would raise:
