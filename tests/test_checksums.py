@@ -11,6 +11,7 @@ import json
 import re
 import threading
 import xml.etree.ElementTree as ET
+from urllib.parse import parse_qs, urlsplit
 
 import botocore.compat
 import fsspec
@@ -35,6 +36,7 @@ class Requests:
 
     def __init__(self, fs) -> None:
         self.sent: list[tuple[str, dict[str, str], bytes]] = []
+        self.numbers: list[str] = []  # of the UploadParts, in the order they were sent
         self._lock = threading.Lock()
         fs.s3.meta.events.register("before-sign.s3", self._record)
 
@@ -43,9 +45,19 @@ class Requests:
         keep = body if operation_name == "CompleteMultipartUpload" else b""
         with self._lock:
             self.sent.append((operation_name, dict(request.headers.items()), keep))
+            if operation_name == "UploadPart":
+                self.numbers.append(parse_qs(urlsplit(request.url).query)["partNumber"][0])
 
     def of(self, operation: str) -> list[tuple[dict[str, str], bytes]]:
         return [(headers, body) for op, headers, body in self.sent if op == operation]
+
+    def part_checksums(self) -> list[str]:
+        """The CRC32 header of each UploadPart, in part order (they go out in any order)."""
+        parts = []
+        for op, headers, _ in self.sent:
+            if op == "UploadPart":
+                parts.append((int(self.numbers[len(parts)]), headers["x-amz-checksum-crc32"]))
+        return [checksum for _, checksum in sorted(parts)]
 
 
 @pytest.fixture(params=S3_TARGETS)
@@ -104,7 +116,7 @@ def test_parts_carry_checksums_the_record_keeps_and_the_completion_sends(make_co
     assert len(commit["etags"]) == 2
     (create,) = sent.of("CreateMultipartUpload")
     assert create[0]["x-amz-checksum-algorithm"] == "CRC32"
-    assert [headers["x-amz-checksum-crc32"] for headers, _ in sent.of("UploadPart")] == parts
+    assert sent.part_checksums() == parts
 
     committer.commit_job([message])
     (completion,) = sent.of("CompleteMultipartUpload")
@@ -294,7 +306,7 @@ def test_staging_uploads_carry_checksums_to_the_completion(target):
     ]
     (create,) = sent.of("CreateMultipartUpload")
     assert create[0]["x-amz-checksum-algorithm"] == "CRC32"
-    assert [headers["x-amz-checksum-crc32"] for headers, _ in sent.of("UploadPart")] == parts
+    assert sent.part_checksums() == parts
     committer.commit_job([message])
     (completion,) = sent.of("CompleteMultipartUpload")
     assert [p["ChecksumCRC32"] for p in completion_parts(completion[1])] == parts

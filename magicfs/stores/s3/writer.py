@@ -503,18 +503,24 @@ class MagicS3Writer(io.BufferedIOBase):
             self._slots.release()
             raise
         BUFFER_BUDGET.take(len(body))  # and at most BUFFER_BUDGET across the process
-        if self.checksum:  # here, not on the IO loop: the loop serves every writer
-            self._part_checksums[number] = checksums.compute(self.checksum, body)
         future = self._store.run_background(self._part(number, body))
         size = len(body)
         future.add_done_callback(lambda done: self._part_done(done, size))
         self._parts[number] = future
 
     async def _part(self, number: int, body: bytes) -> dict[str, Any]:
-        """Upload one part, with its checksum as a header (the store checks the bytes)."""
+        """Upload one part, with its checksum as a header (the store checks the bytes).
+
+        The checksum is computed on a worker thread (zlib releases the GIL), neither on
+        the IO loop, which serves every writer, nor in the writing thread, which is busy
+        producing the next part.
+        """
         upload_id = await asyncio.wrap_future(self._start)
         if self.checksum:
-            checksum = {checksums.parameter(self.checksum): self._part_checksums[number]}
+            loop = asyncio.get_running_loop()
+            value = await loop.run_in_executor(None, checksums.compute, self.checksum, body)
+            self._part_checksums[number] = value
+            checksum = {checksums.parameter(self.checksum): value}
         else:
             checksum = await checksums.aheader(self.fs, body)
         return await self._store.acall(
