@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 
 import pytest
 from helpers import complete_from_pending, object_keys, pending_uploads, visible_keys
@@ -260,14 +261,31 @@ def test_discard_aborts(magic, s3_client, bucket):
 
 
 def test_file_never_closed_is_aborted_when_collected(magic, s3_client, bucket):
+    """A file its caller dropped without closing is kept by the process's registry while
+    its attempt runs (so task commit can refuse the attempt, naming it); once the attempt
+    has finished, nothing holds it, and collecting it aborts its upload."""
     f = magic.open(magic_file(bucket), "wb")
     f.write(b"abc")
-    del f
-    # The background marker PUT holds a reference until it finishes; then it is garbage.
+    writer = weakref.ref(f)
+    entry = TASK_FILES.get(f.path)
+    assert entry is not None and entry.is_open
+    del f, entry
+    gc.collect()
+    assert writer() is not None  # still registered: a task commit would see it open
+    held = writer()
+    assert held is not None
+    job_id, attempt_id = held._job_id or "", held._attempt_id or ""
+    del held
+    TASK_FILES.finish_attempt(job_id, attempt_id, "aborted")
+    # The background marker PUT and create hold a reference until they finish; then the
+    # writer is garbage and its __del__ aborts the upload (from a thread of its own).
     deadline = time.monotonic() + 10
-    while pending_uploads(s3_client, bucket) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and (
+        writer() is not None or pending_uploads(s3_client, bucket)
+    ):
         gc.collect()
         time.sleep(0.05)
+    assert writer() is None, "the writer was never collected"
     assert_nothing_left(s3_client, bucket)
 
 
