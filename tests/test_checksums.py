@@ -259,6 +259,46 @@ def test_a_reply_reporting_another_object_checksum_is_refused():
         checksums.check_reply(commit, {"ChecksumCRC32": "AAAAAA==-1"})
 
 
+def test_a_full_object_checksum_in_the_reply_is_not_compared_with_the_parts():
+    # AWS reports CRC64NVME as a full-object checksum (no "-<parts>"): it cannot be
+    # compared with the record's composite, and a good object must not be refused for it.
+    commit = SinglePendingCommit(
+        uri="s3://b/out/__magic_job-1/x",
+        upload_id="u",
+        bucket="b",
+        destination_key="out/x",
+        etags=["e"],
+        length=1,
+        extra_data=checksums.record_fields("CRC32", [checksums.compute("CRC32", b"x")]),
+    )
+    checksums.check_reply(commit, {"ChecksumCRC32": "AAAAAA==", "ChecksumType": "FULL_OBJECT"})
+    with pytest.raises(OSError, match="the store assembled an object whose CRC32"):
+        checksums.check_reply(commit, {"ChecksumCRC32": "AAAAAA==", "ChecksumType": "COMPOSITE"})
+
+
+def test_a_record_this_process_cannot_check_names_the_field(monkeypatch):
+    # Written where botocore's CRT extension was installed (CRC32C), committed where it
+    # is not: a named refusal, not botocore's AttributeError.
+    monkeypatch.setattr(botocore.compat, "HAS_CRT", False)
+    commit = SinglePendingCommit(
+        uri="s3://b/out/__magic_job-1/x",
+        upload_id="u",
+        bucket="b",
+        destination_key="out/x",
+        etags=["e"],
+        length=1,
+        extra_data={
+            "magicfs.checksum.algorithm": "CRC32C",
+            "magicfs.checksum.parts": "AAAAAA==",
+            "magicfs.checksum.object": "AAAAAA==-1",
+        },
+    )
+    with pytest.raises(InvalidCommitData, match="needs botocore's CRT extension") as refused:
+        checksums.check_record(commit, "s3://b/out/x.pending")
+    assert "extraData.magicfs.checksum.algorithm" in str(refused.value)
+    assert "s3://b/out/x.pending" in str(refused.value)
+
+
 # --- TLS: botocore's default checksums and Ceph RGW 16.2 ----------------------------------
 
 

@@ -19,6 +19,7 @@ from test_recovery import ALL, run_crashing_job
 
 from magicfs import MagicCommitter
 from magicfs.errors import JobCommitError
+from magicfs.stores.s3 import conditional
 from magicfs.stores.s3.conditional import PROBE_PREFIX
 from magicfs.stores.s3.store import error_code
 
@@ -279,6 +280,40 @@ def test_ignored_condition_on_the_marker_falls_back_to_a_head(moto_committer, s3
         committer.fs.open(task.path("x.csv"), "xb")
     committer.commit_job([committer.commit_task(task)])
     assert body(s3_client, bucket, "out/x.csv") == b"first"
+    assert pending_uploads(s3_client, bucket) == []
+
+
+def test_a_failed_probe_is_not_kept_for_good(moto_committer, s3_client, bucket, monkeypatch):
+    # A passing fault during the probe (here: its first PUT fails) must not turn the
+    # store's atomic condition into HEAD-then-write for the rest of the process.
+    monkeypatch.setattr(conditional, "FAILED_PROBE_TTL", 0.0)
+    first = moto_committer()
+
+    def fail_probe(params, **_) -> None:
+        if PROBE_PREFIX in params.get("Key", ""):
+            raise OSError("injected: the probe's PUT failed")
+
+    first.store_fs.s3.meta.events.register("before-parameter-build.s3.PutObject", fail_probe)
+    sent = Sent(first.store_fs)
+    first.commit_job(run_job(first, {"x.csv": (b"first", "xb")}))
+    assert body(s3_client, bucket, "out/x.csv") == b"first"
+    heads = [url for op, url, _ in sent.requests if op == "HeadObject"]
+    assert sum(url.endswith("/out/x.csv") for url in heads) == 1  # the fallback's HEAD
+    # The next job of the process probes again, learns the condition is honoured, and
+    # sends it instead of a HEAD.
+    second = moto_committer()
+    sent_again = Sent(second.store_fs)
+    second.commit_job(run_job(second, {"y.csv": (b"second", "xb")}))
+    assert sent_again.probes() == PROBE["moto"]
+    heads = [url for op, url, _ in sent_again.requests if op == "HeadObject"]
+    assert sum(url.endswith("/out/y.csv") for url in heads) == 0
+    completions = [
+        inm
+        for op, url, inm in sent_again.requests
+        if op == "CompleteMultipartUpload" and url.split("?")[0].endswith("/out/y.csv")
+    ]
+    assert completions == ["*"]
+    assert [k for k in object_keys(s3_client, bucket) if PROBE_PREFIX in k] == []
     assert pending_uploads(s3_client, bucket) == []
 
 

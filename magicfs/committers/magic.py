@@ -78,8 +78,9 @@ class MagicCommitter(S3PendingsetCommitter):
     in the task's process: fewer requests, but task commit must run in the process
     that wrote the files; see :mod:`magicfs.stores.s3.tracking`); ``retry_policy`` (how every
     S3 call is retried: :mod:`magicfs.stores.s3.retry`); ``checksum`` (``"CRC32"``: the
-    writers' part checksums, verified at job commit; ``None`` for a store that refuses
-    them: :mod:`magicfs.stores.s3.checksums`).
+    writers' part checksums, verified at job commit; ``None``: none declared or recorded
+    (a store that refuses checksum headers also needs ``request_checksum_calculation=
+    "when_required"``): :mod:`magicfs.stores.s3.checksums`).
     """
 
     name = "magic"

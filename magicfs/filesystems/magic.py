@@ -88,7 +88,8 @@ class MagicFileSystem(ChainedFileSystem):
     * ``retry_policy``: how S3 calls are retried (:class:`magicfs.stores.s3.retry.RetryPolicy`).
     * ``checksum`` (``"CRC32"``): the checksum algorithm of every part, kept in the
       ``.pending`` record and verified at job commit (:mod:`magicfs.stores.s3.checksums`);
-      ``None`` for a store that refuses checksums.
+      ``None``: none declared or recorded (a store that refuses checksum headers also
+      needs ``request_checksum_calculation="when_required"`` in ``config_kwargs``).
 
     Azure Blob (adlfs): ``block_lists`` (False) chooses the view. True: task files are
     blocks staged on their final blob, published by the block-list committer
@@ -295,8 +296,7 @@ class MagicFileSystem(ChainedFileSystem):
         self.view.get_file(self._inner(rpath), lpath, **kwargs)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> Any:
-        if not self._task(path2):
-            self._refuse_outside_tasks(path2, "cp_file")
+        self._refuse_outside_tasks(path2, "cp_file")  # each target not on a task path
         if not (self._task(path1) or self._task(path2)):
             return self.fs.cp_file(path1, path2, **kwargs)
         self.view.cp_file(self._inner(path1), self._inner(path2), **kwargs)
@@ -351,8 +351,7 @@ class MagicFileSystem(ChainedFileSystem):
     # -- compound operations ---------------------------------------------------------------------
 
     def copy(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> Any:
-        if not self._task(path2):
-            self._refuse_outside_tasks(path2, "copy")
+        self._refuse_outside_tasks(path2, "copy")  # each target not on a task path
         if not (self._task(path1) or self._task(path2)):
             return self.fs.copy(path1, path2, recursive=recursive, **kwargs)
         self._check_sources(path1, recursive, kwargs.get("maxdepth"), "copy")
@@ -361,8 +360,7 @@ class MagicFileSystem(ChainedFileSystem):
     cp = copy
 
     def mv(self, path1: Any, path2: Any, recursive: bool = False, **kwargs: Any) -> Any:
-        if not self._task(path2):
-            self._refuse_outside_tasks(path2, "mv")
+        self._refuse_outside_tasks(path2, "mv")  # each target not on a task path
         if not (self._task(path1) or self._task(path2)):
             return self.fs.mv(path1, path2, recursive=recursive, **kwargs)
         if isinstance(self.view, RoutedTaskView):  # the store's own move: a rename on disk

@@ -207,8 +207,8 @@ class OutputCommitter(ABC):
         self.progress = progress
         # The store itself, even when install() made its URLs build magic wrappers.
         self.store_fs = unwrapped(fs) if fs is not None else self._make_store_fs(dest)
-        if fs is not None and not self.store_options:
-            self.store_options = dict(getattr(fs, "storage_options", {}) or {})
+        if fs is not None and not self.store_options:  # the store's, not a wrapper's
+            self.store_options = dict(getattr(self.store_fs, "storage_options", {}) or {})
         self.dest = self.store_fs._strip_protocol(dest).rstrip("/")
         self.stats = IOStatisticsStore()
 

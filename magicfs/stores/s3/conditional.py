@@ -20,7 +20,9 @@ _magicfs_probe-<uuid>``) and cleans up at once:
 Seven requests (six when the completion is not honoured), paid once per process per
 (endpoint, bucket), only by a process that writes or commits an ``xb`` file; the answer
 is kept for the life of the process. A probe that fails (no permission, store down)
-counts as "not honoured", which is always safe: it only costs the fallback's HEAD.
+counts as "not honoured" for the files that asked (safe, though the fallback's HEAD
+leaves the race window below), and is kept only for :data:`FAILED_PROBE_TTL` seconds: a
+passing fault must not turn an atomic condition into HEAD-then-write for good.
 A process killed during the probe leaves one small object in the job's tree (deleted
 with it by the job's clean-up) and possibly one upload on it (``magicfs uploads``
 lists it).
@@ -41,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -67,6 +70,8 @@ class ConditionalSupport:
     complete: bool
     #: What the probe saw, for messages (``"... answered 200 and replaced the object"``).
     detail: str
+    #: The probe ran to its end (``False``: it failed, and nothing was learnt).
+    probed: bool = True
 
     def limitation(self, operation: str) -> str:
         """Why magicfs checks with HEAD before ``operation`` on this store."""
@@ -76,7 +81,11 @@ class ConditionalSupport:
         )
 
 
-_LEARNT: dict[tuple[str, str], ConditionalSupport] = {}
+#: How long a failed probe's "not honoured" stands before the next file probes again.
+FAILED_PROBE_TTL = 60.0
+
+#: (endpoint, bucket) -> what was learnt, and until when (``None``: for good).
+_LEARNT: dict[tuple[str, str], tuple[ConditionalSupport, float | None]] = {}
 _PROBING: dict[tuple[int, str, str], asyncio.Future[ConditionalSupport]] = {}
 
 
@@ -94,15 +103,16 @@ async def aconditional_support(store: S3Store, bucket: str, scratch_dir: str) ->
     """
     endpoint = await aendpoint(store)
     known = _LEARNT.get((endpoint, bucket))
-    if known is not None:
-        return known
+    if known is not None and (known[1] is None or time.monotonic() < known[1]):
+        return known[0]
     running = (id(asyncio.get_running_loop()), endpoint, bucket)
     probe = _PROBING.get(running)
     if probe is None:
         probe = _PROBING[running] = asyncio.ensure_future(_aprobe(store, bucket, scratch_dir))
         probe.add_done_callback(lambda _: _PROBING.pop(running, None))
     support = await asyncio.shield(probe)
-    _LEARNT[(endpoint, bucket)] = support
+    expires = None if support.probed else time.monotonic() + FAILED_PROBE_TTL
+    _LEARNT[(endpoint, bucket)] = (support, expires)
     return support
 
 
@@ -138,7 +148,7 @@ async def _aprobe(store: S3Store, bucket: str, scratch_dir: str) -> ConditionalS
             error,
         )
         detail = f"the probe at {where} failed: {type(error).__name__}: {error}"
-        return ConditionalSupport(put=False, complete=False, detail=detail)
+        return ConditionalSupport(put=False, complete=False, detail=detail, probed=False)
     support = ConditionalSupport(
         put_outcome == "refused",
         complete,

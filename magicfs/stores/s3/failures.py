@@ -23,7 +23,6 @@ is never "nothing there yet").
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,18 +38,8 @@ from ...errors import (
     StoreTimeoutError,
     StoreUnreachableError,
 )
-from .retry import chain, describe, error_code
+from .retry import NO_ANSWER_TYPES, chain, describe, error_code
 
-#: Errors that mean the request got no answer at all (no HTTP status to report).
-NO_ANSWER_TYPES = (
-    botocore.exceptions.HTTPClientError,  # ConnectionClosedError, ReadTimeoutError...
-    botocore.exceptions.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError...
-    aiohttp.ClientConnectionError,
-    aiohttp.ClientPayloadError,  # the reply broke off
-    asyncio.TimeoutError,
-    TimeoutError,
-    ConnectionError,
-)
 #: Errors that mean no connection could be made (nothing was sent).
 NOT_CONNECTED_TYPES = (
     botocore.exceptions.EndpointConnectionError,

@@ -104,7 +104,9 @@ THROTTLING_CODES = frozenset(
     {"SlowDown", "ThrottlingException", "Throttling", "RequestLimitExceeded"}
 )
 
-_TRANSIENT_TYPES = (
+#: Errors that mean a request got no answer at all: transient, and reported with the
+#: endpoint rather than an HTTP status (:mod:`.failures`).
+NO_ANSWER_TYPES = (
     botocore.exceptions.HTTPClientError,  # ConnectionClosedError, ReadTimeoutError...
     botocore.exceptions.ConnectionError,  # EndpointConnectionError, ConnectTimeoutError...
     aiohttp.ClientConnectionError,
@@ -171,7 +173,7 @@ def is_transient(error: BaseException) -> bool:
     code = error_code(error)
     if code is not None:
         return code in TRANSIENT_CODES
-    return any(isinstance(e, _TRANSIENT_TYPES) for e in chain(error))
+    return any(isinstance(e, NO_ANSWER_TYPES) for e in chain(error))
 
 
 def describe(operation: str, params: dict[str, Any]) -> str:
