@@ -243,16 +243,21 @@ def test_the_record_keeps_hadoops_form(make_committer):
     committer.abort_job()
 
 
-def test_a_reply_reporting_another_object_checksum_is_refused():
-    commit = SinglePendingCommit(
+def one_part_commit(extra_data: dict[str, str]) -> SinglePendingCommit:
+    """A one-part record of ``s3://b/out/x`` carrying ``extra_data``."""
+    return SinglePendingCommit(
         uri="s3://b/out/__magic_job-1/x",
         upload_id="u",
         bucket="b",
         destination_key="out/x",
         etags=["e"],
         length=1,
-        extra_data=checksums.record_fields("CRC32", [checksums.compute("CRC32", b"x")]),
+        extra_data=extra_data,
     )
+
+
+def test_a_reply_reporting_another_object_checksum_is_refused():
+    commit = one_part_commit(checksums.record_fields("CRC32", [checksums.compute("CRC32", b"x")]))
     checksums.check_reply(commit, {"ChecksumCRC32": commit.extra_data["magicfs.checksum.object"]})
     checksums.check_reply(commit, {})  # a store that reports none (moto, RGW 16.2)
     with pytest.raises(OSError, match="s3://b/out/x: the store assembled an object whose CRC32"):
@@ -262,15 +267,7 @@ def test_a_reply_reporting_another_object_checksum_is_refused():
 def test_a_full_object_checksum_in_the_reply_is_not_compared_with_the_parts():
     # AWS reports CRC64NVME as a full-object checksum (no "-<parts>"): it cannot be
     # compared with the record's composite, and a good object must not be refused for it.
-    commit = SinglePendingCommit(
-        uri="s3://b/out/__magic_job-1/x",
-        upload_id="u",
-        bucket="b",
-        destination_key="out/x",
-        etags=["e"],
-        length=1,
-        extra_data=checksums.record_fields("CRC32", [checksums.compute("CRC32", b"x")]),
-    )
+    commit = one_part_commit(checksums.record_fields("CRC32", [checksums.compute("CRC32", b"x")]))
     checksums.check_reply(commit, {"ChecksumCRC32": "AAAAAA==", "ChecksumType": "FULL_OBJECT"})
     with pytest.raises(OSError, match="the store assembled an object whose CRC32"):
         checksums.check_reply(commit, {"ChecksumCRC32": "AAAAAA==", "ChecksumType": "COMPOSITE"})
@@ -280,18 +277,12 @@ def test_a_record_this_process_cannot_check_names_the_field(monkeypatch):
     # Written where botocore's CRT extension was installed (CRC32C), committed where it
     # is not: a named refusal, not botocore's AttributeError.
     monkeypatch.setattr(botocore.compat, "HAS_CRT", False)
-    commit = SinglePendingCommit(
-        uri="s3://b/out/__magic_job-1/x",
-        upload_id="u",
-        bucket="b",
-        destination_key="out/x",
-        etags=["e"],
-        length=1,
-        extra_data={
+    commit = one_part_commit(
+        {
             "magicfs.checksum.algorithm": "CRC32C",
             "magicfs.checksum.parts": "AAAAAA==",
             "magicfs.checksum.object": "AAAAAA==-1",
-        },
+        }
     )
     with pytest.raises(InvalidCommitData, match="needs botocore's CRT extension") as refused:
         checksums.check_record(commit, "s3://b/out/x.pending")
