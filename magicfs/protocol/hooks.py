@@ -1,9 +1,10 @@
 """The hooks each committer fills in, and the two values job commit passes between them.
 
-Job commit (:mod:`magicfs.protocol.job_commit`) calls them in this order::
+Job commit (:mod:`magicfs.protocol.job_commit`) asks ``_journal`` where the journal
+lives, then calls::
 
     _end_job -> _records_to_commit -> _load -> _validate -> [_plan_replace]
-             -> _journal -> [_delete_files] -> _publish -> _save_success -> _clean_up
+             -> [_delete_files] -> _publish -> _save_success -> _clean_up
 
 and on failure ``_failure_report``, then ``_unpublish`` and ``_clean_up`` to roll back.
 Task commit calls ``_setup_task``, ``_commit_task`` and ``_abort_task``.
