@@ -96,7 +96,7 @@ def test_retried_commit_after_a_crash_completes_the_job(make_committer, s3_clien
     # The first commit completes 3 of 6 uploads and then the driver dies (no clean-up).
     committer = make_committer(threads=1)
     messages = run_tasks(committer, {0: ["a", "b", "c"], 1: ["d", "e", "f"]})
-    loaded = committer._load(committer.check_messages(messages, committer.layout.tasks_dir))
+    loaded = committer._load(committer._check_messages(messages, committer.layout.tasks_dir))
     first_three = list(loaded.payload.commits())[:3]
     loaded.discard()
     committer._end_job()

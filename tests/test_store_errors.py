@@ -224,6 +224,18 @@ def test_user_client_settings_are_kept(s3_options):
     assert default.store_fs.config_kwargs["connect_timeout"] == 1.5
 
 
+def test_the_store_client_pool_follows_the_committers_threads(s3_options):
+    """The constructor builds the store's filesystem from its arguments: the pool size
+    comes from ``threads`` and the caller's options are not changed by magicfs's
+    defaults."""
+    options = {k: v for k, v in s3_options.items() if k != "config_kwargs"}
+    committer = magicfs.committer_for("s3://bkt/out", storage_options=options, threads=32)
+    assert committer.store_fs.config_kwargs["max_pool_connections"] == 64
+    assert committer.threads == 32
+    assert "config_kwargs" not in committer.store_options
+    assert "config_kwargs" not in options
+
+
 # --- the CLI: a missing bucket and a closed port exit non-zero ------------------------------
 
 

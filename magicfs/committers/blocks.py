@@ -128,7 +128,7 @@ class BlockListCommitter(PendingsetCommitter):
 
     def _setup_job(self, resume: bool) -> None:
         if not resume:
-            self.blocks.write(self.layout.job_marker, self.job_marker_document())
+            self.blocks.write(self.layout.job_marker, self._job_marker_document())
 
     def job_active(self) -> bool:
         return self.records.info(self.layout.job_marker) is not None
@@ -144,7 +144,7 @@ class BlockListCommitter(PendingsetCommitter):
     # -- tasks ------------------------------------------------------------------------------
 
     def _setup_task(self, task: TaskAttempt) -> None:
-        self.require_active_job(task)
+        self._require_active_job(task)
         self.blocks.write(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
 
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
@@ -152,10 +152,10 @@ class BlockListCommitter(PendingsetCommitter):
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         try:
             if self.records.info(self.layout.started_marker(task.attempt_id)) is None:
-                raise self.not_started_error(task)
+                raise self._not_started_error(task)
             saved = self._saved_pendingset(attempt_record)
             if saved is not None:  # committed before: its files' records are gone
-                return self.task_committed(
+                return self._task_committed(
                     task, attempt_record, len(saved.commits), saved.total_bytes, start, "kept"
                 )
             commits, stats = self._gather_task_commits(task, files)
@@ -181,7 +181,7 @@ class BlockListCommitter(PendingsetCommitter):
             self.abort_task(task)
             raise
         self._drop_file_records(task)
-        return self.task_committed(
+        return self._task_committed(
             task, attempt_record, len(commits), pendingset.total_bytes, start, "committed"
         )
 
@@ -256,7 +256,7 @@ class BlockListCommitter(PendingsetCommitter):
 
     def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
-            return self.check_messages(messages, self.layout.tasks_dir)
+            return self._check_messages(messages, self.layout.tasks_dir)
         records = [
             p
             for p in self.records.list_names(self.layout.job_attempt_dir)

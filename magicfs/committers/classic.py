@@ -128,7 +128,7 @@ class FileOutputCommitter(OutputCommitter):
     def _setup_job(self, resume: bool) -> None:
         self.store.mkdirs(self.job_attempt_dir)
         if not resume:
-            self.store.write_bytes(self.job_marker, self.job_marker_document())
+            self.store.write_bytes(self.job_marker, self._job_marker_document())
 
     def job_active(self) -> bool:
         """Set up and not yet ended: its job marker exists."""
@@ -144,11 +144,11 @@ class FileOutputCommitter(OutputCommitter):
         self.store.delete_file(self.job_marker)
         return was_active
 
-    def check_no_conflict(self, stage: str) -> None:
+    def _check_no_conflict(self, stage: str) -> None:
         """``fail`` mode; v2 checks at job setup only (see the class docstring)."""
         if self.algorithm == 2 and stage != "job setup":
             return  # its tasks have published by now: the job's own files are no conflict
-        super().check_no_conflict(stage)
+        super()._check_no_conflict(stage)
 
     def _journal(self) -> None:
         """The classic committers keep no journal: a commit that dies is not resumable."""
@@ -162,7 +162,7 @@ class FileOutputCommitter(OutputCommitter):
                 "committer's zero-byte _SUCCESS names no job, so which cannot be told)"
             )
         if messages is not None:
-            return self.check_messages(messages, self.job_attempt_dir)
+            return self._check_messages(messages, self.job_attempt_dir)
         if self.algorithm == 2:
             return []
         return [
@@ -229,7 +229,7 @@ class FileOutputCommitter(OutputCommitter):
                     self._merge_v2(task.work_path, self.dest)
                     self.store.delete_tree(task.work_path)
         size = sum(int(i.get("size") or 0) for i in files)
-        return self.task_committed(task, committed, len(files), size, start, "committed")
+        return self._task_committed(task, committed, len(files), size, start, "committed")
 
     def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         self.store.delete_tree(task.work_path)

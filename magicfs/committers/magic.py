@@ -128,7 +128,7 @@ class MagicCommitter(S3PendingsetCommitter):
 
     def _setup_job(self, resume: bool) -> None:
         if not resume:
-            self._put(self.layout.job_marker, self.job_marker_document())
+            self._put(self.layout.job_marker, self._job_marker_document())
 
     def job_active(self) -> bool:
         return self.store.head_object(self.bucket, self._key(self.layout.job_marker)) is not None
@@ -148,7 +148,7 @@ class MagicCommitter(S3PendingsetCommitter):
         return self.layout.work_path(attempt_id)
 
     def _setup_task(self, task: TaskAttempt) -> None:
-        self.require_active_job(task)
+        self._require_active_job(task)
         self._put(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
 
     def _check_started(
@@ -158,7 +158,7 @@ class MagicCommitter(S3PendingsetCommitter):
         try:
             started.result()
         except FileNotFoundError:
-            raise self.not_started_error(task) from None
+            raise self._not_started_error(task) from None
 
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
@@ -202,7 +202,7 @@ class MagicCommitter(S3PendingsetCommitter):
             self._operations().abort(commits)
             self.abort_task(task)
             raise
-        return self.task_committed(
+        return self._task_committed(
             task, attempt_record, len(commits), pendingset.total_bytes, start, "committed"
         )
 
@@ -339,7 +339,7 @@ class MagicCommitter(S3PendingsetCommitter):
 
     def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
-            return self.check_messages(messages, self.layout.tasks_dir)
+            return self._check_messages(messages, self.layout.tasks_dir)
         # The job has ended before this listing: a task commit either saved its record
         # before (and is listed) or finds the job gone and withdraws. Paged and uncached:
         # a job of 100,000 tasks has 100,000 records here.

@@ -133,7 +133,7 @@ class ManifestCommitter(OutputCommitter):
             for directory in (self.layout.manifests_dir, self.layout.tasks_dir):
                 self.store.mkdirs(directory)
             if not resume:
-                self.store.write_bytes(self.layout.job_marker, self.job_marker_document())
+                self.store.write_bytes(self.layout.job_marker, self._job_marker_document())
 
     def job_active(self) -> bool:
         return self.store.info(self.layout.job_marker) is not None
@@ -153,7 +153,7 @@ class ManifestCommitter(OutputCommitter):
         return self.layout.magic_work_path(attempt_id)
 
     def _setup_task(self, task: TaskAttempt) -> None:
-        self.require_active_job(task)
+        self._require_active_job(task)
         with self.stats.track("task_stage_setup"):
             self.store.mkdirs(self.layout.task_attempt_dir(task.attempt_id))
             self.store.write_bytes(
@@ -163,7 +163,7 @@ class ManifestCommitter(OutputCommitter):
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
         if self.store.info(self.layout.started_marker(task.attempt_id)) is None:
-            raise self.not_started_error(task)
+            raise self._not_started_error(task)
         self._refuse_writes_around(task)
         with self.stats.track("task_stage_commit"):
             manifest = build_manifest(self.store, self.layout, task, self.stats)
@@ -174,7 +174,7 @@ class ManifestCommitter(OutputCommitter):
                 f"job {self.job_id} ended before task attempt {task.attempt_id} committed; "
                 "its manifest has been withdrawn"
             )
-        return self.task_committed(
+        return self._task_committed(
             task,
             self.layout.attempt_manifest(task.attempt_id),
             len(manifest.files),
@@ -224,7 +224,7 @@ class ManifestCommitter(OutputCommitter):
 
     def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
-            return self.check_messages(messages, self.layout.tasks_dir)
+            return self._check_messages(messages, self.layout.tasks_dir)
         paths = [
             p
             for p in self.store.list_names(self.layout.manifests_dir)
@@ -313,7 +313,9 @@ class ManifestCommitter(OutputCommitter):
             diagnostics=self._diagnostics("committer_commit_job"),
             filenames=list(published.filenames),
             iostatistics=statistics,
-            metrics=self.metrics(published.files, published.bytes, loaded.tasks, start, rows),
+            metrics=self._success_metrics(
+                published.files, published.bytes, loaded.tasks, start, rows
+            ),
         )
         if self.success_file:
             save_success(self._context(), success)
@@ -339,7 +341,7 @@ class ManifestCommitter(OutputCommitter):
         save_report(self._context(), self.report_dir, report)
 
     def _diagnostics(self, stage: str) -> dict[str, str]:
-        return self.diagnostics(principal=_principal(), stage=stage)
+        return self._success_diagnostics(principal=_principal(), stage=stage)
 
     # -- clean-up ----------------------------------------------------------------------------------
 

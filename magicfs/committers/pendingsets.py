@@ -213,8 +213,10 @@ class PendingsetCommitter(OutputCommitter):
             description=description,
             job_id=self.job_id,
             job_id_source=self.job_id_source,
-            metrics=self.metrics(published.files, published.bytes, loaded.tasks, start, rows),
-            diagnostics=self.diagnostics(**diagnostics),
+            metrics=self._success_metrics(
+                published.files, published.bytes, loaded.tasks, start, rows
+            ),
+            diagnostics=self._success_diagnostics(**diagnostics),
             iostatistics=statistics,
         )
         for destination in spool.first_destinations(MAX_FILENAMES):
@@ -263,8 +265,10 @@ class S3PendingsetCommitter(PendingsetCommitter):
         journal = self._journal()
         return journal.directory if journal is not None else self.dest
 
-    def _make_store_fs(self, dest: str) -> fsspec.AbstractFileSystem:
-        options = dict(self.store_options)
+    @classmethod
+    def _store_filesystem(
+        cls, protocol: str, options: dict[str, Any], threads: int
+    ) -> fsspec.AbstractFileSystem:
         # Timeouts, botocore's retries and the connection pool: magicfs.stores.s3.client.
-        options["config_kwargs"] = client_config(options.get("config_kwargs"), self.threads)
+        options["config_kwargs"] = client_config(options.get("config_kwargs"), threads)
         return store_filesystem("s3", **options)

@@ -180,11 +180,11 @@ class StagingCommitter(S3PendingsetCommitter):
 
     # -- job ------------------------------------------------------------------------------------
 
-    def check_no_conflict(self, stage: str) -> None:
+    def _check_no_conflict(self, stage: str) -> None:
         """``fail``: the whole destination (directory); each partition at task commit
         (partitioned, :meth:`_check_partitions_absent`)."""
         if not self.partitioned:
-            super().check_no_conflict(stage)
+            super()._check_no_conflict(stage)
 
     def _setup_job(self, resume: bool) -> None:
         _private_directory(self.buffer_dir)
@@ -219,7 +219,7 @@ class StagingCommitter(S3PendingsetCommitter):
     def _check_started(self, task: TaskAttempt) -> None:
         """A task attempt commits only if it was set up, and has not aborted or committed."""
         if not os.path.exists(self.local_layout.started_marker(task.attempt_id)):
-            raise self.not_started_error(task)
+            raise self._not_started_error(task)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
         self._check_started(task)
@@ -257,7 +257,7 @@ class StagingCommitter(S3PendingsetCommitter):
             raise
         self._remove_local(task)  # uploaded; the attempt cannot commit again
         record = self._committed_record(task.task_id)
-        return self.task_committed(
+        return self._task_committed(
             task, record, len(commits), pendingset.total_bytes, start, "uploaded"
         )
 
@@ -356,7 +356,7 @@ class StagingCommitter(S3PendingsetCommitter):
 
     def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
-            return self.check_messages(messages, self.wrapped.job_attempt_dir)
+            return self._check_messages(messages, self.wrapped.job_attempt_dir)
         records = self._committed_records()
         if not was_active and not records:
             raise NothingToCommitError(
@@ -384,7 +384,7 @@ class StagingCommitter(S3PendingsetCommitter):
 
     def _plan_replace(self, loaded: Loaded) -> list[str]:
         if not self.partitioned:
-            return self.visible_files()
+            return self._visible_files()
         prefix = f"{self.dest_key}/" if self.dest_key else ""
         partitions = {
             c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload.commits()

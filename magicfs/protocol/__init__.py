@@ -1,3 +1,5 @@
-"""The protocol layer: the committer template (:mod:`.committer`), the job journal and
-task attempts. Each committer fills the template's hooks; the stages, their order, their
-errors and the abort on failure are written once here."""
+"""The protocol layer: :class:`~.committer.OutputCommitter`, written once for every
+committer. Its parts: configuration (:mod:`.options`), what the destination shows
+(:mod:`.destination`), the hooks each committer fills in (:mod:`.hooks`), task attempts
+(:mod:`.tasks`, :mod:`.attempts`), job commit as named stages (:mod:`.job_commit`) and
+the journal's recovery rules (:mod:`.recovery`, :mod:`.journal`)."""

@@ -1,0 +1,224 @@
+"""One job commit, run as named stages (in the manner of Hadoop's manifest committer)::
+
+    end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
+            -> success -> cleanup
+
+Each stage runs once and is timed into the committer's statistics
+(``job_stage_<name>``); a failure names its stage and the job
+(:class:`~magicfs.errors.JobCommitError`) and is handled by the failure policy of
+:mod:`.recovery` (rolled back, or left to be finished).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import logging
+import time
+from collections.abc import Iterator
+
+from ..errors import NothingToCommitError
+from ..records.journal import CommitJournal
+from ..statistics import IOStatisticsStore
+from ..task_files import TASK_FILES
+from .attempts import JobSummary, Messages, total_rows
+from .hooks import CommitterHooks, Loaded, Published
+from .options import elapsed
+from .recovery import Recovery
+
+log = logging.getLogger("magicfs.committer")
+
+
+class StageTimer:
+    """Which stage a job commit is in, each timed into the committer's statistics."""
+
+    def __init__(self, stats: IOStatisticsStore):
+        self.stats = stats
+        self.current = "start"
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        self.current = name
+        with self.stats.track(f"job_stage_{name}"):
+            yield
+
+
+class JobCommit:
+    """One call of ``commit_job(messages)``: its stages, its journal, its loaded records."""
+
+    def __init__(self, committer: CommitterHooks, messages: Messages | None):
+        self.committer = committer
+        self.messages = messages
+        self.start = time.monotonic()
+        self.stages = StageTimer(committer.stats)
+        self.keeper = committer._journal()
+        self.recovery = Recovery(committer, self.keeper)
+        self.journal: CommitJournal | None = None
+        self.loaded: Loaded | None = None
+
+    def run(self) -> JobSummary:
+        """The whole commit; a retried one resumes from its journal."""
+        c = self.committer
+        TASK_FILES.settle(c.job_id)  # this process's files still closing: let them finish
+        was_active = self._end_job()
+        if self.journal is not None:
+            self.recovery.check_resumable(self.journal, self.messages)
+            if self.journal.phase == "committed":
+                return self._finish_clean_up(self.journal)
+        try:  # the loaded records (on local disk) serve every stage, clean-up included
+            published, filenames = self._make_visible(was_active)
+            assert self.loaded is not None
+            c.stats.increment("committer_jobs_completed")
+            if self.journal is not None:
+                self.recovery.mark_committed(
+                    self.journal, published.files, published.bytes, self.loaded.tasks
+                )
+            with self.stages("cleanup"):
+                incomplete = try_clean_up(c, self.loaded, published)
+            summary = summarise(
+                c, published.files, published.bytes, self.loaded.tasks, self.start, filenames
+            )
+            summary.cleanup_incomplete = incomplete
+            return summary
+        finally:
+            if self.loaded is not None:
+                self.loaded.discard()
+
+    def _end_job(self) -> bool:
+        """Stage end_job: end the job while its journal is read (two requests at once)."""
+        with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            ending = pool.submit(self.committer._end_job, self.messages is None)
+            self.journal = self.keeper.read() if self.keeper is not None else None
+            return ending.result()
+
+    def _make_visible(self, was_active: bool) -> tuple[Published, list[str]]:
+        """Stages load to success; a failure goes through the failure policy."""
+        c = self.committer
+        try:
+            with c.stats.track("committer_commit_job"):
+                loaded = self._load(was_active)
+                with self.stages("validate"):
+                    c._validate(loaded)
+                if self.journal is None:
+                    self._conflict_and_journal(loaded)
+                if self.journal is not None and self.journal.phase == "deleting":
+                    with self.stages("delete_old"):
+                        self.recovery.delete_old(self.journal)
+                with self.stages("publish"):
+                    published = c._publish(loaded)
+                with self.stages("success"):
+                    rows = total_rows(self.messages)
+                    filenames = c._save_success(loaded, published, self.start, rows)
+            return published, filenames
+        except NothingToCommitError:
+            raise
+        except BaseException as failure:
+            c.stats.increment("committer_jobs_failed")
+            c._failure_report(self.stages.current, failure, self.start)
+            stage = self.stages.current
+            raise self.recovery.failed(stage, failure, self.journal, self.loaded) from failure
+
+    def _load(self, was_active: bool) -> Loaded:
+        """Stage load: the journal's records when resuming, else the tasks' records."""
+        c = self.committer
+        with self.stages("load"):
+            if self.journal is not None:
+                records = self.journal.records
+            else:
+                records = c._records_to_commit(self.messages, was_active)
+            try:
+                self.loaded = c._load(records, self.messages)
+            except FileNotFoundError:
+                self._check_not_committed_already()
+                raise
+            return self.loaded
+
+    def _check_not_committed_already(self) -> None:
+        """Task records are missing: was this a retried ``commit_job(messages)`` of a finished job?
+
+        Its records went with its tree, and failing to load them must not read as "rolled
+        back". Asked only once a record is missing, so a first commit pays no extra request.
+        """
+        c = self.committer
+        if self.journal is None and self.messages is not None and c._success_names_this_job():
+            raise NothingToCommitError(
+                f"job {c.job_id}: nothing to commit at {c.url}: it has already been "
+                "committed (its _SUCCESS names it)"
+            )
+
+    def _conflict_and_journal(self, loaded: Loaded) -> None:
+        """Stages conflict and journal of a first commit (a resumed one has both)."""
+        c = self.committer
+        with self.stages("conflict"):
+            c._check_no_conflict("job commit")
+            doomed = c._plan_replace(loaded) if c.conflict_mode == "replace" else []
+        if self.keeper is not None:
+            with self.stages("journal"):
+                journal = self.recovery.new_journal(loaded, doomed)
+                self.journal = self.keeper.start(journal, doomed)
+        elif doomed:
+            c._delete_files(doomed)
+
+    def _finish_clean_up(self, journal: CommitJournal) -> JobSummary:
+        """A commit that got as far as ``_SUCCESS``: only its clean-up is left to do."""
+        c = self.committer
+        log.info("job %s: already committed; finishing its clean-up", c.job_id)
+        incomplete = try_clean_up(c, None, Published(0, 0))
+        result = journal.result
+        summary = summarise(
+            c,
+            result.get("files", 0),
+            result.get("bytes", 0),
+            result.get("tasks", 0),
+            self.start,
+            [],
+        )
+        summary.cleanup_incomplete = incomplete
+        return summary
+
+
+def try_clean_up(
+    committer: CommitterHooks, loaded: Loaded | None, published: Published | None
+) -> str | None:
+    """Clean up after a successful commit; what is left (and how to finish) on failure."""
+    try:
+        committer._clean_up(loaded, published)
+    except Exception as e:
+        incomplete = (
+            f"clean-up of job {committer.job_id} did not finish ({type(e).__name__}: {e}); "
+            f"the output is complete. Finish it with cleanup_job() (magicfs jobs cleanup "
+            f"--job {committer.job_id} {committer.url})"
+        )
+        log.warning("job %s: %s", committer.job_id, incomplete)
+        return incomplete
+    return None
+
+
+def summarise(
+    committer: CommitterHooks, files: int, size: int, tasks: int, start: float, filenames: list[str]
+) -> JobSummary:
+    """The :class:`JobSummary` of a committed job, logged at INFO."""
+    c = committer
+    summary = JobSummary(
+        job_id=c.job_id,
+        destination=c.url,
+        committer=c.name,
+        files=files,
+        bytes=size,
+        tasks=tasks,
+        seconds=elapsed(start),
+        success_file=c.store_fs.unstrip_protocol(c.success_path) if c.success_file else None,
+        filenames=list(filenames),
+        counters=dict(c.stats.counters()),
+    )
+    log.info(
+        "job %s: committed %d files (%d bytes) from %d tasks to %s in %.2fs (%s committer)",
+        c.job_id,
+        files,
+        size,
+        tasks,
+        c.url,
+        summary.seconds,
+        c.name,
+    )
+    return summary

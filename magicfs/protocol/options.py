@@ -1,0 +1,134 @@
+"""A committer's configuration: the options it was built with, checked once, and what
+follows from them (the store's filesystem, URLs, the commands that finish a job).
+
+Everything here is settled in the constructor and travels with the committer when it
+pickles to an executor (the statistics, which hold a lock, are rebuilt per process).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, cast
+
+import fsspec
+
+from ..filesystems.originals import store_filesystem, unwrapped
+from ..layouts.magic import check_job_id
+from ..names import SUCCESS_FILE
+from ..paths import join
+from ..statistics import IOStatisticsStore
+
+CONFLICT_MODES = ("append", "fail", "replace")
+
+
+def elapsed(start: float) -> float:
+    """Seconds since ``start`` (a ``time.monotonic()`` reading)."""
+    return time.monotonic() - start
+
+
+class CommitterOptions:
+    """The configuration part of :class:`~magicfs.protocol.committer.OutputCommitter`.
+
+    The constructor calls one overridable hook, :meth:`_store_filesystem`, and hands it
+    every value it needs as an argument: a subclass's version never depends on which
+    attributes happen to be assigned before it runs.
+    """
+
+    name: str = "abstract"  # per instance where one class serves several (file-v1/v2)
+
+    def __init__(
+        self,
+        dest: str,
+        *,
+        job_id: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        fs: fsspec.AbstractFileSystem | None = None,
+        threads: int = 8,
+        conflict_mode: str = "append",
+        success_file: bool = True,
+        app_attempt: int = 0,
+        progress: bool | None = None,
+        job_id_source: str | None = None,
+    ):
+        if conflict_mode not in CONFLICT_MODES:
+            raise ValueError(
+                f"unknown conflict_mode {conflict_mode!r}: use one of {', '.join(CONFLICT_MODES)}"
+            )
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, not {threads}")
+        self.job_id = check_job_id(job_id) if job_id is not None else str(uuid.uuid4())
+        # Hadoop's values: "Generated Locally", "spark.sql.sources.writeJobUUID", "JobID"...
+        self.job_id_source = job_id_source or ("job_id" if job_id else "Generated Locally")
+        #: The options the store's filesystem was built with (see :attr:`storage_options`).
+        self.store_options = dict(storage_options or {})
+        self.threads = threads
+        self.conflict_mode = conflict_mode
+        self.success_file = success_file
+        self.app_attempt = app_attempt
+        self.progress = progress
+        # The store itself, even when install() made its URLs build magic wrappers.
+        if fs is not None:
+            self.store_fs = unwrapped(fs)
+            if not self.store_options:  # the store's, not a wrapper's
+                self.store_options = dict(getattr(self.store_fs, "storage_options", {}) or {})
+        else:
+            protocol = fsspec.core.split_protocol(dest)[0] or "file"
+            self.store_fs = self._store_filesystem(protocol, dict(self.store_options), threads)
+        self.dest = self.store_fs._strip_protocol(dest).rstrip("/")
+        self.stats = IOStatisticsStore()
+
+    @classmethod
+    def _store_filesystem(
+        cls, protocol: str, options: dict[str, Any], threads: int
+    ) -> fsspec.AbstractFileSystem:
+        """The store's filesystem for a destination of ``protocol`` (no ``fs=`` given).
+
+        A class method given everything it may use, because the constructor calls it
+        before the committer is whole (the S3 committers add their client settings).
+        """
+        return store_filesystem(protocol, **options)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("stats", None)  # per process; holds a lock
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stats = IOStatisticsStore()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dest={self.url!r}, job_id={self.job_id!r})"
+
+    @property
+    def url(self) -> str:
+        """The destination with its protocol, for messages and ``_SUCCESS``."""
+        return cast(str, self.store_fs.unstrip_protocol(self.dest))
+
+    @property
+    def success_path(self) -> str:
+        return join(self.dest, SUCCESS_FILE)
+
+    @property
+    def protocol(self) -> str:
+        """The store's protocol name, as chained URLs key their options by it."""
+        protocol: str | tuple[str, ...] | list[str] = self.store_fs.protocol
+        return protocol[0] if isinstance(protocol, (tuple, list)) else protocol
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options that go with :meth:`TaskAttempt.url` URLs (``storage_options=``).
+
+        For committers whose tasks write through ``magic::`` URLs they are nested per
+        protocol, as fsspec's chained URLs expect (``{"magic": {...}, "s3": {...}}``).
+        """
+        return dict(self.store_options)
+
+    def recover_command(self) -> str:
+        """The command line that finishes this job's interrupted commit."""
+        return f"magicfs jobs recover --job {self.job_id} {self.url}"
+
+    def rollback_command(self) -> str:
+        """The command line that rolls this job's interrupted commit back."""
+        return f"magicfs jobs rollback --job {self.job_id} {self.url}"

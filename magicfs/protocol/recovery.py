@@ -1,0 +1,200 @@
+"""The journal's state machine and the failure policy of a job commit.
+
+A commit's journal (:mod:`magicfs.records.journal`) moves through these phases::
+
+    (none) -> deleting (replace mode, old data to delete) -> publishing -> committed
+
+Saved before anything becomes visible, it lets any process finish the commit (the same
+records; no second conflict check) or roll it back. The one case where rolling back
+would lose data — ``replace`` mode once an old file was deleted — is left to be
+finished instead, both when a commit fails in-process and when ``abort_job()`` is asked
+to roll it back (``force=True`` insists).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from ..errors import JobCommitError
+from ..records.journal import CommitJournal
+from .attempts import Messages
+from .hooks import CommitterHooks, Loaded
+from .journal import JournalKeeper
+
+log = logging.getLogger("magicfs.committer")
+
+
+class Recovery:
+    """What a job's journal says may happen next, for ``committer``'s job."""
+
+    def __init__(self, committer: CommitterHooks, keeper: JournalKeeper | None):
+        self.committer = committer
+        self.keeper = keeper
+
+    def new_journal(self, loaded: Loaded, doomed: list[str]) -> CommitJournal:
+        """The journal of a commit about to start (``doomed``: old files to delete first)."""
+        c = self.committer
+        return CommitJournal(
+            job_id=c.job_id,
+            committer=c.name,
+            destination=c.url,
+            conflict_mode=c.conflict_mode,
+            phase="deleting" if doomed else "publishing",
+            records=list(loaded.records),
+        )
+
+    def check_resumable(self, journal: CommitJournal, messages: Messages | None) -> None:
+        """A started commit is finished with its own records, by a committer of its kind."""
+        c = self.committer
+        if journal.committer != c.name:
+            raise JobCommitError(
+                f"job {c.job_id}: its interrupted commit was started by the "
+                f"{journal.committer} committer; finish it with that committer",
+                job_id=c.job_id,
+                stage="load",
+                recoverable=True,
+            )
+        if messages is not None and any(m is not None for m in messages):
+            named = {m.record for m in messages if m is not None}
+            if named != set(journal.records):
+                raise JobCommitError(
+                    f"job {c.job_id}: a commit of this job already started with "
+                    f"{len(journal.records)} task records and must finish with exactly those; "
+                    f"these messages name others. Run commit_job() without messages to finish "
+                    f"it, or abort_job() to roll it back",
+                    job_id=c.job_id,
+                    stage="load",
+                    recoverable=True,
+                )
+        log.info(
+            "job %s: finishing an interrupted commit (%d task records, phase %s)",
+            c.job_id,
+            len(journal.records),
+            journal.phase,
+        )
+
+    def old_data_deleted(self, journal: CommitJournal) -> bool:
+        """Has a replace commit deleted any old file yet? (Then rolling back would lose it.)
+
+        Past the ``deleting`` phase, yes. During it, the delete pages are compared with one
+        listing of the destination: a commit stopped before its first delete can still be
+        rolled back exactly.
+        """
+        if not journal.deletes:
+            return False
+        if journal.phase != "deleting":
+            return True
+        assert self.keeper is not None
+        c = self.committer
+        try:
+            present = set(c.store_fs.find(c.dest))
+        except FileNotFoundError:
+            return True
+        return any(path not in present for paths in self.keeper.pages(journal) for path in paths)
+
+    def delete_old(self, journal: CommitJournal) -> None:
+        """``replace`` mode: delete what the journal's pages name, then move to publishing."""
+        assert self.keeper is not None
+        deleted = 0
+        for paths in self.keeper.pages(journal):
+            self.committer._delete_files(paths)
+            deleted += len(paths)
+        log.info("%s: replace mode deleted %d existing files", self.committer.url, deleted)
+        journal.phase = "publishing"
+        journal.updated = int(time.time() * 1000)
+        self.keeper.save(journal)
+
+    def mark_committed(self, journal: CommitJournal, files: int, size: int, tasks: int) -> None:
+        """Record a whole commit (a retry then only finishes clean-up); failing is harmless."""
+        assert self.keeper is not None
+        journal.phase = "committed"
+        journal.result = {"files": files, "bytes": size}
+        journal.result["tasks"] = tasks
+        journal.updated = int(time.time() * 1000)
+        try:
+            self.keeper.save(journal)
+        except Exception as e:  # the output is complete: only a retry's shortcut is lost
+            log.warning(
+                "job %s: could not mark the journal committed: %s", self.committer.job_id, e
+            )
+
+    def failed(
+        self,
+        stage: str,
+        failure: BaseException,
+        journal: CommitJournal | None,
+        loaded: Loaded | None,
+    ) -> JobCommitError:
+        """Roll back and abort a failed commit, or leave it to be finished; the error says which."""
+        c = self.committer
+        what = (
+            f"job {c.job_id}: commit to {c.url} failed in stage {stage}: "
+            f"{type(failure).__name__}: {failure}"
+        )
+        if journal is not None and self.old_data_deleted(journal):
+            log.error("%s; old data was deleted, the job is left to be finished", what)
+            return JobCommitError(
+                f"{what}. The destination's old data had already been deleted (replace mode), "
+                "so the job was NOT rolled back (that would lose old and new data both): run "
+                f"commit_job() again to finish it ({c.recover_command()})",
+                job_id=c.job_id,
+                stage=stage,
+                recoverable=True,
+            )
+        try:
+            undone = c._unpublish(loaded) if journal is not None and loaded is not None else 0
+            c._clean_up(None, None)
+        except Exception as e:
+            log.error("%s; rolling back failed too: %s", what, e)
+            return JobCommitError(
+                f"{what}. Rolling the job back failed too ({type(e).__name__}: {e}): run "
+                f"abort_job() again ({c.rollback_command()})",
+                job_id=c.job_id,
+                stage=stage,
+                recoverable=True,
+            )
+        return self._aborted(what, stage, undone)
+
+    def _aborted(self, what: str, stage: str, undone: int) -> JobCommitError:
+        """The error of a failed commit that was aborted (and, where possible, rolled back)."""
+        c = self.committer
+        if not c.can_roll_back:
+            detail = (
+                ": files it had already moved into the destination stay there (the "
+                f"{c.name} committer cannot take them back)"
+            )
+            log.error("%s; the job was aborted%s", what, detail)
+            return JobCommitError(
+                f"{what}. The job was aborted{detail}", job_id=c.job_id, stage=stage
+            )
+        detail = f" ({undone} files it had made visible were deleted again)" if undone else ""
+        log.error("%s; the job was rolled back%s", what, detail)
+        return JobCommitError(
+            f"{what}. The job was aborted: nothing of it is visible{detail}",
+            job_id=c.job_id,
+            stage=stage,
+        )
+
+    def roll_back(self, journal: CommitJournal, force: bool) -> int:
+        """``abort_job()`` of an interrupted commit: delete what it published; how many.
+
+        Refused (unless ``force``) once a replace commit deleted old data.
+        """
+        c = self.committer
+        if not force and self.old_data_deleted(journal):
+            raise JobCommitError(
+                f"job {c.job_id}: its commit had already deleted the destination's old "
+                f"data ({journal.deletes} files, replace mode) when it stopped; rolling back "
+                "cannot bring that back. Finish the commit with commit_job() "
+                f"({c.recover_command()}) to keep the new data, or abort_job(force=True) "
+                "to discard the new data too",
+                job_id=c.job_id,
+                stage="abort",
+                recoverable=True,
+            )
+        loaded = c._load(journal.records)
+        try:
+            return c._unpublish(loaded)
+        finally:
+            loaded.discard()

@@ -1,0 +1,193 @@
+"""The task side of the protocol: one attempt is set up, writes, and commits or aborts.
+
+The checks every committer's task hooks share live here too (is the job active, why an
+attempt cannot commit, the message a committed attempt returns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+from ..errors import CommitFailedError, JobNotActiveError
+from ..layouts.magic import task_attempt_id as layout_attempt_id
+from ..layouts.magic import task_id as layout_task_id
+from ..task_files import TASK_FILES
+from .attempts import AttemptRun, TaskAttempt, TaskCommitMessage
+from .hooks import CommitterHooks
+from .options import elapsed
+
+log = logging.getLogger("magicfs.committer")
+
+
+class TaskLifecycle(CommitterHooks):
+    """``task_attempt`` / ``setup_task`` / ``commit_task`` / ``abort_task`` / ``attempt``."""
+
+    def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt:
+        """Hadoop-style ids for attempt ``attempt`` of task ``task_id`` of this job."""
+        if task_id < 0 or attempt < 0:
+            raise ValueError(f"task and attempt numbers must be >= 0, not {task_id}/{attempt}")
+        attempt_id = layout_attempt_id(self.job_id, task_id, attempt)
+        return TaskAttempt(
+            job_id=self.job_id,
+            task_index=task_id,
+            attempt_number=attempt,
+            task_id=layout_task_id(self.job_id, task_id),
+            attempt_id=attempt_id,
+            work_path=self.work_path_for(attempt_id),
+            work_url=self.work_url_for(attempt_id),
+        )
+
+    def setup_task(self, task: TaskAttempt) -> None:
+        """Prepare ``task`` (from :meth:`task_attempt`) to write; call before its writes."""
+        self._check_task(task)
+        TASK_FILES.reopen_attempt(self.job_id, task.attempt_id)
+        self._setup_task(task)
+
+    def needs_task_commit(self, task: TaskAttempt) -> bool:
+        """Always true: even an attempt that wrote nothing commits (an empty record)."""
+        return True
+
+    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
+        """Commit the attempt: its files become part of the job (still invisible).
+
+        Waits for the attempt's files still closing in the background, then saves one
+        record of the attempt's files in the store.
+
+        Returns:
+            The :class:`~magicfs.TaskCommitMessage` to hand to :meth:`commit_job`
+            (picklable and JSON-serialisable).
+
+        Raises:
+            magicfs.errors.CommitFailedError: a file is still open or could not be
+                saved; the attempt has been aborted.
+            magicfs.errors.JobNotActiveError: the job has ended (committed or aborted).
+        """
+        self._check_task(task)
+        failed = TASK_FILES.settle(self.job_id, task.attempt_id)  # closes in the background
+        if failed:
+            self.abort_task(task)
+            path, error = failed[0]
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(failed)} files could not be saved, e.g. "
+                f"{self.store_fs.unstrip_protocol(path)}: {type(error).__name__}: {error} "
+                "(the attempt has been aborted)"
+            ) from error
+        still_open = TASK_FILES.open_files(self.job_id, task.attempt_id)
+        if still_open:
+            self.abort_task(task)
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(still_open)} files are still open, e.g. "
+                f"{self.store_fs.unstrip_protocol(still_open[0])}: close every file before "
+                "committing the task (the attempt has been aborted)"
+            )
+        files = TASK_FILES.of_attempt(self.job_id, task.attempt_id)
+        message = self._commit_task(task, files)
+        TASK_FILES.finish_attempt(self.job_id, task.attempt_id, "committed")
+        return message
+
+    def abort_task(self, task: TaskAttempt) -> None:
+        """Abort the attempt: its open files are discarded, its output and records deleted."""
+        self._check_task(task)
+        TASK_FILES.settle(self.job_id, task.attempt_id)  # what is closing has closed (or failed)
+        files = TASK_FILES.finish_attempt(self.job_id, task.attempt_id, "aborted")
+        for entry in files:
+            if entry.writer is not None:
+                entry.writer.supersede("its task attempt was aborted")
+        self._abort_task(task, files)
+
+    @contextlib.contextmanager
+    def attempt(
+        self, task_id: int, attempt: int = 0, *, context: str = "magicfs"
+    ) -> Iterator[AttemptRun]:
+        """Run one task attempt: set it up, yield it, commit it when the block ends.
+
+        An exception inside the block (or from the commit) aborts the attempt — an abort
+        that fails too is logged, never raised over the original error — and propagates
+        with a note naming the attempt (``context`` says who ran it, e.g.
+        ``"magicfs.dask: partition 3"``). Every integration runs its tasks through this.
+        """
+        task = self.task_attempt(task_id, attempt)
+        self.setup_task(task)
+        run = AttemptRun(task, self.fs)
+        try:
+            yield run
+            message = self.commit_task(task)
+        except BaseException as failure:
+            self._abort_task_quietly(task, failure)
+            failure.add_note(
+                f"{context}: task attempt {task.attempt_id} writing to {self.url} failed; "
+                "the attempt was aborted and nothing of it is visible"
+            )
+            raise
+        run.message = message if run.rows is None else dataclasses.replace(message, rows=run.rows)
+
+    def _abort_task_quietly(self, task: TaskAttempt, failure: BaseException) -> None:
+        try:
+            self.abort_task(task)
+        except Exception as abort_error:
+            log.warning(
+                "task attempt %s failed (%s: %s) and aborting it failed too (%s: %s); the "
+                "job's end sweeps what it left",
+                task.attempt_id,
+                type(failure).__name__,
+                failure,
+                type(abort_error).__name__,
+                abort_error,
+            )
+
+    # -- checks and results the committers' task hooks share --------------------------------
+
+    def _require_active_job(self, task: TaskAttempt) -> None:
+        """Refuse to start an attempt of a job that was never set up or has ended."""
+        if not self.job_active():
+            raise JobNotActiveError(
+                f"job {self.job_id} at {self.url} is not active (never set up, or already "
+                f"committed or aborted): task attempt {task.attempt_id} cannot start"
+            )
+
+    def _not_started_error(self, task: TaskAttempt) -> Exception:
+        """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set
+        up, or aborted (or, staging committers, already committed: its files are gone)."""
+        if not self.job_active():
+            return JobNotActiveError(
+                f"job {self.job_id} is not active: task attempt {task.attempt_id} cannot commit"
+            )
+        if TASK_FILES.finished(self.job_id, task.attempt_id) == "committed":
+            return FileNotFoundError(
+                f"task attempt {task.attempt_id} of job {self.job_id} has already committed: "
+                "it cannot commit again"
+            )
+        return FileNotFoundError(
+            f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
+            "aborted: it cannot commit"
+        )
+
+    def _task_committed(
+        self, task: TaskAttempt, record: str, files: int, size: int, start: float, verb: str
+    ) -> TaskCommitMessage:
+        """Log a committed task (``verb``: what its commit did) and build its message."""
+        log.info(
+            "task %s: %s %d files (%d bytes) in %.2fs (%s committer)",
+            task.attempt_id,
+            verb,
+            files,
+            size,
+            elapsed(start),
+            self.name,
+        )
+        return TaskCommitMessage(
+            committer=self.name,
+            job_id=self.job_id,
+            task_id=task.task_id,
+            attempt_id=task.attempt_id,
+            record=record,
+            files=files,
+            bytes=size,
+        )
+
+    def _check_task(self, task: TaskAttempt) -> None:
+        if task.job_id != self.job_id:
+            raise ValueError(f"task attempt {task.attempt_id} belongs to job {task.job_id}")
