@@ -88,7 +88,8 @@ def error_code(error: ClientError) -> str:
         ("GET", "/", False, "ListBuckets"),
         ("GET", "/b/k?tagging", False, "Other"),
         ("PUT", "/b?versioning", False, "Other"),
-        ("GET", "/b?location", False, "Other"),
+        ("GET", "/b?location", False, "GetBucketLocation"),
+        ("GET", "/b?acl", False, "Other"),
     ],
 )
 def test_requests_are_named_by_their_s3_operation(method, target, copy, operation):
