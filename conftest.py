@@ -77,6 +77,9 @@ ROOT = pathlib.Path(__file__).resolve().parent
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
 
+#: Fixtures defined in helper modules: ``target`` (each S3 store) and ``make_committer``.
+pytest_plugins = ["helpers.s3_targets"]
+
 _bucket_numbers = itertools.count()
 
 
