@@ -82,9 +82,9 @@ library only) on a free 127.0.0.1 port and stops when its parent goes away, as e
 local server does (:mod:`magicfs.integrations.local_server`, which also names each
 request's operation): it watches its stdin when that is a pipe from the parent
 (end-of-file: the parent closed it or died), and polls its parent's pid in every case
-(so a front started by hand with stdin on ``/dev/null`` does not stop at once). It is controlled over HTTP on the same port under
-``/_fault/`` (never a valid bucket name): ``GET|POST|DELETE /_fault/rules``,
-``GET|DELETE /_fault/stats``, ``GET|PUT /_fault/config``.
+(so a front started by hand with stdin on ``/dev/null`` does not stop at once). It is
+controlled over HTTP on the same port under ``/_fault/`` (never a valid bucket name):
+``GET|POST|DELETE /_fault/rules``, ``GET|DELETE /_fault/stats``, ``GET|PUT /_fault/config``.
 
 Usage::
 
