@@ -55,13 +55,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from magicfs.integrations.local_server import ACCESS_KEY, REGION, SECRET_KEY
+
 # Never reach for real AWS: no metadata service, no shared credentials or config.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
 os.environ["AWS_CONFIG_FILE"] = os.devnull
 os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
 # gcsfs's default "extended" filesystem probes each bucket over gRPC/TLS, which the GCS
 # emulator cannot answer: every call would wait 60 s. It must be off before gcsfs is imported.
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
