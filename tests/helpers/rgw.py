@@ -30,14 +30,15 @@ import urllib.request
 import uuid
 from typing import Any
 
-from helpers.servers import (
+from magicfs.integrations.local_server import (
     LOOPBACK,
+    S3Endpoint,
     ServerStartError,
     free_port,
+    s3_storage_options,
     stop_supervised,
     supervise,
 )
-from magicfs.integrations.local_server import S3Endpoint, s3_storage_options
 
 #: The Debian packages RGW needs (Debian 12 ships Ceph 16.2, "pacific").
 RGW_PACKAGES = ("radosgw", "ceph-mon", "ceph-osd", "ceph-common")

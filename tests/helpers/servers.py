@@ -3,12 +3,13 @@
 Each runs under the watchdog of :mod:`magicfs.integrations.local_server`
 (:class:`~magicfs.integrations.local_server.SupervisedServer`): it stops the emulator's
 process group when the test session ends *or dies* (even by SIGKILL), so no run, however
-it ends, leaves an emulator behind. Azurite's launcher is
-:class:`magicfs.integrations.azurite.LocalAzurite`; the tests' name for it, with the
-binary first and no request log unless ``debug_log`` is given, is :class:`AzuriteServer`.
+it ends, leaves an emulator behind. Azurite's one launcher is
+:class:`magicfs.integrations.azurite.LocalAzurite` (``conftest.py`` starts it directly);
+:class:`AzuriteServer` is the name older callers use for it (the binary first, no request
+log unless ``debug_log`` is given).
 
 Usage (``conftest.py``): ``with GcsEmulatorServer(workdir) as server:`` (or ``start()``
-then ``stop()``); the same for ``AzuriteServer(binary, workdir)``.
+then ``stop()``).
 """
 
 from __future__ import annotations
@@ -18,31 +19,12 @@ import pathlib
 import sys
 import urllib.request
 
-from magicfs.integrations.azurite import INSTALL as AZURITE_INSTALL
 from magicfs.integrations.azurite import LOCAL_BINARY as AZURITE_BLOB
 from magicfs.integrations.azurite import LocalAzurite
-from magicfs.integrations.local_server import (
-    LOOPBACK,
-    ServerStartError,
-    SupervisedServer,
-    accepts_connections,
-    free_port,
-    stop_supervised,
-    supervise,
-)
+from magicfs.integrations.local_server import LOOPBACK, SupervisedServer, accepts_connections
 
-__all__ = [
-    "AZURITE_BLOB",
-    "AZURITE_INSTALL",
-    "LOOPBACK",
-    "AzuriteServer",
-    "GcsEmulatorServer",
-    "ServerStartError",
-    "accepts_connections",
-    "free_port",
-    "stop_supervised",
-    "supervise",
-]
+#: Kept for the callers that import them from here (AZURITE_BLOB: Azurite in ``.ci/node``).
+__all__ = ["AZURITE_BLOB", "AzuriteServer", "GcsEmulatorServer", "accepts_connections"]
 
 GCS_PROJECT = "test"
 
