@@ -40,7 +40,8 @@
   ``.print_success(path)`` runs ``ManifestPrinter`` (``tests/helpers/hadoop.py``).
 
 The emulators and RGW's daemons run under a watchdog that stops them when the session
-ends or dies (``tests/helpers/servers.py``); nothing here contacts anything but 127.0.0.1.
+ends or dies (``magicfs/integrations/local_server.py``); Azurite is started by
+``magicfs.integrations.azurite.LocalAzurite``; nothing here contacts anything but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -54,13 +55,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from magicfs.integrations.local_server import ACCESS_KEY, REGION, SECRET_KEY
+
 # Never reach for real AWS: no metadata service, no shared credentials or config.
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
-os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
-os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+os.environ.setdefault("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
 os.environ["AWS_CONFIG_FILE"] = os.devnull
 os.environ["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
-os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+os.environ.setdefault("AWS_DEFAULT_REGION", REGION)
 # gcsfs's default "extended" filesystem probes each bucket over gRPC/TLS, which the GCS
 # emulator cannot answer: every call would wait 60 s. It must be off before gcsfs is imported.
 os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
@@ -76,6 +79,9 @@ ROOT = pathlib.Path(__file__).resolve().parent
 # the fixtures below need it before any test module is imported.
 if str(ROOT / "tests") not in sys.path:
     sys.path.insert(0, str(ROOT / "tests"))
+
+#: Fixtures defined in helper modules: ``target`` (each S3 store) and ``make_committer``.
+pytest_plugins = ["helpers.s3_targets"]
 
 _bucket_numbers = itertools.count()
 
@@ -197,36 +203,37 @@ def request_log() -> RequestLog:
 # --- rename stores: Azure Blob (Azurite) and GCS (gcp-storage-emulator) -------------------
 
 
+def _azurite_binary():
+    """Azurite's ``azurite-blob``; fails the test (never skips) with the install command."""
+    from magicfs.integrations.azurite import azurite_binary
+
+    try:
+        return azurite_binary()
+    except FileNotFoundError as missing:
+        pytest.fail(str(missing), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def azurite_server(tmp_path_factory) -> Iterator:
-    """Azurite's Blob service; fails (never skips) with the install command if it is missing."""
-    from helpers.servers import AZURITE_BLOB, AZURITE_INSTALL, AzuriteServer
+    """Azurite's Blob service, logging no request; fails if Azurite is missing."""
+    from magicfs.integrations.azurite import LocalAzurite
 
-    if not os.access(AZURITE_BLOB, os.X_OK):
-        pytest.fail(
-            f"Azurite is not installed ({AZURITE_BLOB} is missing). From the repository root "
-            f"run: {AZURITE_INSTALL}   (tests/install_servers.sh does this)",
-            pytrace=False,
-        )
-    with AzuriteServer(AZURITE_BLOB, tmp_path_factory.mktemp("azurite")) as server:
+    workdir = tmp_path_factory.mktemp("azurite")
+    with LocalAzurite(workdir, _azurite_binary(), log_requests=False) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def azurite_logged(tmp_path_factory) -> Iterator:
     """A separate Azurite for one test module, logging every request it handles
-    (``--debug``): ``server.operations()`` lists them (``BlockBlob_CommitBlockList``,
-    ``Blob_StartCopyFromURL``...). The session's ``azurite_server`` logs nothing."""
-    from helpers.servers import AZURITE_BLOB, AZURITE_INSTALL, AzuriteServer
+    (``--debug``): ``server.requests()`` lists them as (operation, container, blob)
+    (``BlockBlob_CommitBlockList``, ``Blob_StartCopyFromURL``...). The session's
+    ``azurite_server`` logs nothing."""
+    from magicfs.integrations.azurite import LocalAzurite
 
-    if not os.access(AZURITE_BLOB, os.X_OK):
-        pytest.fail(
-            f"Azurite is not installed ({AZURITE_BLOB} is missing). From the repository root "
-            f"run: {AZURITE_INSTALL}   (tests/install_servers.sh does this)",
-            pytrace=False,
-        )
     workdir = tmp_path_factory.mktemp("azurite-logged")
-    with AzuriteServer(AZURITE_BLOB, workdir, debug_log=workdir / "requests.log") as server:
+    debug_log = workdir / "requests.log"
+    with LocalAzurite(workdir, _azurite_binary(), debug_log=debug_log) as server:
         yield server
 
 

@@ -62,7 +62,6 @@ import os
 import resource
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -73,9 +72,17 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any
 
+from magicfs.integrations.local_server import (
+    LOOPBACK,
+    REGION,
+    ChildServer,
+    S3Endpoint,
+    announce_ready,
+    s3_operation,
+    watch_parent,
+)
+
 READY = "READY"
-ACCESS_KEY = SECRET_KEY = "testing"
-REGION = "us-east-1"
 SYNTHETIC_PREFIX = "synthetic-"
 #: Most entries one listing page returns (S3's limit).
 MAX_PAGE = 1000
@@ -829,51 +836,6 @@ class _Operations:
         return 200, [], _xml("ListPartsResult", parts)
 
 
-def _route(method: str, key: str, query: dict[str, str]) -> str:
-    """The S3 operation name of a request (what the counters are keyed by)."""
-    if not key:
-        if method == "PUT":
-            return "CreateBucket"
-        if method == "HEAD":
-            return "HeadBucket"
-        if method == "DELETE":
-            return "DeleteBucket"
-        if method == "POST" and "delete" in query:
-            return "DeleteObjects"
-        if method == "GET":
-            if "uploads" in query:
-                return "ListMultipartUploads"
-            if "location" in query:
-                return "GetBucketLocation"
-            if query.get("list-type") == "2":
-                return "ListObjectsV2"
-            if len(query) == 0 or query.keys() <= {
-                "prefix",
-                "delimiter",
-                "marker",
-                "max-keys",
-                "encoding-type",
-            }:
-                return "ListObjects"
-        return "Unsupported"
-    if method == "PUT":
-        if "partNumber" in query and "uploadId" in query:
-            return "UploadPart"
-        return "PutObject"
-    if method == "GET":
-        return "ListParts" if "uploadId" in query else "GetObject"
-    if method == "HEAD":
-        return "HeadObject"
-    if method == "POST":
-        if "uploads" in query:
-            return "CreateMultipartUpload"
-        if "uploadId" in query:
-            return "CompleteMultipartUpload"
-    if method == "DELETE":
-        return "AbortMultipartUpload" if "uploadId" in query else "DeleteObject"
-    return "Unsupported"
-
-
 # --- HTTP ---------------------------------------------------------------------------------
 
 
@@ -997,8 +959,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._control(raw_path, raw_query)
             return
         query = dict(urllib.parse.parse_qsl(raw_query, keep_blank_values=True)) if raw_query else {}
-        bucket, _, key = urllib.parse.unquote(raw_path).lstrip("/").partition("/")
-        operation = _route(method, key, query)
+        operation, found_bucket, found_key = s3_operation(method, self.path, self.headers)
+        bucket, key = found_bucket or "", found_key or ""
         if state.delay:
             time.sleep(state.delay)
         head = method == "HEAD"
@@ -1029,15 +991,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if operation == "CompleteMultipartUpload":
             return ops.complete_upload(bucket, key, query["uploadId"], headers, body)
         if operation == "PutObject":
-            if headers.get("x-amz-copy-source"):
-                raise S3Error(501, "NotImplemented", "the stub does not copy objects")
             return ops.put_object(bucket, key, headers, body)
         if operation in ("GetObject", "HeadObject"):
             return ops.get_object(bucket, key, headers, method == "HEAD")
         if operation == "UploadPart":
-            if headers.get("x-amz-copy-source"):
-                raise S3Error(501, "NotImplemented", "the stub does not copy parts")
             return ops.upload_part(bucket, key, query, body)
+        if operation in ("CopyObject", "UploadPartCopy"):
+            raise S3Error(501, "NotImplemented", f"the stub does not copy ({operation})")
         if operation == "CreateMultipartUpload":
             return ops.create_upload(bucket, key, headers)
         if operation == "AbortMultipartUpload":
@@ -1101,7 +1061,7 @@ class _StubServer(http.server.ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(self, port: int, state: StubState) -> None:
-        super().__init__(("127.0.0.1", port), _Handler)
+        super().__init__((LOOPBACK, port), _Handler)
         self.state = state
         self.operations = _Operations(state)
         self._date_second = -1
@@ -1120,7 +1080,8 @@ class _StubServer(http.server.ThreadingHTTPServer):
 
 
 def serve(port: int, rate: float, latency_ms: float, exit_with_parent: bool) -> None:
-    """Serve in this process until SIGTERM/SIGINT (or, ``exit_with_parent``, stdin closing)."""
+    """Serve in this process until SIGTERM/SIGINT (or, ``exit_with_parent``, its parent
+    going away: :func:`magicfs.integrations.local_server.watch_parent`)."""
     server = _StubServer(port, StubState(rate, latency_ms))
     stopping = threading.Event()
 
@@ -1132,13 +1093,8 @@ def serve(port: int, rate: float, latency_ms: float, exit_with_parent: bool) -> 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     if exit_with_parent:
-
-        def watch_parent() -> None:
-            sys.stdin.read()
-            stop()
-
-        threading.Thread(target=watch_parent, daemon=True).start()
-    print(f"{READY} http://127.0.0.1:{server.server_address[1]}", flush=True)
+        watch_parent(stop)
+    announce_ready(READY, f"http://{LOOPBACK}:{server.server_address[1]}")
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
@@ -1148,23 +1104,32 @@ def serve(port: int, rate: float, latency_ms: float, exit_with_parent: bool) -> 
 # --- the helper ---------------------------------------------------------------------------
 
 
-class StubS3Process:
+class StubS3Process(S3Endpoint):
     """The stub in a child process on a free 127.0.0.1 port. Use as a context manager.
 
     It stops when :meth:`stop` runs, when the block ends, and when this process goes
-    away (the child watches its stdin).
+    away (the child watches its stdin: :mod:`magicfs.integrations.local_server`). Its
+    ``storage_options`` name the region (the stub, unlike moto, takes any
+    ``LocationConstraint``).
     """
+
+    region_name = REGION
 
     def __init__(self, rate: float = 0.0, latency_ms: float = 0.0, startup_timeout: float = 30.0):
         self.rate = rate
         self.latency_ms = latency_ms
         self.startup_timeout = startup_timeout
-        self.endpoint_url = ""
-        self._process: subprocess.Popen[str] | None = None
+        self._endpoint = ""
+        self._child: ChildServer | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        """``http://127.0.0.1:PORT`` once started (``""`` before)."""
+        return self._endpoint
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        return self._child.pid if self._child else None
 
     def start(self) -> StubS3Process:
         command = [
@@ -1178,42 +1143,14 @@ class StubS3Process:
             str(self.latency_ms),
             "--exit-with-parent",
         ]
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
-        )
-        found: list[str] = []
-
-        def read_ready() -> None:
-            assert self._process is not None and self._process.stdout is not None
-            for line in self._process.stdout:
-                if line.startswith(READY):
-                    found.append(line.split()[1])
-                    return
-
-        reader = threading.Thread(target=read_ready, daemon=True)
-        reader.start()
-        reader.join(self.startup_timeout)
-        if not found:
-            self.stop()
-            raise RuntimeError(f"stub S3 did not start within {self.startup_timeout:.0f}s")
-        self.endpoint_url = found[0]
+        self._child = ChildServer("stub S3", command, READY, startup_timeout=self.startup_timeout)
+        self._endpoint = self._child.start()
         return self
 
     def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.stdin:
-            with contextlib.suppress(OSError):
-                process.stdin.close()
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout:
-            process.stdout.close()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
 
     def __enter__(self) -> StubS3Process:
         return self.start()
@@ -1242,30 +1179,6 @@ class StubS3Process:
         if latency_ms is not None:
             params["latency_ms"] = latency_ms
         self._request("POST", "/_stub/config?" + urllib.parse.urlencode(params))
-
-    # -- clients ---------------------------------------------------------------------------
-
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        """Options for ``s3fs.S3FileSystem`` / ``committer_for(storage_options=...)``."""
-        return {
-            "key": ACCESS_KEY,
-            "secret": SECRET_KEY,
-            "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": REGION},
-        }
-
-    def boto3_client(self, **config: Any) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name=REGION,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            config=Config(**config) if config else None,
-        )
 
 
 # --- how fast is it -----------------------------------------------------------------------

@@ -18,7 +18,6 @@ import fsspec
 import pytest
 from helpers import pending_uploads, visible_keys
 from helpers.reference_documents import PENDING
-from helpers.s3_targets import S3_TARGETS, s3_target
 
 import magicfs
 from magicfs import MagicCommitter, MagicFileSystem
@@ -58,20 +57,6 @@ class Requests:
             if op == "UploadPart":
                 parts.append((int(self.numbers[len(parts)]), headers["x-amz-checksum-crc32"]))
         return [checksum for _, checksum in sorted(parts)]
-
-
-@pytest.fixture(params=S3_TARGETS)
-def target(request):
-    return s3_target(request)
-
-
-@pytest.fixture
-def make_committer(target):
-    def make(**kwargs) -> MagicCommitter:
-        options = {**target.options, "skip_instance_cache": True}
-        return MagicCommitter(f"s3://{target.bucket}/out", storage_options=options, **kwargs)
-
-    return make
 
 
 def stored_checksum(target, key: str) -> str | None:

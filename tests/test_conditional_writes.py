@@ -14,7 +14,6 @@ import uuid
 
 import pytest
 from helpers import as_another_process, object_keys, pending_uploads, visible_keys
-from helpers.s3_targets import S3_TARGETS, s3_target
 from test_recovery import ALL, run_crashing_job
 
 from magicfs import MagicCommitter
@@ -51,20 +50,6 @@ def drop_if_none_match(fs, operation: str) -> None:
             del request.headers["If-None-Match"]
 
     fs.s3.meta.events.register(f"before-sign.s3.{operation}", strip)
-
-
-@pytest.fixture(params=S3_TARGETS)
-def target(request):
-    return s3_target(request)
-
-
-@pytest.fixture
-def make_committer(target):
-    def make(**kwargs) -> MagicCommitter:
-        options = {**target.options, "skip_instance_cache": True}
-        return MagicCommitter(f"s3://{target.bucket}/out", storage_options=options, **kwargs)
-
-    return make
 
 
 @pytest.fixture

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import urllib.parse
+
+import pytest
 
 from magicfs.integrations.embedded_s3 import EmbeddedS3Server
 
@@ -52,9 +55,12 @@ def test_latency_can_change_at_run_time(s3_server):
 
 def test_server_process_stops():
     server = EmbeddedS3Server().start()
-    process = server._process
+    pid = server.pid
+    assert pid is not None
     server.stop()
-    assert process.poll() is not None
+    assert server.pid is None
+    with pytest.raises(ProcessLookupError):  # stopped and reaped: no such process
+        os.kill(pid, 0)
 
 
 def test_server_side_copies_take_their_size_over_the_bandwidth(s3_server, s3_client, bucket):

@@ -26,6 +26,8 @@ from botocore.exceptions import (
 )
 from helpers.fault_front import FaultFront, classify
 
+from magicfs.integrations.local_server import CREDENTIALS, REGION
+
 
 def no_retries() -> dict:
     """botocore Config options for exactly one attempt. (``{"max_attempts": 1}`` would
@@ -88,7 +90,8 @@ def error_code(error: ClientError) -> str:
         ("GET", "/", False, "ListBuckets"),
         ("GET", "/b/k?tagging", False, "Other"),
         ("PUT", "/b?versioning", False, "Other"),
-        ("GET", "/b?location", False, "Other"),
+        ("GET", "/b?location", False, "GetBucketLocation"),
+        ("GET", "/b?acl", False, "Other"),
     ],
 )
 def test_requests_are_named_by_their_s3_operation(method, target, copy, operation):
@@ -198,7 +201,7 @@ def signed(method: str, url: str, headers: dict | None = None) -> dict:
         url=url,
         headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", **(headers or {})},
     )
-    SigV4Auth(Credentials("testing", "testing"), "s3", "us-east-1").add_auth(request)
+    SigV4Auth(Credentials(*CREDENTIALS), "s3", REGION).add_auth(request)
     return {"Host": urllib.parse.urlsplit(url).netloc, **dict(request.headers.items())}
 
 

@@ -17,7 +17,8 @@ import textwrap
 
 import pytest
 import s3fs
-from helpers.servers import accepts_connections
+
+from magicfs.integrations.local_server import accepts_connections
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -89,7 +90,8 @@ def test_a_failed_start_raises_with_the_daemons_logs_and_stops_the_others(
     monkeypatch.setenv("PATH", f"{wrappers}{os.pathsep}{os.environ['PATH']}")
     workdir = tmp_path / "cluster"
     from helpers.rgw import RgwServer
-    from helpers.servers import ServerStartError
+
+    from magicfs.integrations.local_server import ServerStartError
 
     with pytest.raises(ServerStartError) as failed:
         RgwServer(workdir, tls=False).start()

@@ -1,35 +1,40 @@
-"""A local Azurite (Azure Blob emulator) for the Azure example and benchmark.
+"""A local Azurite (Azure Blob emulator) for the Azure example, the benchmarks and the tests.
 
 Azurite is an npm package (``npm install --prefix .ci/node azurite@3``, as
-``tests/install_servers.sh`` does for the tests); this module starts its Blob service the
-way the examples need it: data in memory, on 127.0.0.1, a free port, telemetry off, and
-every request it serves logged, so a run can count its requests
-(:meth:`LocalAzurite.operations`: a job commit on the block-list committer copies nothing).
-The test suite starts its own, supervised server (``tests/helpers/servers.py``).
+``tests/install_servers.sh`` does for the tests); :class:`LocalAzurite` starts its Blob
+service the way they need it: data in memory, on 127.0.0.1, a port Azurite picks itself
+(no race with other runs), telemetry off, under the watchdog of
+:mod:`magicfs.integrations.local_server` (stopped when the block ends or the process that
+started it dies). With a request log (``--debug``) a run can count its requests
+(:meth:`LocalAzurite.requests`: a job commit on the block-list committer copies nothing).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import pathlib
 import re
 import shutil
-import signal
-import subprocess
 import time
 
-LOOPBACK = "127.0.0.1"
+from .local_server import LOOPBACK, SupervisedServer, accepts_connections
+
 # Azurite's well-known development account (public, documented by Microsoft; not a secret).
 ACCOUNT = "devstoreaccount1"
 ACCOUNT_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
-OPERATION = re.compile(rb"^\S+ (\S+) info: DispatchMiddleware: Operation=(\w+)", re.M)
-BLOB = re.compile(
-    rb"^\S+ (\S+) info: BlobStorageContextMiddleware: Account=\S+ Container=\S* Blob=(\S*)$", re.M
-)
 INSTALL = "npm install --prefix .ci/node --no-save --silent azurite@3"
+#: Where ``INSTALL``, run in the repository root, puts Azurite's Blob service.
+LOCAL_BINARY = (
+    pathlib.Path(__file__).resolve().parents[2] / ".ci/node/node_modules/.bin/azurite-blob"
+)
+
+_LISTENING = re.compile(rb"successfully listens on http://127\.0\.0\.1:(\d+)")
+#: One request in Azurite's ``--debug`` log: the operation its dispatcher picked.
+_OPERATION = re.compile(r"DispatchMiddleware: Operation=(\w+)")
+#: The account, container and blob a request of that log is for.
+_TARGET = re.compile(r"BlobStorageContextMiddleware: Account=\S+ Container=(\S*?)(?: Blob=(.*))?$")
 
 
 def azurite_binary() -> pathlib.Path:
@@ -37,104 +42,122 @@ def azurite_binary() -> pathlib.Path:
     named = os.environ.get("MAGICFS_AZURITE")
     if named:
         return pathlib.Path(named)
-    repository = pathlib.Path(__file__).resolve().parents[2]
-    local = repository / ".ci/node/node_modules/.bin/azurite-blob"
-    if os.access(local, os.X_OK):
-        return local
+    if os.access(LOCAL_BINARY, os.X_OK):
+        return LOCAL_BINARY
     found = shutil.which("azurite-blob")
     if found is None:
-        raise FileNotFoundError(f"Azurite is not installed: from the repository root run {INSTALL}")
+        raise FileNotFoundError(
+            f"Azurite is not installed ({LOCAL_BINARY} is missing): from the repository root "
+            f"run {INSTALL}   (tests/install_servers.sh does this)"
+        )
     return pathlib.Path(found)
 
 
-class LocalAzurite:
-    """A fresh Azurite Blob service: in memory, on loopback, a free port, every request
-    logged (``--debug``) to ``debug_log``. Stopped on exit, process group and all.
+class LocalAzurite(SupervisedServer):
+    """A fresh Azurite Blob service: in memory, on loopback, a free port. Use as a context
+    manager (or ``start()`` then ``stop()``).
 
     ``binary``: Azurite's ``azurite-blob`` (default: :func:`azurite_binary`).
+    ``log_requests``: log every request (``--debug``) to ``debug_log`` (default
+    ``<workdir>/debug.log``; Azurite appends to it, so give each server a fresh path).
     """
 
-    def __init__(self, workdir: pathlib.Path, binary: pathlib.Path | None = None) -> None:
+    name = "azurite-blob"
+
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        binary: pathlib.Path | None = None,
+        *,
+        log_requests: bool = True,
+        debug_log: pathlib.Path | None = None,
+    ) -> None:
+        super().__init__(workdir)
         self.binary = binary or azurite_binary()
-        self.workdir = workdir
-        self.debug_log = workdir / "debug.log"
-        self.output = workdir / "azurite.out"
-        self.port: int | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self.debug_log = (debug_log or workdir / "debug.log") if log_requests else None
 
-    def __enter__(self) -> LocalAzurite:
-        with self.output.open("wb") as out:
-            self._process = subprocess.Popen(
-                [
-                    str(self.binary),
-                    "--blobHost",
-                    LOOPBACK,
-                    "--blobPort",
-                    "0",  # Azurite binds a free port itself and logs it
-                    "--inMemoryPersistence",
-                    "--disableTelemetry",  # otherwise it reports to an Azure endpoint
-                    "--skipApiVersionCheck",
-                    "--loose",
-                    "--silent",
-                    "--debug",
-                    str(self.debug_log),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.workdir,
-                start_new_session=True,  # its own process group: stopped whole
-            )
-        try:
-            self._wait_listening()
-        except BaseException:
-            self.stop()
-            raise
-        return self
+    def requested_port(self) -> int:
+        return 0  # Azurite binds a free port itself and logs it: no race with other runs
 
-    def _wait_listening(self, timeout: float = 60.0) -> None:
-        listening = re.compile(rb"successfully listens on http://127\.0\.0\.1:(\d+)")
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise RuntimeError(f"Azurite exited at startup:\n{self.output.read_text()}")
-            match = listening.search(self.output.read_bytes())
-            if match:
-                self.port = int(match.group(1))
-                return
-            time.sleep(0.05)
-        raise RuntimeError(f"Azurite did not start in {timeout:.0f}s:\n{self.output.read_text()}")
+    def command(self, port: int) -> list[str]:
+        return [
+            str(self.binary),
+            "--blobHost",
+            LOOPBACK,
+            "--blobPort",
+            str(port),
+            "--inMemoryPersistence",
+            "--disableTelemetry",  # otherwise it reports to an Azure endpoint
+            "--skipApiVersionCheck",
+            "--loose",
+            "--silent",
+            *(["--debug", str(self.debug_log)] if self.debug_log is not None else []),
+        ]
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def bound_port(self, requested: int) -> int | None:
+        match = _LISTENING.search(self.log_path.read_bytes())
+        if match and accepts_connections(int(match.group(1))):
+            return int(match.group(1))
+        return None
 
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    # -- clients --
+
+    @property
+    def account_name(self) -> str:
+        return ACCOUNT
+
+    @property
+    def account_key(self) -> str:
+        return ACCOUNT_KEY
+
+    @property
+    def blob_endpoint(self) -> str:
+        return f"http://{LOOPBACK}:{self.port}/{ACCOUNT}"
+
+    @property
+    def connection_string(self) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};"
+            f"AccountKey={ACCOUNT_KEY};BlobEndpoint={self.blob_endpoint};"
+        )
 
     @property
     def storage_options(self) -> dict[str, str]:
-        endpoint = f"http://{LOOPBACK}:{self.port}/{ACCOUNT}"
-        return {
-            "connection_string": (
-                f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};"
-                f"AccountKey={ACCOUNT_KEY};BlobEndpoint={endpoint};"
-            )
-        }
+        """Options for ``adlfs.AzureBlobFileSystem`` / ``fsspec.filesystem("abfs", ...)``."""
+        return {"connection_string": self.connection_string}
+
+    # -- the request log --
+
+    def requests(self) -> list[tuple[str, str, str]]:
+        """``(operation, container, blob)`` of every request in the log so far, in the
+        order Azurite dispatched them (container and blob ``""`` where none)."""
+        if self.debug_log is None:
+            raise ValueError("this Azurite server was started without a request log")
+        try:
+            text = self.debug_log.read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        targets: dict[str, tuple[str, str]] = {}
+        found: list[tuple[str, str]] = []
+        for line in text.splitlines():
+            parts = line.split(" ", 2)
+            if len(parts) < 3:
+                continue
+            request_id = parts[1]
+            target = _TARGET.search(line)
+            if target:
+                targets[request_id] = (target.group(1), target.group(2) or "")
+                continue
+            operation = _OPERATION.search(line)
+            if operation:
+                found.append((request_id, operation.group(1)))
+        return [(op, *targets.get(request_id, ("", ""))) for request_id, op in found]
 
     def operations(self) -> list[tuple[str, str]]:
         """Every request logged so far, in order, as (operation, blob name), once the
         log has stopped growing (Azurite writes it asynchronously)."""
+        if self.debug_log is None:
+            raise ValueError("this Azurite server was started without a request log")
         size, stable_since = -1, time.monotonic()
         while True:
             now = self.debug_log.stat().st_size if self.debug_log.exists() else 0
@@ -143,6 +166,4 @@ class LocalAzurite:
             elif time.monotonic() - stable_since >= 0.5:
                 break
             time.sleep(0.05)
-        log = self.debug_log.read_bytes()
-        blobs = {m.group(1): m.group(2).decode() for m in BLOB.finditer(log)}
-        return [(m.group(2).decode(), blobs.get(m.group(1), "")) for m in OPERATION.finditer(log)]
+        return [(operation, blob) for operation, _, blob in self.requests()]

@@ -343,10 +343,7 @@ def _command() -> str:
 
 
 def run_demo(keep: bool = False) -> int:
-    import pandas as pd
     import s3fs
-
-    from ..records import SuccessData
 
     started = time.monotonic()
 
@@ -363,57 +360,75 @@ def run_demo(keep: bool = False) -> int:
         say(f"   committed {summary.files} files ({summary.bytes:,} B) from {summary.tasks} tasks")
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
-        say(f"\n2. output tree of {DEST}")
-        for path in sorted(fs.find(DEST.removeprefix("s3://")))[:12]:
-            say(f"   {path:<70} {fs.info(path)['size']:>8,} B")
-        if summary.files > 11:
-            say(f"   ... {summary.files + 1} objects in all")
-        frame = pd.read_parquet(DEST.removeprefix("s3://"), filesystem=fs)
-        say(
-            f"   read back: {len(frame):,} rows, one copy per task (order ids unique: "
-            f"{frame['order_id'].is_unique})"
-        )
-
-        say("\n3. _SUCCESS")
-        success = SuccessData.load(fs, f"{DEST.removeprefix('s3://')}/_SUCCESS")
-        say(f"   committer={success.committer} job={success.job_id} host={success.hostname}")
-        say(
-            f"   files={success.metrics['files']} bytes={success.metrics['bytes']:,} "
-            f"tasks={success.metrics['tasks']} first file={success.filenames[0]}"
-        )
-
+        _show_output(fs, summary.files, say)
         uploads = client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])
         say(f"\n4. pending multipart uploads left in s3://{BUCKET}: {len(uploads)}")
-
-        say("\n5. the same files committed by rename (FileOutputCommitter v1 on S3), for contrast")
-        say(f"   on the server made as costly as S3: {LATENCY_MS} ms added to every request and")
-        say(f"   server-side copies at {S3_COPY_MB_PER_S} MB/s (moto alone copies at memory speed)")
-        say()
-        files = {
-            path.removeprefix(f"{DEST.removeprefix('s3://')}/"): fs.cat_file(path)
-            for path in sorted(fs.find(DEST.removeprefix("s3://")))
-            if not path.endswith("/_SUCCESS")
-        }
-        _compare(server, files, say)
-        say("   Counts and bytes are the same on every run and machine; seconds are the median")
-        say("   (min-max) and move with the machine's load. With these ~400 KB files a copy is")
-        say("   short; v1 copies every byte twice and its cost grows with the data, magicfs's")
-        say("   commit sends one request per file whatever its size.")
+        _show_contrast(server, fs, say)
         say(f"\ndemo finished in {time.monotonic() - started:.1f}s")
         if keep:
-            command = _command()
-            store = f"--endpoint-url {server.endpoint_url} -o key=testing -o secret=testing"
-            say(f"\nserver kept running at {server.endpoint_url} (Ctrl-C to stop). Try:")
-            say(f"  {command} success {store} s3://{BUCKET}/sales")
-            say(f"  {command} uploads list {store} s3://{BUCKET}/")
-            say(f"  {command} jobs list {store} s3://{BUCKET}/sales")
-            say(
-                f"  AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing aws --endpoint-url "
-                f"{server.endpoint_url} s3 ls --recursive s3://{BUCKET}/"
-            )
-            say("  in Python: s3fs.S3FileSystem(key='testing', secret='testing', client_kwargs=")
-            say(f"             {{'endpoint_url': '{server.endpoint_url}'}}).find('{BUCKET}')")
-            with contextlib.suppress(KeyboardInterrupt):
-                while True:
-                    time.sleep(3600)
+            _keep_serving(server, say)
     return 0
+
+
+def _show_output(fs: Any, files: int, say: Any) -> None:
+    """Steps 2 and 3: the committed tree, read back with pandas, and its ``_SUCCESS``."""
+    import pandas as pd
+
+    from ..records import SuccessData
+
+    say(f"\n2. output tree of {DEST}")
+    for path in sorted(fs.find(DEST.removeprefix("s3://")))[:12]:
+        say(f"   {path:<70} {fs.info(path)['size']:>8,} B")
+    if files > 11:
+        say(f"   ... {files + 1} objects in all")
+    frame = pd.read_parquet(DEST.removeprefix("s3://"), filesystem=fs)
+    say(
+        f"   read back: {len(frame):,} rows, one copy per task (order ids unique: "
+        f"{frame['order_id'].is_unique})"
+    )
+
+    say("\n3. _SUCCESS")
+    success = SuccessData.load(fs, f"{DEST.removeprefix('s3://')}/_SUCCESS")
+    say(f"   committer={success.committer} job={success.job_id} host={success.hostname}")
+    say(
+        f"   files={success.metrics['files']} bytes={success.metrics['bytes']:,} "
+        f"tasks={success.metrics['tasks']} first file={success.filenames[0]}"
+    )
+
+
+def _show_contrast(server: EmbeddedS3Server, fs: Any, say: Any) -> None:
+    """Step 5: the same files committed by rename, on a server as costly as S3."""
+    say("\n5. the same files committed by rename (FileOutputCommitter v1 on S3), for contrast")
+    say(f"   on the server made as costly as S3: {LATENCY_MS} ms added to every request and")
+    say(f"   server-side copies at {S3_COPY_MB_PER_S} MB/s (moto alone copies at memory speed)")
+    say()
+    files = {
+        path.removeprefix(f"{DEST.removeprefix('s3://')}/"): fs.cat_file(path)
+        for path in sorted(fs.find(DEST.removeprefix("s3://")))
+        if not path.endswith("/_SUCCESS")
+    }
+    _compare(server, files, say)
+    say("   Counts and bytes are the same on every run and machine; seconds are the median")
+    say("   (min-max) and move with the machine's load. With these ~400 KB files a copy is")
+    say("   short; v1 copies every byte twice and its cost grows with the data, magicfs's")
+    say("   commit sends one request per file whatever its size.")
+
+
+def _keep_serving(server: EmbeddedS3Server, say: Any) -> None:
+    """``--keep``: print how to look at the result, then serve until Ctrl-C."""
+    command = _command()
+    key, secret = server.credentials
+    store = f"--endpoint-url {server.endpoint_url} -o key={key} -o secret={secret}"
+    say(f"\nserver kept running at {server.endpoint_url} (Ctrl-C to stop). Try:")
+    say(f"  {command} success {store} s3://{BUCKET}/sales")
+    say(f"  {command} uploads list {store} s3://{BUCKET}/")
+    say(f"  {command} jobs list {store} s3://{BUCKET}/sales")
+    say(
+        f"  AWS_ACCESS_KEY_ID={key} AWS_SECRET_ACCESS_KEY={secret} aws --endpoint-url "
+        f"{server.endpoint_url} s3 ls --recursive s3://{BUCKET}/"
+    )
+    say(f"  in Python: s3fs.S3FileSystem(key='{key}', secret='{secret}', client_kwargs=")
+    say(f"             {{'endpoint_url': '{server.endpoint_url}'}}).find('{BUCKET}')")
+    with contextlib.suppress(KeyboardInterrupt):
+        while True:
+            time.sleep(3600)

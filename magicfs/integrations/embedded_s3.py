@@ -3,7 +3,8 @@
 The server runs in a child process so that it has its own interpreter lock: client
 and server in one process would measure the GIL, not the protocol. The child binds a
 free loopback port, reports it on stdout, and exits when its parent goes away (it
-watches its stdin), so a crashed test run never leaves a server behind.
+watches its stdin), so a crashed test run never leaves a server behind: the child
+process shared by every local server (:mod:`magicfs.integrations.local_server`).
 
 Two settings make it cost what S3 costs, for the demo and the benchmarks:
 
@@ -33,7 +34,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -41,14 +41,26 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-ACCESS_KEY = "testing"
-SECRET_KEY = "testing"
-REGION = "us-east-1"
+from .local_server import (
+    ACCESS_KEY,
+    LOOPBACK,
+    SECRET_KEY,
+    ChildServer,
+    S3Endpoint,
+    announce_ready,
+    s3_storage_options,
+    watch_parent,
+)
+
 _READY = "MAGICFS-S3-READY"
 
 
-class EmbeddedS3Server:
-    """A moto S3 server in a child process, bound to 127.0.0.1. Use as a context manager."""
+class EmbeddedS3Server(S3Endpoint):
+    """A moto S3 server in a child process, bound to 127.0.0.1. Use as a context manager.
+
+    ``storage_options`` has no ``region_name`` in ``client_kwargs``: with it s3fs sends a
+    LocationConstraint that moto refuses when creating buckets.
+    """
 
     def __init__(
         self,
@@ -62,26 +74,13 @@ class EmbeddedS3Server:
         self.copy_mb_per_s = copy_mb_per_s
         self.startup_timeout = startup_timeout
         self.port: int | None = None
-        self._process: subprocess.Popen[str] | None = None
+        self._child: ChildServer | None = None
 
     @property
     def endpoint_url(self) -> str:
         if self.port is None:
             raise RuntimeError("server not started")
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        """Options for ``s3fs.S3FileSystem`` (and ``fsspec.filesystem("s3", ...)``).
-
-        No ``region_name`` in ``client_kwargs``: with it s3fs sends a
-        LocationConstraint that moto refuses when creating buckets.
-        """
-        return {
-            "key": ACCESS_KEY,
-            "secret": SECRET_KEY,
-            "client_kwargs": {"endpoint_url": self.endpoint_url},
-        }
+        return f"http://{LOOPBACK}:{self.port}"
 
     def start(self) -> EmbeddedS3Server:
         env = dict(os.environ)
@@ -98,46 +97,21 @@ class EmbeddedS3Server:
             str(self.copy_mb_per_s),
             "--exit-with-parent",
         ]
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        self._child = ChildServer(
+            "embedded S3 server", command, _READY, startup_timeout=self.startup_timeout, env=env
         )
-        self.port = self._wait_for_port()
+        self.port = int(self._child.start())
         return self
 
-    def _wait_for_port(self) -> int:
-        assert self._process is not None and self._process.stdout is not None
-        found: list[int] = []
-
-        def read_ready_line() -> None:
-            for line in self._process.stdout:  # type: ignore[union-attr]
-                if line.startswith(_READY):
-                    found.append(int(line.split()[1]))
-                    return
-
-        reader = threading.Thread(target=read_ready_line, daemon=True)
-        reader.start()
-        reader.join(self.startup_timeout)
-        if not found:
-            self.stop()
-            raise RuntimeError(
-                f"embedded S3 server did not start within {self.startup_timeout:.0f}s"
-            )
-        return found[0]
+    @property
+    def pid(self) -> int | None:
+        """The server process's PID while it runs."""
+        return self._child.pid if self._child else None
 
     def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is None:
-            return
-        if process.stdin:
-            process.stdin.close()
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        if process.stdout:
-            process.stdout.close()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
 
     def cpu_seconds(self) -> float | None:
         """CPU time the server process has used so far (Linux; ``None`` elsewhere).
@@ -145,14 +119,7 @@ class EmbeddedS3Server:
         The benchmarks report it: on a small machine the emulator's own CPU, which S3
         never charges its clients, can be what limits a run.
         """
-        if self._process is None:
-            return None
-        try:
-            with open(f"/proc/{self._process.pid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return self._child.cpu_seconds() if self._child else None
 
     def reset(self) -> None:
         """Forget every bucket and upload (moto's reset API)."""
@@ -174,19 +141,6 @@ class EmbeddedS3Server:
         request = urllib.request.Request(f"{self.endpoint_url}{path}", method="POST")
         with urllib.request.urlopen(request, timeout=30):
             pass
-
-    def boto3_client(self, **config: Any) -> Any:
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name=REGION,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            config=Config(**config) if config else None,
-        )
 
     def __enter__(self) -> EmbeddedS3Server:
         return self.start()
@@ -353,14 +307,9 @@ def serve(port: int, latency_ms: float, copy_mb_per_s: float, exit_with_parent: 
     handler = _keep_alive_handler(MotoRequestHandler)
     server = make_server("127.0.0.1", port, app, threaded=True, request_handler=handler)
     bound = server.server_address[1]
-    print(f"{_READY} {bound}", flush=True)
+    announce_ready(_READY, bound)
     if exit_with_parent:
-
-        def stop_when_parent_leaves() -> None:
-            sys.stdin.read()
-            server.shutdown()
-
-        threading.Thread(target=stop_when_parent_leaves, daemon=True).start()
+        watch_parent(server.shutdown)
     else:
         print(_banner(bound, latency_ms, copy_mb_per_s), flush=True)
         signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
@@ -369,8 +318,8 @@ def serve(port: int, latency_ms: float, copy_mb_per_s: float, exit_with_parent: 
 
 
 def _banner(port: int, latency_ms: float, copy_mb_per_s: float) -> str:
-    endpoint = f"http://127.0.0.1:{port}"
-    options = {"key": ACCESS_KEY, "secret": SECRET_KEY, "client_kwargs": {"endpoint_url": endpoint}}
+    endpoint = f"http://{LOOPBACK}:{port}"
+    options = s3_storage_options(endpoint)
     costs = []
     if latency_ms:
         costs.append(f"{latency_ms:g} ms added to every request")

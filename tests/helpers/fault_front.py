@@ -77,13 +77,14 @@ headers, the request target and the ``Host`` header go upstream unchanged, so Si
 signatures stay valid; responses stream back (HEAD replies without a body). Each client
 connection gets one keep-alive connection upstream.
 
-The front runs in a child process (its own interpreter lock, standard library only)
-on a free 127.0.0.1 port and stops when its parent goes away: it watches its stdin
-when that is a pipe from the parent (end-of-file: the parent closed it or died), and
-polls its parent's pid in every case (so a front started by hand with stdin on
-``/dev/null`` does not stop at once). It is controlled over HTTP on the same port under
-``/_fault/`` (never a valid bucket name): ``GET|POST|DELETE /_fault/rules``,
-``GET|DELETE /_fault/stats``, ``GET|PUT /_fault/config``.
+The front runs in a child process (its own interpreter lock; the proxy is standard
+library only) on a free 127.0.0.1 port and stops when its parent goes away, as every
+local server does (:mod:`magicfs.integrations.local_server`, which also names each
+request's operation): it watches its stdin when that is a pipe from the parent
+(end-of-file: the parent closed it or died), and polls its parent's pid in every case
+(so a front started by hand with stdin on ``/dev/null`` does not stop at once). It is
+controlled over HTTP on the same port under ``/_fault/`` (never a valid bucket name):
+``GET|POST|DELETE /_fault/rules``, ``GET|DELETE /_fault/stats``, ``GET|PUT /_fault/config``.
 
 Usage::
 
@@ -111,9 +112,7 @@ import random
 import re
 import socket
 import socketserver
-import stat
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -124,38 +123,23 @@ import uuid
 from typing import Any
 from xml.sax.saxutils import escape
 
-LOOPBACK = "127.0.0.1"
-ACCESS_KEY = "testing"
-SECRET_KEY = "testing"
-REGION = "us-east-1"
+from magicfs.integrations.local_server import (
+    CREDENTIALS,
+    LOOPBACK,
+    OPERATIONS,
+    ChildServer,
+    S3Endpoint,
+    announce_ready,
+    watch_parent,
+)
+from magicfs.integrations.local_server import s3_operation as classify
+
+__all__ = ["ACTIONS", "OPERATIONS", "FaultFront", "classify"]
+
 CONTROL_PREFIX = "/_fault/"
 
 #: What a rule can do to a request (see the module docstring).
 ACTIONS = ("503", "500", "500-after", "error-200", "reset-before", "reset-after", "delay")
-
-#: The operations the front recognises (botocore's names); anything else is ``"Other"``.
-OPERATIONS = (
-    "CreateMultipartUpload",
-    "UploadPart",
-    "UploadPartCopy",
-    "CompleteMultipartUpload",
-    "AbortMultipartUpload",
-    "ListMultipartUploads",
-    "ListParts",
-    "PutObject",
-    "CopyObject",
-    "GetObject",
-    "HeadObject",
-    "DeleteObject",
-    "DeleteObjects",
-    "ListObjectsV2",
-    "ListObjects",
-    "HeadBucket",
-    "CreateBucket",
-    "DeleteBucket",
-    "ListBuckets",
-    "Other",
-)
 
 _READY = "MAGICFS-FAULT-FRONT-READY"
 
@@ -176,87 +160,6 @@ _HOP_BY_HOP = frozenset(
         "expect",
     }
 )
-
-# Query parameters of a plain GET or HEAD of an object or of a bucket listing: any other
-# query parameter names a subresource (``?acl``, ``?tagging``, ...), which is "Other".
-_GET_OBJECT_PARAMS = frozenset({"versionId", "partNumber"})
-_LIST_OBJECTS_PARAMS = frozenset({"prefix", "delimiter", "marker", "max-keys", "encoding-type"})
-
-
-# --- classification ---------------------------------------------------------------------
-
-
-def classify(method: str, target: str, headers: Any = None) -> tuple[str, str | None, str | None]:
-    """``(operation, bucket, key)`` of a path-style S3 request.
-
-    ``target`` is the request target (``/bucket/key?query``); ``headers`` any mapping
-    with ``get`` (only ``x-amz-copy-source`` is consulted). The key is percent-decoded.
-    """
-    split = urllib.parse.urlsplit(target)
-    query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
-    # Some SDKs name the operation in ``x-id`` (``?x-id=PutObject``); it is no subresource.
-    query.pop("x-id", None)
-    params = set(query)
-    path = split.path.lstrip("/")
-    bucket_part, _, key_part = path.partition("/")
-    bucket = urllib.parse.unquote(bucket_part) or None
-    key = urllib.parse.unquote(key_part) or None
-    method = method.upper()
-    copy_source = headers is not None and headers.get("x-amz-copy-source") is not None
-
-    if bucket is None:
-        operation = "ListBuckets" if method == "GET" and not params else "Other"
-    elif key is None:
-        operation = _classify_bucket(method, params, query)
-    else:
-        operation = _classify_object(method, params, copy_source)
-    return operation, bucket, key
-
-
-def _classify_bucket(method: str, params: set[str], query: dict[str, list[str]]) -> str:
-    if method == "GET":
-        if "uploads" in params:
-            return "ListMultipartUploads"
-        if query.get("list-type") == ["2"]:
-            return "ListObjectsV2"
-        if params <= _LIST_OBJECTS_PARAMS:
-            return "ListObjects"
-    elif method == "HEAD" and not params:
-        return "HeadBucket"
-    elif method == "PUT" and not params:
-        return "CreateBucket"
-    elif method == "DELETE" and not params:
-        return "DeleteBucket"
-    elif method == "POST" and "delete" in params:
-        return "DeleteObjects"
-    return "Other"
-
-
-def _classify_object(method: str, params: set[str], copy_source: bool) -> str:
-    if method == "POST":
-        if "uploads" in params:
-            return "CreateMultipartUpload"
-        if "uploadId" in params:
-            return "CompleteMultipartUpload"
-    elif method == "PUT":
-        if {"partNumber", "uploadId"} <= params:
-            return "UploadPartCopy" if copy_source else "UploadPart"
-        if not params:
-            return "CopyObject" if copy_source else "PutObject"
-    elif method == "DELETE":
-        if "uploadId" in params:
-            return "AbortMultipartUpload"
-        if params <= {"versionId"}:
-            return "DeleteObject"
-    elif method == "GET":
-        if "uploadId" in params:
-            return "ListParts"
-        if all(p in _GET_OBJECT_PARAMS or p.startswith("response-") for p in params):
-            return "GetObject"
-    elif method == "HEAD" and params <= _GET_OBJECT_PARAMS:
-        return "HeadObject"
-    return "Other"
-
 
 # --- rules and statistics (in the front's process) ------------------------------------------
 
@@ -695,40 +598,12 @@ def _loopback_address(url: str) -> tuple[str, int]:
 def serve(upstream_url: str, port: int, seed: int, latency_ms: float, parent_pid: int) -> None:
     """Run a front until its parent goes away (see the module docstring)."""
     server = FrontServer(port, upstream_url, FaultPlan(seed, latency_ms))
-    print(f"{_READY} {server.server_address[1]}", flush=True)
-    stopping = threading.Event()
-
-    def stop() -> None:
-        if not stopping.is_set():
-            stopping.set()
-            server.shutdown()
-
-    def stop_at_end_of_stdin() -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while os.read(0, 65536):
-                pass
-        stop()
-
-    def stop_when_orphaned() -> None:
-        while not stopping.wait(0.5):
-            if os.getppid() != parent_pid:
-                stop()
-
-    if _stdin_is_pipe():
-        threading.Thread(target=stop_at_end_of_stdin, daemon=True).start()
-    threading.Thread(target=stop_when_orphaned, daemon=True).start()
+    announce_ready(_READY, server.server_address[1])
+    watch_parent(server.shutdown, parent_pid)
     try:
         server.serve_forever(poll_interval=0.1)
     finally:
         server.server_close()
-
-
-def _stdin_is_pipe() -> bool:
-    """Only a pipe's end-of-file means "the parent has gone"; ``/dev/null`` is always at it."""
-    try:
-        return stat.S_ISFIFO(os.fstat(0).st_mode)
-    except OSError:
-        return False
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -746,11 +621,13 @@ def main(argv: list[str] | None = None) -> None:
 # --- the test process's side ------------------------------------------------------------------
 
 
-class FaultFront:
+class FaultFront(S3Endpoint):
     """A fault-injecting front in a child process, in front of ``upstream_url``.
 
     Use as a context manager (or ``start()`` / ``stop()``). ``seed`` seeds the rules'
-    ``rate`` draws; ``latency_ms`` delays every request.
+    ``rate`` draws; ``latency_ms`` delays every request. ``storage_options`` and
+    ``boto3_client(**config)`` bind clients to the front (add ``skip_instance_cache=True``
+    to the options for a fresh s3fs).
     """
 
     def __init__(
@@ -761,7 +638,7 @@ class FaultFront:
         latency_ms: float = 0.0,
         port: int = 0,
         startup_timeout: float = 30.0,
-        credentials: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
+        credentials: tuple[str, str] = CREDENTIALS,
     ) -> None:
         _loopback_address(upstream_url)
         self.upstream_url = upstream_url
@@ -773,7 +650,7 @@ class FaultFront:
         self.requested_port = port
         self.startup_timeout = startup_timeout
         self.port: int | None = None
-        self._process: subprocess.Popen[str] | None = None
+        self._child: ChildServer | None = None
         # Control requests never go through a proxy, whatever the environment says.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -782,8 +659,6 @@ class FaultFront:
     def start(self) -> FaultFront:
         command = [
             sys.executable,
-            "-I",  # isolated: no user site, no PYTHON* variables, not the caller's directory
-            "-S",  # no site-packages at all: the front is standard library only
             os.path.abspath(__file__),
             "--upstream",
             self.upstream_url,
@@ -796,53 +671,21 @@ class FaultFront:
             "--parent-pid",
             str(os.getpid()),
         ]
-        self._process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, close_fds=True
+        self._child = ChildServer(
+            "fault front", command, _READY, startup_timeout=self.startup_timeout
         )
-        self.port = self._wait_for_port()
+        self.port = int(self._child.start())
         return self
-
-    def _wait_for_port(self) -> int:
-        process = self._process
-        assert process is not None and process.stdout is not None
-        found: list[int] = []
-
-        def read_ready_line() -> None:
-            for line in process.stdout:  # type: ignore[union-attr]
-                if line.startswith(_READY):
-                    found.append(int(line.split()[1]))
-                    return
-
-        reader = threading.Thread(target=read_ready_line, daemon=True)
-        reader.start()
-        reader.join(self.startup_timeout)
-        if not found:
-            self.stop()
-            raise RuntimeError(f"fault front did not start within {self.startup_timeout:.0f}s")
-        return found[0]
 
     def stop(self) -> None:
         """Close the front's stdin (it stops); terminate, then kill it, should it linger."""
-        process, self._process = self._process, None
-        if process is None:
-            return
-        with contextlib.suppress(OSError):
-            process.stdin.close()  # type: ignore[union-attr]
-        try:
-            process.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stdout:
-            process.stdout.close()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process else None
+        return self._child.pid if self._child else None
 
     def __enter__(self) -> FaultFront:
         return self.start()
@@ -850,37 +693,11 @@ class FaultFront:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    # -- clients --
-
     @property
     def endpoint_url(self) -> str:
         if self.port is None:
             raise RuntimeError("fault front not started")
         return f"http://{LOOPBACK}:{self.port}"
-
-    @property
-    def storage_options(self) -> dict[str, Any]:
-        """Options for ``s3fs.S3FileSystem`` (add ``skip_instance_cache=True``)."""
-        key, secret = self.credentials
-        return {
-            "key": key,
-            "secret": secret,
-            "client_kwargs": {"endpoint_url": self.endpoint_url},
-        }
-
-    def boto3_client(self, **config: Any) -> Any:
-        """A boto3 S3 client through the front; ``config``: ``botocore.config.Config`` options."""
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name=REGION,
-            aws_access_key_id=self.credentials[0],
-            aws_secret_access_key=self.credentials[1],
-            config=Config(**config) if config else None,
-        )
 
     # -- rules and statistics --
 

@@ -67,9 +67,17 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from magicfs.integrations.local_server import (
+    ACCESS_KEY,
+    CREDENTIALS,
+    REGION,
+    SECRET_KEY,
+    s3_boto3_client,
+    s3_storage_options,
+)
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PHASES = ("setup", "write", "task_commit", "job_commit", "done")
-ACCESS_KEY = SECRET_KEY = "testing"
 MiB = 1 << 20
 
 # --- what a job writes ----------------------------------------------------------------------
@@ -141,12 +149,7 @@ def preexisting_files(seed: int, count: int) -> dict[str, bytes]:
 def storage_options(
     endpoint: str, key: str = ACCESS_KEY, secret: str = SECRET_KEY
 ) -> dict[str, Any]:
-    return {
-        "key": key,
-        "secret": secret,
-        "client_kwargs": {"endpoint_url": endpoint},
-        "skip_instance_cache": True,
-    }
+    return {**s3_storage_options(endpoint, (key, secret)), "skip_instance_cache": True}
 
 
 def make_committer(spec: JobSpec, endpoint: str | None = None):
@@ -968,7 +971,7 @@ def child_env() -> dict[str, str]:
     env["AWS_EC2_METADATA_DISABLED"] = "true"
     env.setdefault("AWS_ACCESS_KEY_ID", ACCESS_KEY)
     env.setdefault("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-    env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    env.setdefault("AWS_DEFAULT_REGION", REGION)
     env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     return env
@@ -1026,23 +1029,15 @@ class KillHarness:
         keep: bool = False,
         grace: float = 0.5,
         timeout: float = 120.0,
-        credentials: tuple[str, str] = (ACCESS_KEY, SECRET_KEY),
+        credentials: tuple[str, str] = CREDENTIALS,
     ):
-        import boto3
-
         self.upstream_url = upstream_url
         self.credentials = credentials
         self.workdir = workdir or tempfile.mkdtemp(prefix="magicfs-kill-")
         self.keep = keep
         self.grace = grace
         self.timeout = timeout
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=upstream_url,
-            region_name="us-east-1",
-            aws_access_key_id=credentials[0],
-            aws_secret_access_key=credentials[1],
-        )
+        self.client = s3_boto3_client(upstream_url, credentials)
         self.calibrations: dict[tuple, dict[str, float]] = {}
         self.calibration_results: list[RunResult] = []
 

@@ -30,10 +30,12 @@ import urllib.request
 import uuid
 from typing import Any
 
-from helpers.servers import (
+from magicfs.integrations.local_server import (
     LOOPBACK,
+    S3Endpoint,
     ServerStartError,
     free_port,
+    s3_storage_options,
     stop_supervised,
     supervise,
 )
@@ -71,7 +73,7 @@ def missing_programs() -> list[str]:
     return [program for program in RGW_PROGRAMS if shutil.which(program) is None]
 
 
-class RgwServer:
+class RgwServer(S3Endpoint):
     """A single-node Ceph cluster with RGW on free loopback ports, under ``workdir``.
 
     ``with RgwServer(workdir) as rgw:`` (or ``start()`` then ``stop()``) gives
@@ -82,6 +84,10 @@ class RgwServer:
     startup_timeout = 90.0
     #: RGW's memstore OSD keeps every object in memory, up to this many bytes.
     memstore_bytes = 4 * 1024**3
+
+    #: ``storage_options`` and ``boto3_client()`` (over HTTP) use these (S3Endpoint).
+    credentials = (RGW_ACCESS_KEY, RGW_SECRET_KEY)
+    region_name = RGW_REGION
 
     def __init__(self, workdir: pathlib.Path, tls: bool = True) -> None:
         self.workdir = workdir
@@ -117,43 +123,14 @@ class RgwServer:
         return self.workdir / "rgw-key.pem"
 
     @property
-    def storage_options(self) -> dict[str, Any]:
-        """Options for ``s3fs.S3FileSystem`` over HTTP."""
-        return {
-            "key": RGW_ACCESS_KEY,
-            "secret": RGW_SECRET_KEY,
-            "client_kwargs": {"endpoint_url": self.endpoint_url, "region_name": RGW_REGION},
-        }
-
-    @property
     def tls_storage_options(self) -> dict[str, Any]:
         """Options for ``s3fs.S3FileSystem`` over HTTPS, as a user must set them for RGW
         16.2 with a private certificate: ``verify`` names the CA file, and botocore's
         default checksums are off (:data:`RGW_TLS_CONFIG`)."""
-        return {
-            "key": RGW_ACCESS_KEY,
-            "secret": RGW_SECRET_KEY,
-            "client_kwargs": {
-                "endpoint_url": self.tls_endpoint_url,
-                "region_name": RGW_REGION,
-                "verify": self.ca_file,
-            },
-            "config_kwargs": dict(RGW_TLS_CONFIG),
-        }
-
-    def boto3_client(self, **config: Any) -> Any:
-        """A boto3 S3 client over HTTP; ``config`` goes to ``botocore.config.Config``."""
-        import boto3
-        from botocore.config import Config
-
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name=RGW_REGION,
-            aws_access_key_id=RGW_ACCESS_KEY,
-            aws_secret_access_key=RGW_SECRET_KEY,
-            config=Config(**config) if config else None,
-        )
+        options = s3_storage_options(self.tls_endpoint_url, self.credentials, self.region_name)
+        options["client_kwargs"]["verify"] = self.ca_file
+        options["config_kwargs"] = dict(RGW_TLS_CONFIG)
+        return options
 
     # --- life cycle ----------------------------------------------------------------------
 

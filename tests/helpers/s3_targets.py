@@ -1,6 +1,9 @@
 """One S3 test store, moto or Ceph RGW, for tests that run on both (``s3_target``).
 
-A test module defines its fixture as::
+A pytest plugin (``pytest_plugins`` in the root ``conftest.py``): a test that asks for
+the ``target`` fixture runs once on each store of :data:`S3_TARGETS`, and
+``make_committer(**kwargs)`` builds a :class:`~magicfs.MagicCommitter` writing under
+``s3://<target bucket>/out``. A module that needs another store list defines its own::
 
     @pytest.fixture(params=S3_TARGETS)
     def target(request):
@@ -9,6 +12,7 @@ A test module defines its fixture as::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,3 +47,21 @@ def s3_target(request: Any) -> S3Target:
         client = request.getfixturevalue("rgw_client")
         bucket = request.getfixturevalue("rgw_bucket")
     return S3Target(request.param, dict(server.storage_options), client, bucket, server)
+
+
+@pytest.fixture(params=S3_TARGETS)
+def target(request: Any) -> S3Target:
+    """The store the test runs on: moto, then Ceph RGW (marked ``rgw``)."""
+    return s3_target(request)
+
+
+@pytest.fixture
+def make_committer(target: S3Target) -> Callable[..., Any]:
+    """``make(**kwargs)``: a fresh ``MagicCommitter`` for ``s3://<target.bucket>/out``."""
+    from magicfs import MagicCommitter
+
+    def make(**kwargs: Any) -> MagicCommitter:
+        options = {**target.options, "skip_instance_cache": True}
+        return MagicCommitter(f"s3://{target.bucket}/out", storage_options=options, **kwargs)
+
+    return make

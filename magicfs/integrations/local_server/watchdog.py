@@ -1,0 +1,68 @@
+"""The watchdog of a supervised server: ``python -I -S watchdog.py COMMAND...``.
+
+It starts the command in its own process group and stops that group when its own stdin
+reaches end-of-file, which happens when the process that started it closes it *or dies*
+(even by SIGKILL: the kernel closes the pipe); on Linux the command also gets SIGKILL
+should the watchdog itself die. It runs as a script in an isolated interpreter, so it
+imports the standard library only, and nothing of the package: no thread may run before
+it forks the command (``preexec_fn``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+#: This file, which ``supervise`` runs as the watchdog.
+SCRIPT = os.path.abspath(__file__)
+
+
+def _die_with_parent() -> None:
+    """In the server (Linux): receive SIGKILL when the watchdog dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def _stop_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group, SIGKILL it if it lingers."""
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _watch(command: list[str]) -> int:
+    """The watchdog: run ``command``, stop its group at end-of-file on stdin or SIGTERM."""
+    server = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, so that helpers it spawns die too
+        preexec_fn=_die_with_parent,  # safe: this process has no other thread yet
+    )
+
+    def stop_when_parent_leaves() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(0, 65536):  # unbuffered: no lock held should the interpreter end
+                pass  # end-of-file: the parent closed it or died
+        _stop_group(server)
+
+    signal.signal(signal.SIGTERM, lambda *_: _stop_group(server))
+    threading.Thread(target=stop_when_parent_leaves, daemon=True).start()
+    return server.wait()
+
+
+if __name__ == "__main__":
+    sys.exit(_watch(sys.argv[1:]))
