@@ -134,5 +134,6 @@ class _Skipped(Exception):
 
 
 def _first_failure(futures: Iterable[concurrent.futures.Future[R]]) -> BaseException:
-    errors = [f.exception() for f in futures]
-    return next(e for e in errors if e is not None and not isinstance(e, _Skipped))
+    errors = [f.exception() for f in futures if not f.cancelled()]  # cancelled by the caller
+    failures = (e for e in errors if e is not None and not isinstance(e, _Skipped))
+    return next(failures, concurrent.futures.CancelledError())
