@@ -88,8 +88,10 @@ def child(method: str, size: int, endpoint: str) -> dict:
                 f.write(chunk)
         closed = time.perf_counter()
         commit = SinglePendingCommit.load(fs, path + ".pending")
-        magic.view.store.complete_upload(
-            commit.bucket, commit.destination_key, commit.upload_id, commit.etags
+        magic.view.store.run(
+            magic.view.store.acomplete_upload(
+                commit.bucket, commit.destination_key, commit.upload_id, commit.etags
+            )
         )
         key = "out/big.bin"
     elif method == "s3fs":

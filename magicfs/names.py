@@ -41,3 +41,11 @@ CLASSIC_JOB_MARKER_SUFFIX = ".json"
 STARTED_SUFFIX = ".started"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.
 JOURNAL_FILE = "_magicfs_commit.json"
+#: Its delete pages beside it: ``_magicfs_commit.deletes-<5-digit page number>.json``.
+JOURNAL_PAGE_PREFIX = "_magicfs_commit.deletes-"
+JOURNAL_PAGE_SUFFIX = ".json"
+
+
+def journal_page(number: int) -> str:
+    """The name of the commit journal's delete page ``number``."""
+    return f"{JOURNAL_PAGE_PREFIX}{number:05d}{JOURNAL_PAGE_SUFFIX}"

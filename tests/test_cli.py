@@ -32,7 +32,7 @@ from magicfs.records import (
     SuccessData,
     TaskManifest,
 )
-from magicfs.stores.s3.store import S3Store
+from magicfs.stores.s3.store import S3Store, iterate
 
 SECRET = "SUPERSECRET123"
 
@@ -327,7 +327,7 @@ def test_list_uploads_follows_every_page(s3, s3_client, magic, bucket):
     paging = PagedUploadListing(s3, s3_client, page_size=2)
     store = S3Store(s3)
 
-    listed = list(store.list_uploads(bucket, "data/"))
+    listed = list(iterate(store, store.alist_uploads(bucket, "data/")))
     assert {u.key: u.upload_id for u in listed} == real
     assert len(listed) == 5  # no page read twice, none skipped
     first_page = sorted(real.items())[:2]
@@ -360,7 +360,8 @@ def test_list_uploads_follows_real_pages_on_rgw(rgw_s3, rgw_bucket):
         markers.append(params.get("KeyMarker", ""))
 
     rgw_s3.s3.meta.events.register("before-parameter-build.s3.ListMultipartUploads", small_pages)
-    listed = list(S3Store(rgw_s3).list_uploads(rgw_bucket, "data/"))
+    rgw_store = S3Store(rgw_s3)
+    listed = list(iterate(rgw_store, rgw_store.alist_uploads(rgw_bucket, "data/")))
     assert [u.key for u in listed] == [f"data/part-{index}.csv" for index in range(5)]
     assert markers == ["", "data/part-1.csv", "data/part-3.csv"]
 

@@ -20,7 +20,15 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "magicfs"
 LAYERS = [
     (
         "foundations",
-        ["names.py", "paths.py", "errors.py", "statistics.py", "progress.py", "task_files.py"],
+        [
+            "names.py",
+            "paths.py",
+            "errors.py",
+            "statistics.py",
+            "progress.py",
+            "task_files.py",
+            "parallel.py",
+        ],
     ),
     ("records", ["records/"]),
     ("stores", ["stores/"]),

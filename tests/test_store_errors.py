@@ -119,7 +119,9 @@ def test_refused_completion_on_ceph_rgw(rgw_server, rgw_client, rgw_bucket):
 def test_store_errors_keep_their_classes_and_codes(s3, bucket):
     store = S3Store(s3)
     with pytest.raises(StoreNotFoundError) as missing:
-        store.call("abort_multipart_upload", Bucket=bucket, Key="k", UploadId="no-such-upload")
+        store.run(
+            store.acall("abort_multipart_upload", Bucket=bucket, Key="k", UploadId="no-such-upload")
+        )
     assert isinstance(missing.value, FileNotFoundError)
     assert error_code(missing.value) == "NoSuchUpload" and missing.value.code == "NoSuchUpload"
     assert missing.value.status == 404

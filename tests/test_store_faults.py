@@ -13,11 +13,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import s3fs
 from helpers import object_keys, pending_uploads, visible_keys
 
 import magicfs
 from conftest import _checked_bucket
+from magicfs.committers.jobs import find_jobs
 from magicfs.errors import JobCommitError
+from magicfs.integrations.cli.common import read_limited
 from magicfs.stores.s3.retry import RetryPolicy
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
@@ -246,3 +249,52 @@ def test_clean_up_that_cannot_delete_the_job_tree(faults_front, s3_client, bucke
     again = committer_via(faults_front, bucket, job_id=committer.job_id)
     assert again.commit_job().files == 20  # finishes the clean-up, publishes nothing again
     assert_nothing_left(s3_client, bucket)
+
+
+# --- the store's calls outside job commit: retried by magicfs, not only by botocore --------
+
+
+def _one_attempt_storage(front):
+    """Storage options whose client makes one attempt per call (no botocore retries)."""
+    return {
+        **front.storage_options,
+        "skip_instance_cache": True,
+        "config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}},
+    }
+
+
+def test_magicfs_jobs_listings_and_marker_read_are_retried(faults_front, s3_client, bucket):
+    # `magicfs jobs` lists the job trees and task records and reads the job marker through
+    # the store: an InternalError (which neither s3fs nor a one-attempt client retries)
+    # is retried by the store's policy, and the job is found as it is.
+    committer = committer_via(faults_front, bucket, retry_policy=FAST)
+    run_job(committer)
+    faults_front.add_rule("ListObjectsV2", "500", count=2)
+    faults_front.add_rule("GetObject", "500", key=r"_magicfs_job\.json$", count=1)
+
+    jobs = find_jobs(f"s3://{bucket}/out", storage_options=_one_attempt_storage(faults_front))
+
+    assert [(j.job_id, j.state, j.task_records) for j in jobs] == [
+        (committer.job_id, "active", len(TASKS))
+    ]
+    assert jobs[0].host  # the marker was read, after its failed GET
+    stats = faults_front.stats()
+    assert stats["ListObjectsV2"]["faults"] == {"500": 2}
+    assert stats["GetObject"]["faults"] == {"500": 1}
+    faults_front.clear()
+    committer.abort_job()
+    assert_nothing_left(s3_client, bucket)
+
+
+def test_cli_record_reads_on_s3_are_retried(faults_front, s3_client, bucket):
+    # `magicfs success` / `inspect` read a record with a HEAD and a GET, both retried.
+    committer = committer_via(faults_front, bucket, retry_policy=FAST)
+    committer.commit_job(run_job(committer))
+    fs = s3fs.S3FileSystem(**_one_attempt_storage(faults_front))
+    faults_front.add_rule(["HeadObject", "GetObject"], "500", key=r"_SUCCESS$", count=2)
+
+    data = read_limited(fs, f"{bucket}/out/_SUCCESS", 1 << 20, f"s3://{bucket}/out/_SUCCESS")
+
+    assert data == s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read()
+    assert len(json.loads(data)["filenames"]) == len(ALL)
+    assert sum(s["faults"].get("500", 0) for s in faults_front.stats().values()) == 2

@@ -32,9 +32,12 @@ from ..paths import join
 from ..protocol.committer import OutputCommitter
 from ..stores.capabilities import is_s3
 from ..stores.s3.failures import listing_error
+from ..stores.s3.store import S3Store, iterate
 from . import committer_for
 
 STATES = ("active", "committing", "committed", "ended")
+#: A job marker is a small JSON document; more than this is not one of ours.
+MARKER_BYTES = 1 << 20
 
 
 @dataclass
@@ -82,11 +85,13 @@ def find_jobs(
     """Every magic or manifest committer job with state under ``dest`` (a URL)."""
     probe = committer_for(dest, storage_options=storage_options, fs=fs)
     store_fs, root = probe.store_fs, probe.dest
-    if is_s3(store_fs):
+    store = getattr(probe, "store", None)
+    if is_s3(store_fs) and isinstance(store, S3Store):
+        bucket, key = store.split(root)
+        trees = f"{key}/{MAGIC_JOB_PREFIX}" if key else MAGIC_JOB_PREFIX
         ids = [
-            name[len(MAGIC_JOB_PREFIX) :]
-            for name in _names(store_fs, root)
-            if name.startswith(MAGIC_JOB_PREFIX)
+            tree.rstrip("/").rsplit("/", 1)[-1][len(MAGIC_JOB_PREFIX) :]
+            for tree in iterate(store, store.alist_prefixes(bucket, trees))
         ]
         kind = "magic"
     else:
@@ -133,10 +138,16 @@ def _marker(committer: OutputCommitter) -> dict[str, Any] | None:
     layout = getattr(committer, "layout", None)
     if layout is None:
         return None
-    try:
-        data = committer.store_fs.cat_file(layout.job_marker)
-    except FileNotFoundError:
-        return None
+    store = getattr(committer, "store", None)
+    if isinstance(store, S3Store):  # retried and paced (the store's calls)
+        data = store.read(layout.job_marker, MARKER_BYTES)
+        if data is None:
+            return None
+    else:
+        try:
+            data = committer.store_fs.cat_file(layout.job_marker, start=0, end=MARKER_BYTES)
+        except FileNotFoundError:
+            return None
     try:
         document = json.loads(data)
     except ValueError:
@@ -152,6 +163,11 @@ def _task_records(committer: OutputCommitter) -> int:
         directory, suffix = layout.manifests_dir, MANIFEST_SUFFIX
     else:
         return 0
+    store = getattr(committer, "store", None)
+    if isinstance(store, S3Store):  # retried and paced (the store's calls)
+        bucket, key = store.split(directory)
+        files = iterate(store, store.alist_keys(bucket, f"{key}/", delimiter="/"))
+        return sum(1 for path in files if path.endswith(suffix))
     return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
 
 

@@ -52,7 +52,7 @@ from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, Sin
 from ..stores.capabilities import is_s3
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
-from ..stores.s3.store import DELETE_BATCH, PendingUpload
+from ..stores.s3.store import DELETE_BATCH, PendingUpload, iterate
 from ..stores.s3.sweep import (
     abort_uploads,
     load_pending,
@@ -131,12 +131,15 @@ class MagicCommitter(S3PendingsetCommitter):
             self._put(self.layout.job_marker, self._job_marker_document())
 
     def job_active(self) -> bool:
-        return self.store.head_object(self.bucket, self._key(self.layout.job_marker)) is not None
+        return (
+            self.store.run(self.store.ahead_object(self.bucket, self._key(self.layout.job_marker)))
+            is not None
+        )
 
     def _end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
         was_active = self.job_active() if check else False
-        self.store.delete_object(self.bucket, self._key(self.layout.job_marker))
+        self.store.run(self.store.adelete_object(self.bucket, self._key(self.layout.job_marker)))
         return was_active
 
     def _journal(self) -> JournalKeeper:
@@ -162,10 +165,12 @@ class MagicCommitter(S3PendingsetCommitter):
 
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
-        started = self.store.submit(
-            "head_object",
-            Bucket=self.bucket,
-            Key=self._key(self.layout.started_marker(task.attempt_id)),
+        started = self.store.run_background(
+            self.store.acall(
+                "head_object",
+                Bucket=self.bucket,
+                Key=self._key(self.layout.started_marker(task.attempt_id)),
+            )
         )
         try:
             # The started check runs alongside the listing: one round trip, not two.
@@ -188,7 +193,9 @@ class MagicCommitter(S3PendingsetCommitter):
         try:
             data = pendingset.to_bytes()
             saves = [
-                self.store.submit_put(self.bucket, self._key(path), data)
+                self.store.run_background(
+                    self.store.aput_object(self.bucket, self._key(path), data)
+                )
                 for path in (attempt_record, self.layout.pendingset(task.task_id))
             ]
             for save in saves:
@@ -242,7 +249,10 @@ class MagicCommitter(S3PendingsetCommitter):
         """Files of the attempt that cannot be committed: say exactly why (one HEAD each)."""
         if not markers:
             return
-        heads = {m: self.store.submit("head_object", **self._location(m)) for m in markers}
+        heads = {
+            m: self.store.run_background(self.store.acall("head_object", **self._location(m)))
+            for m in markers
+        }
         around, unclosed = [], []
         for marker, head in heads.items():
             try:
@@ -279,11 +289,16 @@ class MagicCommitter(S3PendingsetCommitter):
         abort_uploads(
             self.store, uploads_of(load_pending(self.store, paths)), release=self._release
         )
-        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
+        self.store.run(self.store.adelete_objects(self.bucket, [self._key(p) for p in paths]))
 
     def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
         futures = [
-            (path, self.store.submit_read(*self.store.split(path), SinglePendingCommit.MAX_BYTES))
+            (
+                path,
+                self.store.run_background(
+                    self.store.aread(*self.store.split(path), SinglePendingCommit.MAX_BYTES)
+                ),
+            )
             for path in paths
         ]
         commits = []
@@ -316,7 +331,7 @@ class MagicCommitter(S3PendingsetCommitter):
         records += [attempt_record, self.layout.started_marker(task.attempt_id)]
         if self._recorded_attempt(task_record) == task.attempt_id:
             records.append(task_record)
-        self.store.delete_objects(self.bucket, [self._key(p) for p in records])
+        self.store.run(self.store.adelete_objects(self.bucket, [self._key(p) for p in records]))
         log.info(
             "task %s: aborted %d uploads in %.2fs%s",
             task.attempt_id,
@@ -346,7 +361,7 @@ class MagicCommitter(S3PendingsetCommitter):
         bucket, key = self.store.split(self.layout.job_attempt_dir)
         records = [
             p
-            for p in self.store.list_keys(bucket, key + "/", delimiter="/")
+            for p in iterate(self.store, self.store.alist_keys(bucket, key + "/", delimiter="/"))
             if p.endswith(PENDINGSET_SUFFIX)
         ]
         if not was_active and (not records or self._success_names_this_job()):
@@ -355,7 +370,7 @@ class MagicCommitter(S3PendingsetCommitter):
 
     def _tree_left(self) -> bool:
         bucket, key = self.store.split(self.layout.magic_dir)
-        return next(iter(self.store.list_keys(bucket, key + "/")), None) is not None
+        return next(iterate(self.store, self.store.alist_keys(bucket, key + "/")), None) is not None
 
     def _nothing_to_commit(self, tree_left: bool) -> NothingToCommitError:
         if self._success_names_this_job():
@@ -376,10 +391,12 @@ class MagicCommitter(S3PendingsetCommitter):
         self, path: str, pool: concurrent.futures.Executor
     ) -> concurrent.futures.Future[bytes]:
         # A coroutine on the store's IO loop: no thread of `pool` waits for it.
-        return self.store.submit_read(*self.store.split(path), PendingSet.MAX_BYTES)
+        return self.store.run_background(
+            self.store.aread(*self.store.split(path), PendingSet.MAX_BYTES)
+        )
 
     def _delete_files(self, paths: list[str]) -> None:
-        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
+        self.store.run(self.store.adelete_objects(self.bucket, [self._key(p) for p in paths]))
 
     def _save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
@@ -412,9 +429,13 @@ class MagicCommitter(S3PendingsetCommitter):
             try:
                 with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both listings at once
                     uploads = pool.submit(
-                        lambda: list(self.store.list_uploads(self.bucket, prefix))
+                        lambda: list(
+                            iterate(self.store, self.store.alist_uploads(self.bucket, prefix))
+                        )
                     )
-                    for page in batches(self.store.list_keys(tree_bucket, tree + "/"), 1000):
+                    for page in batches(
+                        iterate(self.store, self.store.alist_keys(tree_bucket, tree + "/")), 1000
+                    ):
                         keys.update(tree_keys(self.store, page))
                     listed = uploads.result()
 
@@ -427,7 +448,11 @@ class MagicCommitter(S3PendingsetCommitter):
                         keys,
                         keep,
                         lambda shared: recorded_ids(
-                            self.store, list(self.store.list_keys(tree_bucket, tree + "/")), shared
+                            self.store,
+                            list(
+                                iterate(self.store, self.store.alist_keys(tree_bucket, tree + "/"))
+                            ),
+                            shared,
                         ),
                         progress,
                         uploads,
@@ -444,13 +469,18 @@ class MagicCommitter(S3PendingsetCommitter):
             # not leave a tree that a retried commit would read as a job with fewer tasks.
             records = OrderedPaths()  # on disk: a job may have any number of tasks
             try:
-                for page in batches(self.store.list_keys(tree_bucket, tree + "/"), DELETE_BATCH):
+                for page in batches(
+                    iterate(self.store, self.store.alist_keys(tree_bucket, tree + "/")),
+                    DELETE_BATCH,
+                ):
                     ranked = [_deletion_order(p) for p in page]
                     records.add(r for r in ranked if r[0] > 0)
                     files = [self._key(p) for rank, p in ranked if rank == 0]
-                    self.store.delete_objects(self.bucket, files)
+                    self.store.run(self.store.adelete_objects(self.bucket, files))
                 for batch in records.batches(DELETE_BATCH):
-                    self.store.delete_objects(self.bucket, [self._key(p) for p in batch])
+                    self.store.run(
+                        self.store.adelete_objects(self.bucket, [self._key(p) for p in batch])
+                    )
             finally:
                 records.discard()
             self.store_fs.invalidate_cache(self.layout.magic_dir)
@@ -470,7 +500,7 @@ class MagicCommitter(S3PendingsetCommitter):
         return {"Bucket": bucket, "Key": key}
 
     def _put(self, path: str, data: bytes) -> None:
-        self.store.put_object(self.bucket, self._key(path), data)
+        self.store.run(self.store.aput_object(self.bucket, self._key(path), data))
 
     def _find(self, path: str) -> list[str]:
         self.store_fs.invalidate_cache(path)

@@ -74,6 +74,7 @@ from ..stores.capabilities import is_s3
 from ..stores.local import TaskLocalFileSystem
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
+from ..stores.s3.store import iterate
 from ..stores.s3.sweep import sweep_job
 from ..stores.s3.tracking import upload_metadata
 from ..stores.s3.upload import upload_pending
@@ -331,11 +332,20 @@ class StagingCommitter(S3PendingsetCommitter):
     def _check_partitions_absent(self, relatives: list[str]) -> None:
         for partition in sorted(partitions_of(relatives) - {TABLE_ROOT}):
             path = join(self.dest, partition)
-            if self.store_fs.exists(path):
+            if self._exists(path):
                 raise CommitConflictError(
                     f"{self.store_fs.unstrip_protocol(path)}: partition already exists and "
                     "conflict_mode is 'fail'"
                 )
+
+    def _exists(self, path: str) -> bool:
+        """An object at ``path``, or under it (s3fs's ``exists``, through the store's
+        retried and paced calls)."""
+        bucket, key = self.store.split(path)
+        under = iterate(self.store, self.store.alist_keys(bucket, f"{key}/"))
+        if next(under, None) is not None:
+            return True
+        return self.store.run(self.store.ahead_object(bucket, key)) is not None
 
     def _wrapped_task(self, task: TaskAttempt) -> TaskAttempt:
         return self.wrapped.task_attempt(task.task_index, task.attempt_number)
@@ -390,14 +400,15 @@ class StagingCommitter(S3PendingsetCommitter):
             c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload.commits()
         } - {""}
         doomed: list[str] = []
-        for partition in sorted(partitions):
-            with contextlib.suppress(FileNotFoundError):
-                doomed.extend(self.store_fs.find(join(self.dest, partition)))
+        for partition in sorted(partitions):  # every file under it (directory markers aside)
+            _, key = self.store.split(join(self.dest, partition))
+            listed = iterate(self.store, self.store.alist_keys(self.bucket, f"{key}/"))
+            doomed.extend(path for path in listed if not path.endswith("/"))
         log.info("job %s: replacing %d partitions", self.job_id, len(partitions))
         return doomed
 
     def _delete_files(self, paths: list[str]) -> None:
-        self.store.delete_objects(self.bucket, [self._key(p) for p in paths])
+        self.store.run(self.store.adelete_objects(self.bucket, [self._key(p) for p in paths]))
 
     def _save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
@@ -411,7 +422,11 @@ class StagingCommitter(S3PendingsetCommitter):
             **{"magicfs.staging_dir": self.staging_dir},
         )
         if self.success_file:
-            self.store.put_object(self.bucket, self._key(self.success_path), success.to_bytes())
+            self.store.run(
+                self.store.aput_object(
+                    self.bucket, self._key(self.success_path), success.to_bytes()
+                )
+            )
         return success.filenames
 
     # -- abort and clean-up ----------------------------------------------------------------

@@ -254,7 +254,7 @@ class S3TaskView:
             if key:
                 by_bucket.setdefault(bucket, []).append(key)
         for bucket, keys in by_bucket.items():
-            self.store.delete_objects(bucket, keys)
+            self.store.run(self.store.adelete_objects(bucket, keys))
 
     # -- everything else ---------------------------------------------------------------------
 
@@ -276,7 +276,7 @@ class S3TaskView:
         if entry is not None:
             return {"name": path, "size": entry.length, "type": "file"}
         bucket, key = self.store.split(path)
-        head = self.store.head_object(bucket, key)
+        head = self.store.run(self.store.ahead_object(bucket, key))
         if head is None:
             if self.registry.under(path.rstrip("/") + "/"):  # files just written here
                 return {"name": path.rstrip("/"), "size": 0, "type": "directory"}

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from ..errors import InvalidCommitData
-from ..names import JOURNAL_FILE
+from ..names import JOURNAL_FILE, journal_page
 from ..paths import join
 from ..records.journal import PAGE_SIZE, CommitJournal, DeletePage
 
@@ -45,7 +45,7 @@ class JournalKeeper:
         return join(self.directory, JOURNAL_FILE)
 
     def page_path(self, page: int) -> str:
-        return join(self.directory, f"_magicfs_commit.deletes-{page:05d}.json")
+        return join(self.directory, journal_page(page))
 
     def all_paths(self, journal: CommitJournal | None) -> list[str]:
         """The journal and its pages (pages first: the journal is deleted last)."""

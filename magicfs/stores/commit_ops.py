@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CommitFailedError
+from ..parallel import loop_map
 from ..progress import batches, progress_bar
 from ..records import SinglePendingCommit
 from ..statistics import IOStatisticsStore
@@ -77,63 +77,40 @@ class CommitOperations:
             commits = list(commits)
             total = len(commits)
         result = CompletionResult()
-        failure: BaseException | None = None
-        failed: SinglePendingCommit | None = None
-        stop = threading.Event()
+        failed: list[tuple[SinglePendingCommit, BaseException]] = []
         report = Progress(self.store, total, self.job_id)
 
-        async def complete(commit: SinglePendingCommit) -> bool:
-            if stop.is_set():
-                return False
+        async def complete(commit: SinglePendingCommit) -> None:
             try:
                 with self.stats.track("committer_materialize_file"):
                     await self.acomplete(commit)
-            except BaseException:
-                stop.set()  # before another completion can start
+            except BaseException as error:
+                failed.append((commit, error))
                 raise
-            return True
-
-        def settle(done: Iterable[concurrent.futures.Future[bool]]) -> None:
-            nonlocal failure, failed
-            for future in done:
-                commit = running.pop(future)
-                error = future.exception()
-                if error is None:
-                    if future.result():
-                        result.files += 1
-                        result.bytes += commit.length
-                elif failure is None:
-                    failure, failed = error, commit
-                    stop.set()
-                bar.update()
-                report.update(bar, result.files)
+            result.files += 1  # counted here, on the IO loop: every completion, in order or not
+            result.bytes += commit.length
 
         # `threads` completions in flight, as coroutines on the store's IO loop (no thread
-        # per call); this thread feeds them from `commits` and settles the finished ones.
-        running: dict[concurrent.futures.Future[bool], SinglePendingCommit] = {}
+        # per call); this thread reads `commits` and reports progress.
         with progress_bar(total, "completing uploads", self.progress) as bar:
-            for commit in commits:
-                if stop.is_set():
-                    break
-                if len(running) >= self.threads:
-                    done, _ = concurrent.futures.wait(
-                        running, return_when=concurrent.futures.FIRST_COMPLETED
-                    )
-                    settle(done)
-                running[self.store.run_background(complete(commit))] = commit
-            settle(concurrent.futures.wait(running).done)
+            try:
+                for _ in loop_map(self.store.run_background, complete, commits, self.threads):
+                    bar.update()
+                    report.update(bar, result.files)
+            except Exception:
+                if not failed:  # not a completion's failure: reading `commits`, say
+                    raise
         report.finish(result.files)
         self.stats.increment("store_io_throttled", report.throttled)  # Hadoop's name
         self.stats.increment("committer_commits_completed", result.files)
         self.stats.increment("committer_bytes_committed", result.bytes)
-        if failure is not None:
-            assert failed is not None
-            record = f", written at {failed.filename}" if failed.filename else ""
+        if failed:
+            commit, failure = failed[0]
+            record = f", written at {commit.filename}" if commit.filename else ""
             raise CommitFailedError(
-                f"could not complete {self.store.url(failed.destination)} (upload "
-                f"{failed.upload_id}"
-                f"{record}): {type(failure).__name__}: {failure}; {result.files} of "
-                f"{total} files had been completed"
+                f"could not complete {self.store.url(commit.destination)} (upload "
+                f"{commit.upload_id}{record}): {type(failure).__name__}: {failure}; "
+                f"{result.files} of {total} files had been completed"
             ) from failure
         return result
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ...layouts.manifest import ManifestJobLayout
+from ...parallel import thread_map
 from ...progress import progress_bar
 from ...statistics import IOStatisticsStore
 from ...stores.rename import RenameStore
@@ -35,40 +35,13 @@ class StageContext:
         description: str = "",
         total: int | None = None,
     ) -> Iterator[R]:
-        """``function`` over ``items`` on ``threads`` threads, at most ``2 x threads`` queued.
+        """``function`` over ``items``, ``threads`` at once (:func:`~magicfs.parallel.thread_map`).
 
-        Results come in completion order. The first failure stops new work: what is
+        Results come in the order of ``items``. The first failure stops new work: what is
         running finishes, then the failure is raised. Memory stays bounded however many
-        items the iterable yields (it is consumed lazily).
+        items the iterable yields (it is consumed lazily, ``2 x threads`` ahead).
         """
-        limit = self.threads * 2
-        items = iter(items)
-        failure: BaseException | None = None
-        with (
-            progress_bar(total or 0, description, self.progress if total else False) as bar,
-            concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-stage") as pool,
-        ):
-            running: set[concurrent.futures.Future[Any]] = set()
-            while True:
-                while failure is None and len(running) < limit:
-                    item = next(items, _END)
-                    if item is _END:
-                        break
-                    running.add(pool.submit(function, item))
-                if not running:
-                    break
-                done, running = concurrent.futures.wait(
-                    running, return_when=concurrent.futures.FIRST_COMPLETED
-                )
-                for future in done:
-                    bar.update()
-                    error = future.exception()
-                    if error is not None:
-                        failure = failure or error
-                    else:
-                        yield future.result()
-        if failure is not None:
-            raise failure
-
-
-_END: Any = object()
+        with progress_bar(total or 0, description, self.progress if total else False) as bar:
+            for result in thread_map(function, items, self.threads, name="magicfs-stage"):
+                bar.update()
+                yield result

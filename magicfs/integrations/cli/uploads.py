@@ -15,9 +15,10 @@ listing is paged (ListMultipartUploads returns at most 1,000 uploads per request
 An upload is *older than* an age when it was initiated at or before now minus the age.
 
 The command streams, so it runs in flat memory however many uploads a bucket has: each
-listed upload goes through the filters, ListParts (on :data:`LIST_PARTS_THREADS`
-threads) and, for ``abort --force``, AbortMultipartUpload (at most :data:`WINDOW` in
-flight), and is printed as soon as it is settled, in listing order. The text output has fixed column
+listed upload goes through the filters, ListParts (:data:`LIST_PARTS_IN_FLIGHT` at
+once) and, for ``abort --force``, AbortMultipartUpload (at most :data:`WINDOW` in
+flight), both as coroutines on s3fs's IO loop (:func:`magicfs.parallel.loop_map`), and
+is printed as soon as it is settled, in listing order. The text output has fixed column
 widths and the totals come from running counters; ``--json`` writes one JSON document,
 its ``uploads`` array one element at a time. What it holds at once: one listing
 page, at most :data:`WINDOW` uploads per stage (with the parts of the uploads being
@@ -34,23 +35,22 @@ so it is never taken for a complete one), and exits 1. A reader that leaves earl
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
 import contextlib
 import datetime
 import itertools
 import logging
 import sys
-from collections import deque
-from collections.abc import Callable, Container, Generator, Iterable, Iterator
+from collections.abc import Container, Generator, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from tqdm import tqdm
 
 from ...layouts.magic import MagicJobLayout, check_job_id
+from ...parallel import loop_map
 from ...progress import batches, progress_bar
 from ...stores.capabilities import has_block_lists, is_s3
-from ...stores.s3.store import S3Store
+from ...stores.s3.store import S3Store, iterate
 from ...stores.s3.sweep import tree_keys
 from ...stores.spool import KeySet
 from .common import (
@@ -70,14 +70,12 @@ from .staged import run_azure
 
 log = logging.getLogger("magicfs.cli.uploads")
 
-_T = TypeVar("_T")
-_R = TypeVar("_R")
 
 #: ListParts requests in flight at once (s3fs's client pool has 10 connections).
-LIST_PARTS_THREADS = 8
+LIST_PARTS_IN_FLIGHT = 8
 #: Requests submitted and not yet reported, per stage (ListParts, AbortMultipartUpload):
 #: the most uploads a stage holds at once, whatever the length of the listing.
-WINDOW = 2 * LIST_PARTS_THREADS
+WINDOW = 2 * LIST_PARTS_IN_FLIGHT
 #: Paths of a job's magic tree turned into keys at a time (one ListObjectsV2 page).
 TREE_PAGE = 1000
 
@@ -318,7 +316,7 @@ def select(
 
 def _listed(store: S3Store, selection: Selection) -> Iterator[Upload]:
     count = 0
-    for listed in store.list_uploads(selection.bucket, selection.prefix):
+    for listed in iterate(store, store.alist_uploads(selection.bucket, selection.prefix)):
         count += 1
         yield Upload(selection.bucket, listed.key, listed.upload_id, listed.initiated)
     log.info("%s under %s", plural(count, "upload"), selection.url)
@@ -368,7 +366,7 @@ def _fill_job_keys(store: S3Store, selection: Selection, job: str, keys: KeySet)
     _, tree = store.split(layout.magic_dir)
     files = 0
     active = False
-    for page in batches(store.list_keys(selection.bucket, f"{tree}/"), TREE_PAGE):
+    for page in batches(iterate(store, store.alist_keys(selection.bucket, f"{tree}/")), TREE_PAGE):
         files += len(page)
         active = active or layout.job_marker in page
         keys.update(tree_keys(store, page))
@@ -388,61 +386,26 @@ def _fill_job_keys(store: S3Store, selection: Selection, job: str, keys: KeySet)
     log.info("job %s: %d files in its magic tree name %d keys", job, files, len(keys))
 
 
-# -- requests, a bounded number in flight -----------------------------------------------
-
-
-def in_order(
-    items: Iterable[_T],
-    submit: Callable[[_T], concurrent.futures.Future[_R]],
-    window: int = WINDOW,
-) -> Generator[tuple[_T, concurrent.futures.Future[_R]], None, None]:
-    """``(item, its future)`` for each item, in the order of ``items``, once it is done.
-
-    ``submit`` starts an item's request; at most ``window`` are submitted and not yet
-    yielded, so ``items`` is consumed only that far ahead. Futures left when the
-    consumer stops are cancelled (those already running finish unreported).
-    """
-    pending: deque[tuple[_T, concurrent.futures.Future[_R]]] = deque()
-    try:
-        for item in items:
-            pending.append((item, submit(item)))
-            while pending and (len(pending) >= window or pending[0][1].done()):
-                oldest = pending.popleft()
-                concurrent.futures.wait([oldest[1]])
-                yield oldest
-        while pending:
-            oldest = pending.popleft()
-            concurrent.futures.wait([oldest[1]])
-            yield oldest
-    finally:
-        for _, future in pending:
-            future.cancel()
+# -- requests, a bounded number in flight (magicfs.parallel) ---------------------------
 
 
 def measure(store: S3Store, uploads: Iterable[Upload]) -> Generator[Upload, None, None]:
-    """Fill in parts and parked bytes (ListParts, :data:`LIST_PARTS_THREADS` threads, at
-    most :data:`WINDOW` uploads in flight), in listing order; drop uploads ended meanwhile."""
-    with (
-        concurrent.futures.ThreadPoolExecutor(LIST_PARTS_THREADS) as pool,
-        contextlib.closing(in_order(uploads, lambda u: pool.submit(_parts_of, store, u))) as done,
-    ):
-        for upload, future in done:
-            measured = future.result()
-            if measured is None:
-                continue
-            upload.parts, upload.bytes = measured
-            log.debug("%s upload %s: %d parts", upload.url, upload.upload_id, upload.parts)
+    """Fill in parts and parked bytes (ListParts, :data:`LIST_PARTS_IN_FLIGHT` at once,
+    at most :data:`WINDOW` uploads held), in listing order; drop uploads ended meanwhile."""
+
+    async def parts_of(upload: Upload) -> Upload | None:
+        try:
+            parts = await store.alist_parts(upload.bucket, upload.key, upload.upload_id)
+        except FileNotFoundError:
+            log.info("%s upload %s ended while being listed", upload.url, upload.upload_id)
+            return None
+        upload.parts, upload.bytes = len(parts), sum(int(p.get("Size") or 0) for p in parts)
+        log.debug("%s upload %s: %d parts", upload.url, upload.upload_id, upload.parts)
+        return upload
+
+    for upload in loop_map(store.run_background, parts_of, uploads, LIST_PARTS_IN_FLIGHT, WINDOW):
+        if upload is not None:
             yield upload
-
-
-def _parts_of(store: S3Store, upload: Upload) -> tuple[int, int] | None:
-    """``(parts, bytes)`` of an upload; ``None`` if it was completed or aborted since."""
-    try:
-        parts = store.list_parts(upload.bucket, upload.key, upload.upload_id)
-    except FileNotFoundError:
-        log.info("%s upload %s ended while being listed", upload.url, upload.upload_id)
-        return None
-    return len(parts), sum(int(part.get("Size") or 0) for part in parts)
 
 
 def abort(
@@ -456,17 +419,18 @@ def abort(
             yield upload
         return
     log.info("aborting the selected uploads")
-    with contextlib.closing(
-        in_order(uploads, lambda u: store.submit_abort(u.bucket, u.key, u.upload_id))
-    ) as done:
-        for upload, future in done:
-            try:
-                # False: NoSuchUpload, completed or aborted meanwhile
-                upload.status = "aborted" if future.result() else "already gone"
-            except OSError as e:
-                upload.status, upload.error = "failed", str(e)
-                log.warning("could not abort %s upload %s: %s", upload.url, upload.upload_id, e)
-            yield upload
+
+    async def abort_one(upload: Upload) -> Upload:
+        try:
+            # False: NoSuchUpload, completed or aborted meanwhile
+            gone = not await store.aabort_upload(upload.bucket, upload.key, upload.upload_id)
+            upload.status = "already gone" if gone else "aborted"
+        except OSError as e:
+            upload.status, upload.error = "failed", str(e)
+            log.warning("could not abort %s upload %s: %s", upload.url, upload.upload_id, e)
+        return upload
+
+    yield from loop_map(store.run_background, abort_one, uploads, WINDOW, WINDOW)
 
 
 # -- output -----------------------------------------------------------------------------

@@ -129,7 +129,7 @@ class S3Deferred:
         for commit in commits:
             by_bucket.setdefault(commit.bucket, []).append(commit.destination_key)
         for bucket, keys in by_bucket.items():
-            self.store.delete_objects(bucket, keys)
+            self.store.run(self.store.adelete_objects(bucket, keys))
         return len(commits)
 
     def discard(self, commits: Iterable[SinglePendingCommit]) -> int:

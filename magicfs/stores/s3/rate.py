@@ -35,6 +35,9 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from typing import Any
+
+from .retry import THROTTLING_CODES
 
 log = logging.getLogger("magicfs.s3.rate")
 
@@ -147,3 +150,38 @@ class RateControl:
         rate = self.rate()
         if rate is not None:
             self._next = max(self.clock(), self._next) + 1.0 / rate
+
+
+class Replies:
+    """Sees every reply of an s3fs client, including those botocore retries by itself
+    (its ``needs-retry`` event): counts the throttled ones, cutting ``rate`` at each,
+    and notes that the endpoint has answered (:mod:`.retry`: a connection refused before
+    any answer is not retried)."""
+
+    def __init__(self, rate: RateControl):
+        self.rate = rate
+        #: Replies that were throttling (``SlowDown``, 503), retries included.
+        self.throttled = 0
+        #: Has the endpoint ever answered (any HTTP reply, errors included)?
+        self.answered = False
+        self._watched: set[int] = set()
+
+    async def watch(self, fs: Any) -> None:
+        """Hook this object into ``fs``'s client, once per client s3fs makes."""
+        client = getattr(fs, "_s3", None)  # the client s3fs made (cheaper than asking)
+        if client is not None and id(client) in self._watched:
+            return
+        client = await fs.set_session()
+        if id(client) not in self._watched:
+            self._watched.add(id(client))
+            client.meta.events.register("needs-retry.s3", self._on_reply)
+
+    def _on_reply(self, response: Any = None, **_: Any) -> None:
+        if response is None:
+            return
+        self.answered = True
+        http, parsed = response
+        code = (parsed or {}).get("Error", {}).get("Code")
+        if code in THROTTLING_CODES or getattr(http, "status_code", None) == 503:
+            self.throttled += 1
+            self.rate.throttled_call()

@@ -1,4 +1,11 @@
-"""The retry policy of every S3 call magicfs makes, on top of botocore's and s3fs's own.
+"""The retry policy of every S3 call made through the store, on top of botocore's and s3fs's.
+
+"Every call" means every request of :class:`~magicfs.stores.s3.store.S3Store` (its
+``acall``): the committers' and the magic writer's uploads, completions, aborts, record
+reads and writes, listings and deletes, and the CLI's. The calls left to s3fs itself
+(task-file reads through the filesystems, the protocol layer's ``_SUCCESS`` read and
+destination listings...) are named, with the reason, in that module's docstring: they
+have botocore's and s3fs's retries only, and do not count against ``budget``.
 
 botocore retries throttling, 5xx replies and connection errors (5 attempts in its
 default mode, about 0.5 s, 1 s ... apart; 3 in the committers' client: :mod:`.client`)
@@ -139,6 +146,16 @@ class RetryPolicy:
 
     def delay(self, retry: int) -> float:
         return random.uniform(0, min(self.max_delay, self.base_delay * (2**retry)))
+
+    def gave_up(self, retry: int, waits: float) -> str | None:
+        """Why retry number ``retry`` is not to be made when the store's retry waits would
+        then add up to ``waits`` seconds; ``None``: make it."""
+        failed = f"failed {retry} times (each with the S3 client's own retries)"
+        if retry >= self.attempts:
+            return failed
+        if self.budget is not None and waits > self.budget:
+            return f"{failed}; the retry budget of {self.budget:g} s for this job is spent"
+        return None
 
 
 DEFAULT_POLICY = RetryPolicy()

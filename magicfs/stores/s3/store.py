@@ -6,18 +6,39 @@ the multipart calls too. s3fs's helpers are not used where they fall short for a
 committer: its upload listing is neither paged nor prefix-scoped, and its bulk
 delete ignores per-key errors.
 
-Every call goes through one retry policy (:mod:`.retry`). Every error it ends in is a
-:class:`~magicfs.errors.StoreCallError` naming the operation, the object, the HTTP status
-and the S3 error code (:mod:`.failures`), of the class s3fs would have raised
+Each operation is written once, as a coroutine on s3fs's IO loop (``a``-prefixed).
+Blocking code waits for one with :meth:`S3Store.run`, starts one in the background with
+:meth:`S3Store.run_background` (a future), and walks a listing with :func:`iterate` (one
+wait per page). Every request made here goes through :meth:`S3Store.acall`: one retry
+policy (:mod:`.retry`) and the store's rate control (:mod:`.rate`). Every error it ends in
+is a :class:`~magicfs.errors.StoreCallError` naming the operation, the object, the HTTP
+status and the S3 error code (:mod:`.failures`), of the class s3fs would have raised
 (``FileNotFoundError`` for ``NoSuchKey``/``NoSuchUpload``, ``PermissionError``...), with
 s3fs's error and botocore's ``ClientError`` behind it as causes; :func:`error_code` reads
 the S3 error code back.
 
-What does not go through here: the s3fs methods the committers call for tree-shaped
-work (``fs.ls``/``fs.find`` of a job's tree and destination, ``fs.cat_file`` of a marker
-in ``magicfs jobs``, ``fs.open`` of task files). Their errors are s3fs's own; the layers
-that call them name the path (and a missing bucket: :mod:`magicfs.committers.jobs`).
-Rewriting them would mean wrapping s3fs's methods one by one.
+**Covered**: the multipart calls of the magic writer and the staging upload, job commit
+(completions, roll-back checks and deletes), aborts and sweeps, task and job records
+(reads, writes, deletes, listings of a job's tree), the journal (``read``/``write``), the
+staging committer's partition checks, ``magicfs jobs`` (job trees, markers, task
+records), ``magicfs uploads`` and ``magicfs success``/``inspect`` reads on S3.
+
+**Not covered** (s3fs's own calls: botocore's and s3fs's retries only, no job budget,
+no rate control), and why:
+
+* the fsspec methods :mod:`magicfs.filesystems` hands to s3fs: reads of files
+  (``open``/``cat_file``), ``pipe_file`` and ``copy`` outside task paths, ``ls``/
+  ``find``/``info`` of task paths and ``SinglePendingCommit.load`` of a closed task
+  file's size: they are the user's file-system calls, with s3fs's buffering and
+  semantics (the multipart writes of task files are the magic writer's: covered);
+* :mod:`magicfs.protocol.committer`'s ``_SUCCESS`` read (``cat_file``) and its listings of
+  the destination (``find``/``ls``/``isdir``) for ``replace`` and visible files, and
+  :mod:`magicfs.committers.magic`'s ``find`` of a task's files: the protocol layer is
+  written over any fsspec store, not over this one;
+* ``PendingSet.load`` in :mod:`magicfs.committers.pendingsets` (``cat_file``), until that
+  module reads records with :meth:`S3Store.aread`;
+* the manifest and classic committers on S3 (:mod:`magicfs.stores.rename`: ``info``,
+  ``find``, ``copy``...): written over any fsspec store; S3 jobs use the magic committer.
 """
 
 from __future__ import annotations
@@ -25,9 +46,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Coroutine, Iterator, Sequence
+from collections import deque
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterator,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, TypeVar, cast
 
 from fsspec.asyn import sync
@@ -35,17 +65,16 @@ from fsspec.asyn import sync
 from ...errors import MissingBucketError
 from . import checksums
 from .failures import answer, is_not_connected, store_error
-from .rate import RateControl
+from .rate import RateControl, Replies
 from .retry import (
     DEFAULT_POLICY,
-    THROTTLING_CODES,
     RetryPolicy,
     describe,
     error_code,
     is_transient,
 )
 
-__all__ = ["DELETE_BATCH", "PendingUpload", "S3Store", "error_code"]
+__all__ = ["DELETE_BATCH", "PendingUpload", "S3Store", "error_code", "iterate"]
 
 log = logging.getLogger("magicfs.s3.store")
 
@@ -74,13 +103,15 @@ class S3Store:
         self.policy = policy
         #: Seconds waited before retries so far, by every call (``RetryPolicy.budget``).
         self.retry_waits = 0.0
-        #: Requests the store answered with throttling (``SlowDown``, 503), retries included.
-        self.throttled = 0
         #: When calls start: adaptive to throttling, capped at ``max_rate``; see :mod:`.rate`.
         self.rate = RateControl(max_rate)
-        self._watched: set[int] = set()
-        #: Has the endpoint ever answered this store (any HTTP reply, errors included)?
-        self.answered = False
+        #: Every reply of s3fs's client, botocore's retries included (:class:`.rate.Replies`).
+        self.replies = Replies(self.rate)
+
+    @property
+    def throttled(self) -> int:
+        """Requests the store answered with throttling (``SlowDown``, 503), retries included."""
+        return self.replies.throttled
 
     def split(self, path: str) -> tuple[str, str]:
         """``bucket/key`` (with or without ``s3://``) -> ``(bucket, key)``.
@@ -92,14 +123,18 @@ class S3Store:
         bucket, _, key = self.fs._strip_protocol(path).lstrip("/").partition("/")
         return bucket, key
 
-    # -- plumbing -----------------------------------------------------------------------
+    # -- plumbing: one way to wait, one way to start in the background --------------------
 
-    def call(self, operation: str, **params: Any) -> dict[str, Any]:
-        """Run one S3 operation and wait for it (retried: :mod:`.retry`)."""
-        return cast(dict[str, Any], sync(self.fs.loop, self.acall, operation, **params))
+    def run(self, awaitable: Awaitable[_T]) -> _T:
+        """Run ``awaitable`` on s3fs's IO loop and wait for its result (blocking callers)."""
+        return cast(_T, sync(self.fs.loop, lambda: awaitable))
+
+    def run_background(self, coroutine: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
+        """Run ``coroutine`` on s3fs's IO loop; returns at once with a future."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
 
     async def acall(self, operation: str, **params: Any) -> dict[str, Any]:
-        """:meth:`call` for coroutines running on s3fs's IO loop.
+        """Run one S3 operation, retried (:mod:`.retry`) and paced (:mod:`.rate`).
 
         A failure is raised as a :class:`~magicfs.errors.StoreCallError` naming the
         operation, the object and the store's answer (:mod:`.failures`). It is retried
@@ -111,27 +146,21 @@ class S3Store:
         while True:
             await self.rate.acquire()
             try:
-                await self._watch_throttling()
+                await self.replies.watch(self.fs)
                 response: dict[str, Any] = await self.fs._call_s3(operation, **params)
-                self.answered = True
+                self.replies.answered = True
                 return response
             except Exception as error:
-                if not is_transient(error) or (not self.answered and is_not_connected(error)):
+                if not is_transient(error) or (
+                    not self.replies.answered and is_not_connected(error)
+                ):
                     wrapped = store_error(operation, params, error, attempts=retry + 1, fs=self.fs)
                     if wrapped is error:  # not the store's answer: a bad parameter, a bug
                         raise
                     raise wrapped from error
                 retry += 1
                 delay = self.policy.delay(retry)
-                budget = self.policy.budget
-                spent = budget is not None and self.retry_waits + delay > budget
-                if retry >= self.policy.attempts or spent:
-                    why = (
-                        f"; the retry budget of {budget:g} s for this job is spent"
-                        if spent and retry < self.policy.attempts
-                        else ""
-                    )
-                    gave_up = f"failed {retry} times (each with the S3 client's own retries){why}"
+                if gave_up := self.policy.gave_up(retry, self.retry_waits + delay):
                     raise store_error(
                         operation, params, error, attempts=retry, gave_up=gave_up, fs=self.fs
                     ) from error
@@ -144,35 +173,6 @@ class S3Store:
                     delay,
                 )
                 await asyncio.sleep(delay)
-
-    async def _watch_throttling(self) -> None:
-        """Count every throttled reply, including those botocore retries by itself."""
-        client = getattr(self.fs, "_s3", None)  # the client s3fs made (cheaper than asking)
-        if client is not None and id(client) in self._watched:
-            return
-        client = await self.fs.set_session()
-        if id(client) in self._watched:
-            return
-        self._watched.add(id(client))
-        client.meta.events.register("needs-retry.s3", self._on_reply)
-
-    def _on_reply(self, response: Any = None, **_: Any) -> None:
-        if response is None:
-            return
-        self.answered = True
-        http, parsed = response
-        code = (parsed or {}).get("Error", {}).get("Code")
-        if code in THROTTLING_CODES or getattr(http, "status_code", None) == 503:
-            self.throttled += 1
-            self.rate.throttled_call()
-
-    def run_background(self, coroutine: Coroutine[Any, Any, _T]) -> concurrent.futures.Future[_T]:
-        """Run ``coroutine`` on s3fs's IO loop; returns at once with a future."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
-
-    def submit(self, operation: str, **params: Any) -> concurrent.futures.Future[dict[str, Any]]:
-        """Start one S3 operation in the background; returns at once with a future."""
-        return self.run_background(self.acall(operation, **params))
 
     # -- objects --------------------------------------------------------------------------
 
@@ -197,43 +197,17 @@ class S3Store:
     def read(self, path: str, limit: int) -> bytes | None:
         """At most ``limit + 1`` bytes of the object at ``path``; ``None`` if there is none."""
         try:
-            return self.submit_read(*self.split(path), limit).result()
+            return self.run(self.aread(*self.split(path), limit))
         except FileNotFoundError:
             return None
 
     def write(self, path: str, data: bytes) -> None:
         """One PUT: readers see the old object or the new one, never half."""
-        self.put_object(*self.split(path), data)
+        self.run(self.aput_object(*self.split(path), data))
 
     @staticmethod
     def display(path: str) -> str:
         return path if "://" in path else f"s3://{path}"
-
-    def submit_read(self, bucket: str, key: str, limit: int) -> concurrent.futures.Future[bytes]:
-        """:meth:`aread` in the background; the future's result is the bytes."""
-        return self.run_background(self.aread(bucket, key, limit))
-
-    def put_object(
-        self,
-        bucket: str,
-        key: str,
-        body: bytes,
-        metadata: dict[str, str] | None = None,
-        if_none_match: bool = False,
-    ) -> dict[str, Any]:
-        """One PUT, waited for (:meth:`aput_object`)."""
-        return self.submit_put(bucket, key, body, metadata, if_none_match).result()
-
-    def submit_put(
-        self,
-        bucket: str,
-        key: str,
-        body: bytes,
-        metadata: dict[str, str] | None = None,
-        if_none_match: bool = False,
-    ) -> concurrent.futures.Future[dict[str, Any]]:
-        """:meth:`aput_object` in the background; returns at once with a future."""
-        return self.run_background(self.aput_object(bucket, key, body, metadata, if_none_match))
 
     async def aput_object(
         self,
@@ -255,63 +229,54 @@ class S3Store:
         self.fs.invalidate_cache(f"{bucket}/{key}")
         return result
 
-    def head_object(self, bucket: str, key: str) -> dict[str, Any] | None:
-        """The object's headers, or ``None`` when it does not exist."""
-        return cast(dict[str, Any] | None, sync(self.fs.loop, self.ahead_object, bucket, key))
-
     async def ahead_object(self, bucket: str, key: str) -> dict[str, Any] | None:
-        """:meth:`head_object` for coroutines running on s3fs's IO loop."""
+        """The object's headers, or ``None`` when it does not exist."""
         try:
             return await self.acall("head_object", Bucket=bucket, Key=key)
         except FileNotFoundError:
             return None
 
-    def delete_object(self, bucket: str, key: str) -> None:
+    async def adelete_object(self, bucket: str, key: str) -> None:
         """Delete one object (none there is fine)."""
-        self.call("delete_object", Bucket=bucket, Key=key)
+        await self.acall("delete_object", Bucket=bucket, Key=key)
         self.fs.invalidate_cache(f"{bucket}/{key}")
 
-    def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
+    async def adelete_objects(self, bucket: str, keys: Sequence[str]) -> int:
         """Delete ``keys`` in batches of 1,000; any per-key failure raises ``OSError``."""
-        deleted = 0
         for start in range(0, len(keys), DELETE_BATCH):
             batch = keys[start : start + DELETE_BATCH]
-            result = self.call(
-                "delete_objects",
-                Bucket=bucket,
-                Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
-            )
-            errors = result.get("Errors") or []
-            if errors:
+            objects = {"Objects": [{"Key": key} for key in batch], "Quiet": True}
+            result = await self.acall("delete_objects", Bucket=bucket, Delete=objects)
+            if errors := result.get("Errors") or []:
                 first = errors[0]
                 raise OSError(
                     f"could not delete {len(errors)} of {len(batch)} objects in s3://{bucket}; "
                     f"first: {first.get('Key')}: {first.get('Code')} {first.get('Message')}"
                 )
-            deleted += len(batch)
         for key in keys:
             self.fs.invalidate_cache(f"{bucket}/{key}")
-        return deleted
+        return len(keys)
 
     # -- multipart uploads -----------------------------------------------------------------
 
-    def create_upload(
+    async def acreate_upload(
         self,
         bucket: str,
         key: str,
         metadata: dict[str, str] | None = None,
         checksum_algorithm: str | None = None,
     ) -> str:
-        """Start an upload (``checksum_algorithm``: its parts' checksums, :mod:`.checksums`)."""
+        """Start an upload (``checksum_algorithm``: its parts' checksums, :mod:`.checksums`);
+        returns its UploadId."""
         params: dict[str, Any] = {"Bucket": bucket, "Key": key}
         if metadata:
             params["Metadata"] = metadata
         if checksum_algorithm:
             params["ChecksumAlgorithm"] = checksum_algorithm
-        upload_id: str = self.call("create_multipart_upload", **params)["UploadId"]
+        upload_id: str = (await self.acall("create_multipart_upload", **params))["UploadId"]
         return upload_id
 
-    def submit_part(
+    async def aupload_part(
         self,
         bucket: str,
         key: str,
@@ -319,29 +284,25 @@ class S3Store:
         number: int,
         body: bytes,
         checksum: tuple[str, str] | None = None,
-    ) -> concurrent.futures.Future[dict[str, Any]]:
-        """Upload part ``number`` in the background; the future's result has its ``ETag``.
+    ) -> dict[str, Any]:
+        """Upload part ``number``; the reply has its ``ETag``.
 
         ``checksum`` (algorithm, base64 value) goes with it as a header, for the store to
         verify; without one, a CRC32 header where botocore would add one itself.
         """
-
-        async def part() -> dict[str, Any]:
-            if checksum is not None:
-                header = {checksums.parameter(checksum[0]): checksum[1]}
-            else:
-                header = await checksums.aheader(self.fs, body)  # a header, not a trailer
-            return await self.acall(
-                "upload_part",
-                Bucket=bucket,
-                Key=key,
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=body,
-                **header,
-            )
-
-        return self.run_background(part())
+        if checksum is not None:
+            header = {checksums.parameter(checksum[0]): checksum[1]}
+        else:
+            header = await checksums.aheader(self.fs, body)  # a header, not a trailer
+        return await self.acall(
+            "upload_part",
+            Bucket=bucket,
+            Key=key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=body,
+            **header,
+        )
 
     async def acomplete_upload(
         self,
@@ -382,39 +343,6 @@ class S3Store:
         self.fs.invalidate_cache(f"{bucket}/{key}")
         return result
 
-    def complete_upload(
-        self,
-        bucket: str,
-        key: str,
-        upload_id: str,
-        etags: Sequence[str],
-        *,
-        length: int | None = None,
-        if_none_match: bool = False,
-    ) -> dict[str, Any]:
-        """:meth:`acomplete_upload`, waited for."""
-        result: dict[str, Any] = sync(
-            self.fs.loop,
-            self.acomplete_upload,
-            bucket,
-            key,
-            upload_id,
-            etags,
-            length=length,
-            if_none_match=if_none_match,
-        )
-        return result
-
-    def abort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
-        """:meth:`aabort_upload`, waited for."""
-        return self.submit_abort(bucket, key, upload_id).result()
-
-    def submit_abort(
-        self, bucket: str, key: str, upload_id: str
-    ) -> concurrent.futures.Future[bool]:
-        """:meth:`aabort_upload` in the background; returns at once with a future."""
-        return self.run_background(self.aabort_upload(bucket, key, upload_id))
-
     async def aabort_upload(self, bucket: str, key: str, upload_id: str) -> bool:
         """Abort an upload; ``False`` if it no longer exists (already aborted or completed:
         ``NoSuchUpload``; or its bucket is gone). Every abort in magicfs goes through here."""
@@ -424,21 +352,14 @@ class S3Store:
             return False
         return True
 
-    def list_uploads(self, bucket: str, prefix: str = "") -> Iterator[PendingUpload]:
+    def alist_uploads(self, bucket: str, prefix: str = "") -> AsyncIterator[PendingUpload]:
         """Every pending upload whose key starts with ``prefix``, page by page."""
-        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
-        while True:
-            page = self.call("list_multipart_uploads", **params)
-            for entry in page.get("Uploads") or []:
-                yield PendingUpload(entry["Key"], entry["UploadId"], entry.get("Initiated"))
-            if not page.get("IsTruncated"):
-                return
-            params["KeyMarker"] = page.get("NextKeyMarker", "")
-            params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+        params = {"Bucket": bucket, "Prefix": prefix}
+        return _Listing(self, "list_multipart_uploads", params, _uploads_in, _after_uploads)
 
-    def list_keys(
+    def alist_keys(
         self, bucket: str, prefix: str = "", delimiter: str | None = None
-    ) -> Iterator[str]:
+    ) -> AsyncIterator[str]:
         """``bucket/key`` of every object under ``prefix``, page by page (1,000 per request).
 
         With a ``delimiter``, only the objects directly under ``prefix``. Unlike s3fs's
@@ -447,21 +368,108 @@ class S3Store:
         params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
         if delimiter:
             params["Delimiter"] = delimiter
-        while True:
-            page = self.call("list_objects_v2", **params)
-            for entry in page.get("Contents") or []:
-                yield f"{bucket}/{entry['Key']}"
-            if not page.get("IsTruncated"):
-                return
-            params["ContinuationToken"] = page["NextContinuationToken"]
+        return _Listing(self, "list_objects_v2", params, partial(_keys_in, bucket), _continuation)
 
-    def list_parts(self, bucket: str, key: str, upload_id: str) -> list[dict[str, Any]]:
+    def alist_prefixes(self, bucket: str, prefix: str = "") -> AsyncIterator[str]:
+        """``bucket/prefix/`` of each "directory" directly under ``prefix`` (the
+        ``CommonPrefixes`` of a ``/``-delimited listing), page by page."""
+        params = {"Bucket": bucket, "Prefix": prefix, "Delimiter": "/"}
+        found = partial(_prefixes_in, bucket)
+        return _Listing(self, "list_objects_v2", params, found, _continuation)
+
+    async def alist_parts(self, bucket: str, key: str, upload_id: str) -> list[dict[str, Any]]:
         """All parts of an upload (``PartNumber``, ``ETag``, ``Size``), page by page."""
-        parts: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
-        while True:
-            page = self.call("list_parts", **params)
-            parts.extend(page.get("Parts") or [])
-            if not page.get("IsTruncated"):
-                return parts
-            params["PartNumberMarker"] = page["NextPartNumberMarker"]
+        params = {"Bucket": bucket, "Key": key, "UploadId": upload_id}
+        return [
+            part async for part in _Listing(self, "list_parts", params, _parts_in, _after_parts)
+        ]
+
+
+def _uploads_in(page: dict[str, Any]) -> list[PendingUpload]:
+    return [
+        PendingUpload(u["Key"], u["UploadId"], u.get("Initiated"))
+        for u in page.get("Uploads") or []
+    ]
+
+
+def _after_uploads(page: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "KeyMarker": page.get("NextKeyMarker", ""),
+        "UploadIdMarker": page.get("NextUploadIdMarker", ""),
+    }
+
+
+def _keys_in(bucket: str, page: dict[str, Any]) -> list[str]:
+    return [f"{bucket}/{entry['Key']}" for entry in page.get("Contents") or []]
+
+
+def _prefixes_in(bucket: str, page: dict[str, Any]) -> list[str]:
+    return [f"{bucket}/{entry['Prefix']}" for entry in page.get("CommonPrefixes") or []]
+
+
+def _parts_in(page: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(page.get("Parts") or [])
+
+
+def _after_parts(page: dict[str, Any]) -> dict[str, Any]:
+    return {"PartNumberMarker": page["NextPartNumberMarker"]}
+
+
+def _continuation(page: dict[str, Any]) -> dict[str, Any]:
+    return {"ContinuationToken": page["NextContinuationToken"]}
+
+
+class _Listing(AsyncIterator[_T]):
+    """The entries of one paged S3 listing; each page is requested once it is needed.
+
+    ``entries`` reads a page's entries, ``cursor`` the parameters of the next request
+    (asked only when the page says ``IsTruncated``). ``left``, the entries of the page
+    at hand still to come, lets :func:`iterate` hand blocking code a page per wait.
+    """
+
+    def __init__(
+        self,
+        store: S3Store,
+        operation: str,
+        params: dict[str, Any],
+        entries: Callable[[dict[str, Any]], list[_T]],
+        cursor: Callable[[dict[str, Any]], dict[str, Any]],
+    ):
+        self.store, self.operation, self.entries, self.cursor = store, operation, entries, cursor
+        self.params: dict[str, Any] | None = params
+        self.page: deque[_T] = deque()
+
+    @property
+    def left(self) -> int:
+        return len(self.page)
+
+    async def __anext__(self) -> _T:
+        while not self.page:
+            if self.params is None:
+                raise StopAsyncIteration
+            page = await self.store.acall(self.operation, **self.params)
+            self.page.extend(self.entries(page))
+            more = page.get("IsTruncated")
+            self.params = {**self.params, **self.cursor(page)} if more else None
+        return self.page.popleft()
+
+
+def iterate(store: S3Store, items: AsyncIterator[_T], chunk: int = 1000) -> Iterator[_T]:
+    """A listing of ``store`` (:meth:`S3Store.alist_keys`...) for blocking code.
+
+    One wait per page of the listing (at most ``chunk`` entries for other iterators),
+    not per entry: a tree of a million keys streams, and a consumer that stops after
+    the first entries has asked for the first page only. A listing left early is
+    closed by asyncio on s3fs's loop, not by the thread that drops it.
+    """
+
+    async def take() -> list[_T]:
+        taken: list[_T] = []
+        async for item in items:
+            taken.append(item)
+            if len(taken) == chunk or getattr(items, "left", None) == 0:
+                break
+        return taken
+
+    while batch := store.run(take()):
+        yield from batch

@@ -24,17 +24,19 @@ writing the same keys right now, so nothing is aborted by key before the job end
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import logging
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...errors import InvalidCommitData, StoreCallError, UploadsLeftError
 from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX
+from ...parallel import loop_map
 from ...paths import final_destination, is_deferred_write, split_magic_path
 from ...progress import progress_bar
 from ...records import SinglePendingCommit
-from .store import PendingUpload, S3Store
+from .store import PendingUpload, S3Store, iterate
 
 log = logging.getLogger("magicfs.s3.sweep")
 
@@ -83,46 +85,37 @@ def abort_uploads(
     later (a generic ``magicfs uploads abort`` line when none is given).
     """
     listed = list(uploads)
-    aborted = 0
-    left: list[RecordedUpload] = []
-    first_error: BaseException | None = None
+    settled: dict[int, bool] = {}  # position in `listed` -> aborted (False: already gone)
+    errors: list[OSError] = []
+
+    running: set[asyncio.Task[Any]] = set()
+
+    async def abort(number: int) -> None:
+        upload, task = listed[number], asyncio.current_task()
+        assert task is not None
+        running.add(task)
+        try:
+            settled[number] = await store.aabort_upload(upload.bucket, upload.key, upload.upload_id)
+        except OSError as e:
+            errors.append(e)
+            if isinstance(e, StoreCallError) and e.gave_up:  # the store keeps refusing aborts:
+                for other in running - {task}:  # start no more, stop the retries of the others
+                    other.cancel()  # (counted as left)
+                raise
+        finally:
+            running.discard(task)
+
     gave_up = False
-    running: dict[concurrent.futures.Future[bool], RecordedUpload] = {}
-
-    def settle(done: Iterable[concurrent.futures.Future[bool]]) -> None:
-        nonlocal aborted, first_error, gave_up
-        for future in done:
-            upload = running.pop(future)
-            bar.update()
-            if future.cancelled():
-                left.append(upload)
-                continue
-            try:
-                aborted += future.result()  # False: already aborted or completed
-            except OSError as e:
-                left.append(upload)
-                first_error = first_error or e
-                if isinstance(e, StoreCallError) and e.gave_up and not gave_up:
-                    gave_up = True
-                    for other in running:
-                        other.cancel()  # stops its retries; it is counted as left
-
     with progress_bar(len(listed), "aborting uploads", progress) as bar:
-        for number, upload in enumerate(listed):
-            while len(running) >= ABORTS_IN_FLIGHT and not gave_up:
-                finished = concurrent.futures.wait(
-                    running, return_when=concurrent.futures.FIRST_COMPLETED
-                )
-                settle(finished.done)
-            if gave_up:
-                left.extend(listed[number:])  # never sent
-                break
-            running[store.submit_abort(upload.bucket, upload.key, upload.upload_id)] = upload
-        settle(concurrent.futures.wait(running).done)
+        try:
+            for _ in loop_map(store.run_background, abort, range(len(listed)), ABORTS_IN_FLIGHT):
+                bar.update()
+        except StoreCallError:
+            gave_up = True
+    left = [upload for number, upload in enumerate(listed) if number not in settled]
     if left:
-        assert first_error is not None
-        raise _uploads_left(listed, left, first_error, gave_up, release)
-    return aborted
+        raise _uploads_left(listed, left, errors[0], gave_up, release)
+    return sum(settled.values())
 
 
 def _uploads_left(
@@ -163,7 +156,8 @@ def load_pending(store: S3Store, paths: Iterable[str]) -> list[SinglePendingComm
     Missing and unreadable records are logged and skipped: this serves clean-up, which
     must get as far as it can (the job's key sweep still finds their uploads).
     """
-    reads = [(p, store.submit_read(*store.split(p), SinglePendingCommit.MAX_BYTES)) for p in paths]
+    limit = SinglePendingCommit.MAX_BYTES
+    reads = [(p, store.run_background(store.aread(*store.split(p), limit))) for p in paths]
     commits = []
     for path, future in reads:
         try:
@@ -201,7 +195,7 @@ def uploads_on_keys(
     """The pending uploads under ``prefix`` whose key is one of ``keys`` (paged listing)."""
     if not keys:
         return
-    for upload in store.list_uploads(bucket, prefix):
+    for upload in iterate(store, store.alist_uploads(bucket, prefix)):
         if upload.key in keys:
             yield upload
 
@@ -225,7 +219,7 @@ def sweep_job(
     caller listed them already. See the module docstring.
     """
     prefix = f"{dest_key}/" if dest_key else ""
-    listed = store.list_uploads(bucket, prefix) if uploads is None else uploads
+    listed = iterate(store, store.alist_uploads(bucket, prefix)) if uploads is None else uploads
     candidates = [u for u in listed if u.key in keys and u.upload_id not in keep]
     outcome = SweepOutcome()
     if not candidates:
@@ -261,22 +255,17 @@ def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]
 
 
 def _keys_of_other_jobs(store: S3Store, bucket: str, dest_key: str, job_id: str) -> set[str]:
-    """Keys named by the markers of other jobs whose magic tree exists under the destination."""
-    root = f"{bucket}/{dest_key}" if dest_key else bucket
-    store.fs.invalidate_cache(root)
+    """Keys named by the markers of other jobs whose magic tree exists under the destination
+    (listed through the store: retried and paced like every other call of the job)."""
+    trees = f"{dest_key}/{MAGIC_JOB_PREFIX}" if dest_key else MAGIC_JOB_PREFIX
+    own = f"{bucket}/{trees}{job_id}/"
+    keys: set[str] = set()
     try:
-        entries = store.fs.ls(root, detail=False, refresh=True)
+        for tree in iterate(store, store.alist_prefixes(bucket, trees)):
+            if tree != own:
+                keys |= tree_keys(store, iterate(store, store.alist_keys(*store.split(tree))))
     except FileNotFoundError:
         return set()
-    keys: set[str] = set()
-    for entry in entries:
-        name = entry.rstrip("/").rsplit("/", 1)[-1]
-        if not name.startswith(MAGIC_JOB_PREFIX) or name == MAGIC_JOB_PREFIX + job_id:
-            continue
-        try:
-            keys |= tree_keys(store, store.fs.find(entry))
-        except FileNotFoundError:
-            continue
     return keys
 
 

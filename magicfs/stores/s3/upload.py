@@ -32,7 +32,7 @@ def upload_pending(
     ``metadata`` goes on the upload, and so on the object it becomes: the committers put
     the job id there, which is how a retried or rolled-back commit knows its own files.
     """
-    upload_id = store.create_upload(bucket, key, metadata, checksum_algorithm=checksum)
+    upload_id = store.run(store.acreate_upload(bucket, key, metadata, checksum))
     try:
         etags: list[str] = []
         sums: list[str] = []
@@ -44,12 +44,13 @@ def upload_pending(
                 if checksum:
                     sums.append(part_checksums.compute(checksum, chunk))
                 sent = (checksum, sums[-1]) if checksum else None
-                part = store.submit_part(bucket, key, upload_id, len(etags) + 1, chunk, sent)
-                etags.append(part.result()["ETag"])
+                number = len(etags) + 1
+                part = store.run(store.aupload_part(bucket, key, upload_id, number, chunk, sent))
+                etags.append(part["ETag"])
                 if len(chunk) < part_size:
                     break
     except BaseException:
-        store.abort_upload(bucket, key, upload_id)
+        store.run(store.aabort_upload(bucket, key, upload_id))
         raise
     return SinglePendingCommit(
         uri=path_to_uri(f"s3://{bucket}/{key}"),

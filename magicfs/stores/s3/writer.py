@@ -187,9 +187,13 @@ class MagicS3Writer(io.BufferedIOBase):
         elif previous.commit is not None:
             commit = previous.commit
             log.info("%s: written again; aborting the earlier upload", self._display())
-            self._store.abort_upload(commit.bucket, commit.destination_key, commit.upload_id)
+            self._store.run(
+                self._store.aabort_upload(commit.bucket, commit.destination_key, commit.upload_id)
+            )
             if not self._in_memory:
-                self._store.delete_objects(self.bucket, [pending_path(self.marker_key)])
+                self._store.run(
+                    self._store.adelete_objects(self.bucket, [pending_path(self.marker_key)])
+                )
 
     def _wait_for_start_or_abort(self) -> None:
         try:
@@ -440,11 +444,13 @@ class MagicS3Writer(io.BufferedIOBase):
         concurrent.futures.wait([closing])
         if self._state == "closed":
             assert self.upload_id is not None
-            self._store.abort_upload(self.bucket, self.destination_key, self.upload_id)
+            self._store.run(
+                self._store.aabort_upload(self.bucket, self.destination_key, self.upload_id)
+            )
             doomed = [self.marker_key] + (
                 [] if self._in_memory else [pending_path(self.marker_key)]
             )
-            self._store.delete_objects(self.bucket, doomed)
+            self._store.run(self._store.adelete_objects(self.bucket, doomed))
             self._state = "discarded"
 
     def commit(self) -> None:
@@ -573,7 +579,11 @@ class MagicS3Writer(io.BufferedIOBase):
     def _save_pending(self, etags: list[str]) -> SinglePendingCommit:
         commit = self._commit_record(etags)
         if not self._in_memory:
-            self._store.put_object(self.bucket, pending_path(self.marker_key), commit.to_bytes())
+            self._store.run(
+                self._store.aput_object(
+                    self.bucket, pending_path(self.marker_key), commit.to_bytes()
+                )
+            )
         return commit
 
     def _abort(self) -> None:
@@ -593,10 +603,12 @@ class MagicS3Writer(io.BufferedIOBase):
         concurrent.futures.wait(calls)
         try:
             if self.upload_id is not None:
-                self._store.abort_upload(self.bucket, self.destination_key, self.upload_id)
+                self._store.run(
+                    self._store.aabort_upload(self.bucket, self.destination_key, self.upload_id)
+                )
         finally:
             if self._marker_written:
-                self._store.delete_objects(self.bucket, [self.marker_key])
+                self._store.run(self._store.adelete_objects(self.bucket, [self.marker_key]))
                 self._marker_written = False
             super().close()
 
