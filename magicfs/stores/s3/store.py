@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -170,6 +170,10 @@ class S3Store:
         """Run ``coroutine`` on s3fs's IO loop; returns at once with a future."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
 
+    def run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``coroutine`` on s3fs's IO loop and wait for its result."""
+        return cast(_T, sync(self.fs.loop, lambda: coroutine))
+
     def submit(self, operation: str, **params: Any) -> concurrent.futures.Future[dict[str, Any]]:
         """Start one S3 operation in the background; returns at once with a future."""
         return self.run_background(self.acall(operation, **params))
@@ -271,6 +275,33 @@ class S3Store:
         self.call("delete_object", Bucket=bucket, Key=key)
         self.fs.invalidate_cache(f"{bucket}/{key}")
 
+    async def adelete_object(self, bucket: str, key: str) -> None:
+        """Delete one object (none there is fine)."""
+        await self.acall("delete_object", Bucket=bucket, Key=key)
+        self.fs.invalidate_cache(f"{bucket}/{key}")
+
+    async def adelete_objects(self, bucket: str, keys: Sequence[str]) -> int:
+        """:meth:`delete_objects` for coroutines on s3fs's IO loop (batches of 1,000)."""
+        deleted = 0
+        for start in range(0, len(keys), DELETE_BATCH):
+            batch = keys[start : start + DELETE_BATCH]
+            result = await self.acall(
+                "delete_objects",
+                Bucket=bucket,
+                Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
+            )
+            errors = result.get("Errors") or []
+            if errors:
+                first = errors[0]
+                raise OSError(
+                    f"could not delete {len(errors)} of {len(batch)} objects in s3://{bucket}; "
+                    f"first: {first.get('Key')}: {first.get('Code')} {first.get('Message')}"
+                )
+            deleted += len(batch)
+        for key in keys:
+            self.fs.invalidate_cache(f"{bucket}/{key}")
+        return deleted
+
     def delete_objects(self, bucket: str, keys: Sequence[str]) -> int:
         """Delete ``keys`` in batches of 1,000; any per-key failure raises ``OSError``."""
         deleted = 0
@@ -310,6 +341,48 @@ class S3Store:
             params["ChecksumAlgorithm"] = checksum_algorithm
         upload_id: str = self.call("create_multipart_upload", **params)["UploadId"]
         return upload_id
+
+    async def acreate_upload(
+        self,
+        bucket: str,
+        key: str,
+        metadata: dict[str, str] | None = None,
+        checksum_algorithm: str | None = None,
+    ) -> str:
+        """Start an upload; returns its UploadId (:meth:`create_upload` on the IO loop)."""
+        params: dict[str, Any] = {"Bucket": bucket, "Key": key}
+        if metadata:
+            params["Metadata"] = metadata
+        if checksum_algorithm:
+            params["ChecksumAlgorithm"] = checksum_algorithm
+        upload_id: str = (await self.acall("create_multipart_upload", **params))["UploadId"]
+        return upload_id
+
+    async def aupload_part(
+        self,
+        bucket: str,
+        key: str,
+        upload_id: str,
+        number: int,
+        body: bytes,
+        checksum: tuple[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Upload part ``number``; the reply has its ``ETag`` (``checksum``: (algorithm,
+        base64 value) sent as a header; without one, a CRC32 header where botocore would
+        add one itself)."""
+        if checksum is not None:
+            header = {checksums.parameter(checksum[0]): checksum[1]}
+        else:
+            header = await checksums.aheader(self.fs, body)  # a header, not a trailer
+        return await self.acall(
+            "upload_part",
+            Bucket=bucket,
+            Key=key,
+            UploadId=upload_id,
+            PartNumber=number,
+            Body=body,
+            **header,
+        )
 
     def submit_part(
         self,
@@ -435,6 +508,34 @@ class S3Store:
                 return
             params["KeyMarker"] = page.get("NextKeyMarker", "")
             params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
+    async def alist_uploads(self, bucket: str, prefix: str = "") -> AsyncIterator[PendingUpload]:
+        """Every pending upload whose key starts with ``prefix``, page by page."""
+        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        while True:
+            page = await self.acall("list_multipart_uploads", **params)
+            for entry in page.get("Uploads") or []:
+                yield PendingUpload(entry["Key"], entry["UploadId"], entry.get("Initiated"))
+            if not page.get("IsTruncated"):
+                return
+            params["KeyMarker"] = page.get("NextKeyMarker", "")
+            params["UploadIdMarker"] = page.get("NextUploadIdMarker", "")
+
+    async def alist_keys(
+        self, bucket: str, prefix: str = "", delimiter: str | None = None
+    ) -> AsyncIterator[str]:
+        """``bucket/key`` of every object under ``prefix``, page by page, uncached
+        (:meth:`list_keys`, for coroutines)."""
+        params: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+        if delimiter:
+            params["Delimiter"] = delimiter
+        while True:
+            page = await self.acall("list_objects_v2", **params)
+            for entry in page.get("Contents") or []:
+                yield f"{bucket}/{entry['Key']}"
+            if not page.get("IsTruncated"):
+                return
+            params["ContinuationToken"] = page["NextContinuationToken"]
 
     def list_keys(
         self, bucket: str, prefix: str = "", delimiter: str | None = None
