@@ -18,6 +18,7 @@ from ..stores.registry import deferred_store_for
 from .blocks import BlockListCommitter
 from .classic import FileOutputCommitter
 from .magic import MagicCommitter
+from .magic_layout import MagicLayoutCommitter
 from .manifest import ManifestCommitter
 from .staging import StagingCommitter
 
@@ -27,6 +28,7 @@ __all__ = [
     "FileOutputCommitter",
     "JobSummary",
     "MagicCommitter",
+    "MagicLayoutCommitter",
     "ManifestCommitter",
     "OutputCommitter",
     "StagingCommitter",
@@ -39,6 +41,7 @@ __all__ = [
 COMMITTERS: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
     "magic": (MagicCommitter, {}),
     "block-list": (BlockListCommitter, {}),
+    "magic-layout": (MagicLayoutCommitter, {}),
     "manifest": (ManifestCommitter, {}),
     "file-v1": (FileOutputCommitter, {"algorithm": 1}),
     "file-v2": (FileOutputCommitter, {"algorithm": 2}),

@@ -44,11 +44,6 @@ class Capabilities:
         store: S3, Azure block lists, ...)."""
         return self.deferred_store is not None
 
-    @property
-    def block_lists(self) -> bool:
-        """Transitional, until the task view asks the registry: Azure's block lists."""
-        return self.deferred_store is not None and self.deferred_store.opt_in == "block_lists"
-
 
 def capabilities(fs: Any) -> Capabilities:
     """Probe ``fs`` (an fsspec filesystem)."""

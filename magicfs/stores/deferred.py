@@ -130,9 +130,10 @@ class DeferredStore(Protocol):
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         """Delete the destinations of ``commits`` (published by this job); how many."""
 
-    async def adiscard(self, commits: Iterable[SinglePendingCommit]) -> int:
-        """Throw the commits' pending data away where the store can
-        (:attr:`DeferredCapabilities.discards_pending`); how many were discarded."""
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
+        """Throw pending writes away where the store can
+        (:attr:`DeferredCapabilities.discards_pending`); how many were discarded. Writes
+        already gone (discarded, published) are no error."""
 
     def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
         """The pending writes under ``prefix`` (``bucket/key``), paged (only where
@@ -145,6 +146,15 @@ class DeferredStore(Protocol):
 
     def discard(self, commits: Iterable[SinglePendingCommit]) -> int:
         """:meth:`adiscard`, waited for (:mod:`.commit_ops`)."""
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """The journal's ``RecordIO.read``: :meth:`aread_record`, waited for."""
+
+    def write(self, path: str, data: bytes) -> None:
+        """The journal's ``RecordIO.write``: :meth:`awrite_record`, waited for."""
+
+    def display(self, path: str) -> str:
+        """The journal's ``RecordIO.display``: :meth:`url`."""
 
 
 class DeferredStoreBase:
@@ -165,7 +175,7 @@ class DeferredStoreBase:
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         raise NotImplementedError
 
-    async def adiscard(self, commits: Iterable[SinglePendingCommit]) -> int:
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
         raise NotImplementedError
 
     async def aread_record(self, path: str, limit: int) -> bytes | None:
@@ -178,7 +188,7 @@ class DeferredStoreBase:
         return self.run(self.adelete_published(commits))
 
     def discard(self, commits: Iterable[SinglePendingCommit]) -> int:
-        return self.run(self.adiscard(list(commits)))
+        return self.run(self.adiscard(pending_writes(commits)))
 
     # -- the journal's RecordIO (magicfs.protocol.journal): blocking by its design ---------
 
@@ -229,6 +239,11 @@ class DeferredStoreSpec:
     writes: Callable[..., Any] | None = None
     #: Committer options this store's committer takes by default.
     committer_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+def pending_writes(commits: Iterable[SinglePendingCommit]) -> list[PendingWrite]:
+    """The pending writes ``commits`` would publish."""
+    return [PendingWrite(commit.destination, commit.upload_id) for commit in commits]
 
 
 def protocols(fs: Any) -> set[str]:

@@ -18,7 +18,7 @@
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
@@ -148,7 +148,7 @@ class BlockListDeferred(DeferredStoreBase):
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         return await self.blocks.delete_many([c.destination for c in commits])
 
-    async def adiscard(self, commits: Iterable[SinglePendingCommit]) -> int:
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
         return 0  # no request deletes staged blocks (module docstring)
 
     async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:

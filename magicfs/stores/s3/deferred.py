@@ -41,7 +41,7 @@ from . import checksums
 from .conditional import IF_NONE_MATCH_KEY, aconditional_support
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
-from .sweep import abort_uploads, uploads_of
+from .sweep import RecordedUpload, abort_uploads, uploads_of
 from .tracking import META_JOB_ID
 from .writer import S3Writes
 
@@ -201,12 +201,14 @@ class S3Deferred(DeferredStoreBase):
         await self.adelete_records([commit.destination for commit in commits])
         return len(commits)
 
-    async def adiscard(self, commits: Iterable[SinglePendingCommit]) -> int:
-        # The sweep's aborts (parallel, counted, each failure reported) wait on the
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
+        uploads = [RecordedUpload(*self.split(w.path), w.upload_id, "") for w in writes]
+        # The sweep's aborts (bounded, counted, each failure reported) wait on the
         # store's loop, so they run on a worker thread, not on the loop itself.
-        return await asyncio.to_thread(abort_uploads, self.store, uploads_of(commits))
+        return await asyncio.to_thread(abort_uploads, self.store, uploads)
 
     def discard(self, commits: Iterable[SinglePendingCommit]) -> int:
+        """Abort the commits' uploads, naming each one's record if it fails."""
         return abort_uploads(self.store, uploads_of(commits))
 
     async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
