@@ -1,7 +1,9 @@
 """``mem-deferred://``: fsspec's memory filesystem plus uploads staged in process memory.
 
 Files are fsspec memory files in a namespace of their own (not ``memory://``'s), shared
-by every instance in the process, named ``bucket/key`` as on S3 (no leading ``/``).
+by every instance in the process, named ``bucket/key`` as on S3 (no leading ``/``). As on
+an object store, directories are only implied by the files below them: ``mkdir`` and
+``makedirs`` make nothing, and a directory whose last file is deleted is gone.
 
 An **upload** is parts staged against a final path under an upload id: nothing of it is
 visible (no listing, no read) until :meth:`MemoryDeferredFileSystem.publish` joins the
@@ -49,6 +51,14 @@ class MemoryDeferredFileSystem(MemoryFileSystem):  # type: ignore[misc]
         for prefix in ("mem-deferred://", "mem-deferred::"):
             path = path.removeprefix(prefix)
         return path.strip("/")
+
+    # -- directories: implied by the files below them, as on object stores ------------------
+
+    def mkdir(self, path: str, create_parents: bool = True, **kwargs: Any) -> None:
+        """Nothing to make: a directory exists while a file below it does (as on S3)."""
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Nothing to make (see :meth:`mkdir`)."""
 
     # -- markers and records ------------------------------------------------------------
 
