@@ -39,9 +39,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..records.pending import BLOCK_LIST_STORE
+from ..stores.deferred import DeferredStoreSpec
 from .magic_layout import MagicLayoutCommitter
 
 
@@ -64,20 +64,16 @@ class BlockListCommitter(MagicLayoutCommitter):
         blocks_in_flight: int = 4,
         **options: Any,
     ):
-        super().__init__(dest, **options)
         self.block_size = block_size
         self.blocks_in_flight = blocks_in_flight
-        self._fs = MagicFileSystem(
-            fs=self.store_fs,
-            block_lists=True,
-            part_size=block_size,
-            parts_in_flight=blocks_in_flight,
-            job_root=self.dest,
-        )
+        super().__init__(dest, **options)
 
-    @property
-    def fs(self) -> MagicFileSystem:
-        return self._fs
+    def _view_options(self, spec: DeferredStoreSpec) -> dict[str, Any]:
+        return {
+            "block_lists": True,
+            "part_size": self.block_size,
+            "parts_in_flight": self.blocks_in_flight,
+        }
 
     def _magic_options(self) -> MagicOptions:
         return MagicOptions(

@@ -44,13 +44,13 @@ from collections.abc import Container, Iterable, Iterator
 from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData
-from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..names import PENDING_SUFFIX
 from ..paths import is_deferred_write
 from ..progress import batches
 from ..protocol.committer import Published, TaskAttempt, elapsed
 from ..records import IOStatisticsSnapshot, SinglePendingCommit
+from ..stores.deferred import DeferredStoreSpec
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
 from ..stores.s3.store import DELETE_BATCH, PendingUpload
@@ -95,20 +95,16 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         checksum: str | None = DEFAULT_CHECKSUM,
         **options: Any,
     ):
-        super().__init__(dest, **options)
         self.in_memory = in_memory
         self.checksum = checked_algorithm(checksum)
-        self._fs = MagicFileSystem(
-            fs=self.store_fs,
-            in_memory=in_memory,
-            retry_policy=self.retry_policy,
-            checksum=self.checksum,
-            job_root=self.dest,  # writes to the destination outside task paths: refused
-        )
+        super().__init__(dest, **options)
 
-    @property
-    def fs(self) -> MagicFileSystem:
-        return self._fs
+    def _view_options(self, spec: DeferredStoreSpec) -> dict[str, Any]:
+        return {
+            "in_memory": self.in_memory,
+            "retry_policy": self.retry_policy,
+            "checksum": self.checksum,
+        }
 
     def _magic_options(self) -> MagicOptions:
         magic = MagicOptions(job_root=self.dest)

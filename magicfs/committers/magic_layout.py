@@ -29,10 +29,11 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
+from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..layouts.magic import MagicJobLayout
 from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
@@ -84,6 +85,16 @@ class MagicLayoutCommitter(PendingsetCommitter):
             )
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
         self.bucket, self.dest_key = self.deferred.split(self.dest)
+        # Writes to the destination outside task paths are refused (job_root).
+        self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest, **self._view_options(spec))
+
+    @property
+    def fs(self) -> MagicFileSystem:
+        return self._fs
+
+    def _view_options(self, spec: DeferredStoreSpec) -> dict[str, Any]:
+        """:class:`~magicfs.filesystems.MagicFileSystem` options of the task view (hook)."""
+        return {spec.opt_in: True} if spec.opt_in else {}
 
     def _commits(self, spec: DeferredStoreSpec) -> bool:
         """Does this committer commit ``spec``'s jobs? Itself: any; a configuration: its own."""
@@ -128,12 +139,6 @@ class MagicLayoutCommitter(PendingsetCommitter):
         """The records below ``directory``, sorted (one paged, uncached listing)."""
         return sorted(self.deferred.run(collect(self.deferred.alist_records(directory, recursive))))
 
-    def _read(self, path: str, limit: int) -> bytes:
-        data = self.deferred.run(self.deferred.aread_record(path, limit))
-        if data is None:
-            raise FileNotFoundError(f"{self._display(path)} does not exist")
-        return data
-
     def _delete_files(self, paths: list[str]) -> None:
         self.deferred.run(self.deferred.adelete_records(paths))
 
@@ -149,16 +154,18 @@ class MagicLayoutCommitter(PendingsetCommitter):
 
         return self.deferred.run_background(read())
 
-    def _recorded_attempt(self, pendingset_path: str) -> str | None:
-        """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
-        data = self.deferred.run(self.deferred.aread_record(pendingset_path, PendingSet.MAX_BYTES))
-        if data is None:
-            return None
+    def _saved(self, path: str) -> PendingSet | None:
+        """The pendingset saved at ``path``; ``None`` if absent or unreadable."""
+        data = self.deferred.run(self.deferred.aread_record(path, PendingSet.MAX_BYTES))
         try:
-            saved = PendingSet.from_json(data, source=self._display(pendingset_path))
+            return None if data is None else PendingSet.from_json(data, source=self._display(path))
         except InvalidCommitData:
             return None
-        return saved.task_attempt_id or None
+
+    def _recorded_attempt(self, pendingset_path: str) -> str | None:
+        """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
+        saved = self._saved(pendingset_path)
+        return None if saved is None else saved.task_attempt_id or None
 
     def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
         """The ``.pending`` records at ``paths``, read in parallel."""
@@ -267,14 +274,6 @@ class MagicLayoutCommitter(PendingsetCommitter):
             self._operations().abort(pendingset.commits)
             self.abort_task(task)
             raise
-
-    def _saved(self, attempt_record: str) -> PendingSet | None:
-        data = self.deferred.run(self.deferred.aread_record(attempt_record, PendingSet.MAX_BYTES))
-        return (
-            None
-            if data is None
-            else PendingSet.from_json(data, source=self._display(attempt_record))
-        )
 
     def _gather_task_commits(
         self, task: TaskAttempt, files: list[TaskFile]
@@ -427,7 +426,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         with self.stats.track("committer_cleanup"):
             self._discard_left(published)
-            self._delete_tree(self._tree_pages())
+            delete_tree(self._tree_pages(), self._delete_files)
             self.store_fs.invalidate_cache(self.layout.magic_dir)
 
     def _discard_left(self, published: Published | None) -> None:
@@ -451,20 +450,22 @@ class MagicLayoutCommitter(PendingsetCommitter):
         for start in range(0, len(listing), DELETE_BATCH):
             yield listing[start : start + DELETE_BATCH]
 
-    def _delete_tree(self, pages: Iterable[list[str]]) -> None:
-        """Files and markers first, then task records, then the journal's pages, the
-        journal last: a clean-up cut short must not leave a tree that a retried commit
-        would read as a job with fewer tasks. Later ranks wait on local disk."""
-        records = OrderedPaths()
-        try:
-            for page in pages:
-                ranked = [_deletion_order(p) for p in page]
-                records.add(r for r in ranked if r[0] > 0)
-                self._delete_files([p for rank, p in ranked if rank == 0])
-            for batch in records.batches(DELETE_BATCH):
-                self._delete_files(list(batch))
-        finally:
-            records.discard()
+
+def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:
+    """Delete a job's tree, listed in ``pages``: files and markers first, then task
+    records, then the journal's pages, the journal last — a clean-up cut short must not
+    leave a tree that a retried commit would read as a job with fewer tasks. The later
+    ranks wait on local disk (:class:`~magicfs.stores.spool.OrderedPaths`)."""
+    records = OrderedPaths()
+    try:
+        for page in pages:
+            ranked = [_deletion_order(p) for p in page]
+            records.add(r for r in ranked if r[0] > 0)
+            delete([p for rank, p in ranked if rank == 0])
+        for batch in records.batches(DELETE_BATCH):
+            delete(list(batch))
+    finally:
+        records.discard()
 
 
 def _marked_destinations(listing: Iterable[str]) -> set[str]:

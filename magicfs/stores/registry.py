@@ -14,10 +14,11 @@ from typing import Any
 
 from .azure.deferred import SPEC as AZURE_BLOCK_LISTS
 from .deferred import DeferredStoreSpec
+from .memory_deferred.adapter import SPEC as IN_PROCESS
 from .s3.deferred import SPEC as S3_MULTIPART
 
 #: The deferred stores, in the order they are tried.
-DEFERRED_STORES: tuple[DeferredStoreSpec, ...] = (S3_MULTIPART, AZURE_BLOCK_LISTS)
+DEFERRED_STORES: tuple[DeferredStoreSpec, ...] = (S3_MULTIPART, AZURE_BLOCK_LISTS, IN_PROCESS)
 
 
 def deferred_store_for(fs: Any) -> DeferredStoreSpec | None:
