@@ -206,29 +206,27 @@ class DeferredWriter(io.BufferedIOBase):
         rules: PartRules,
         path: str,
         magic_path: MagicPath,
+        options: WriterOptions,
         *,
         mode: str = "wb",
-        part_size: int = 8 << 20,
-        parts_in_flight: int = 4,
+        part_size: int | None = None,
         check_job: bool = True,
-        background_close: bool = True,
-        registry: TaskFiles = TASK_FILES,
         store: str = "the store",
     ):
         super().__init__()
-        rules.check(part_size, store)
+        self.part_size = part_size or options.part_size
+        rules.check(self.part_size, store)
         self.hooks, self.rules, self.path, self.mode = hooks, rules, path, mode
-        self.part_size = part_size
-        self._registry = registry
+        self._registry = registry = options.registry
         self._job_id = magic_path.job_id
         self._attempt_id = magic_path.task_attempt_id
         attempt_file = bool(self._job_id and self._attempt_id)
         # Only a task attempt's file has a commit to wait for its close.
-        self._background_close = background_close and attempt_file
+        self._background_close = options.background_close and attempt_file
         self._check_job = check_job
         self._closing: concurrent.futures.Future[None] | None = None
         self._lock = threading.RLock()
-        self._slots = threading.BoundedSemaphore(parts_in_flight)
+        self._slots = threading.BoundedSemaphore(options.parts_in_flight)
         self._buffer = bytearray()
         self._parts: dict[int, concurrent.futures.Future[str]] = {}
         self._written = 0

@@ -92,12 +92,10 @@ class MemoryWrites:
             RULES,
             path,
             magic_path,
+            self.options,
             mode=mode,
             part_size=part_size,
-            parts_in_flight=self.options.parts_in_flight,
             check_job=job_marker is not None,
-            background_close=self.options.background_close,
-            registry=self.options.registry,
             store=WORDS.store_name,
         )
 
