@@ -10,7 +10,7 @@ ordered block ids and ``extraData["magicfs.store"]`` is ``azure-block-list``).
 
 * ``setup_job``: delete an old ``_SUCCESS`` as the conflict mode says, write the job marker.
 * tasks write through ``committer.fs`` under ``task.path(...)``
-  (:mod:`magicfs.filesystems.block_view`).
+  (:mod:`magicfs.filesystems.deferred_view`).
 * ``commit_task``: list the attempt's directory, load its ``.pending`` files (or take
   this process's), check each, save one ``.pendingset`` as ``tasks/<attempt>.pendingset``
   (the message names it) and ``<task id>.pendingset``; then check the job is still
@@ -85,5 +85,5 @@ class BlockListCommitter(MagicLayoutCommitter):
             }
         )
 
-    def _success_diagnostics(self) -> dict[str, str]:
+    def _store_diagnostics(self) -> dict[str, str]:
         return {"magicfs.store": BLOCK_LIST_STORE}

@@ -114,7 +114,7 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
             magic["checksum"] = self.checksum
         return magic
 
-    def _success_diagnostics(self) -> dict[str, str]:
+    def _store_diagnostics(self) -> dict[str, str]:
         return {"magicfs.in_memory": str(self.in_memory).lower()}
 
     # -- tasks ----------------------------------------------------------------------------

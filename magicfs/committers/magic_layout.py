@@ -199,7 +199,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
         was_active = self.job_active() if check else False
-        self._delete_files([self.layout.job_marker])
+        self.deferred.run(self.deferred.adelete_record(self.layout.job_marker))
         return was_active
 
     def _journal(self) -> JournalKeeper:
@@ -402,7 +402,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
             f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
         )
 
-    def _success_diagnostics(self) -> dict[str, str]:
+    def _store_diagnostics(self) -> dict[str, str]:
         """What ``_SUCCESS``'s diagnostics add for this store (hook)."""
         return {}
 
@@ -415,7 +415,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
             start,
             rows,
             f"magicfs {type(self).__name__} for job {self.job_id}",
-            **self._success_diagnostics(),
+            **self._store_diagnostics(),
         )
         if self.success_file:
             self._put(self.success_path, success.to_bytes())

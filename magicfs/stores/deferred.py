@@ -112,7 +112,11 @@ class DeferredStore(Protocol):
         cached; ``recursive=False``: its direct children only."""
 
     async def adelete_records(self, paths: Sequence[str]) -> int:
-        """Delete records (absent ones are no error); how many were asked for."""
+        """Delete records (absent ones are no error; S3: DeleteObjects, in batches);
+        how many were asked for."""
+
+    async def adelete_record(self, path: str) -> None:
+        """Delete one record (the job marker; absent is no error; S3: DeleteObject)."""
 
     # -- pending data ---------------------------------------------------------------------
 
@@ -174,6 +178,12 @@ class DeferredStoreBase:
 
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         raise NotImplementedError
+
+    async def adelete_records(self, paths: Sequence[str]) -> int:
+        raise NotImplementedError
+
+    async def adelete_record(self, path: str) -> None:
+        await self.adelete_records([path])
 
     async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
         raise NotImplementedError

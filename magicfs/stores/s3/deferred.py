@@ -122,6 +122,9 @@ class S3Deferred(DeferredStoreBase):
         async for path in self.store.alist_keys(bucket, prefix, None if recursive else "/"):
             yield path
 
+    async def adelete_record(self, path: str) -> None:
+        await self.store.adelete_object(*self.split(path))
+
     async def adelete_records(self, paths: Sequence[str]) -> int:
         by_bucket: dict[str, list[str]] = {}
         for path in paths:
