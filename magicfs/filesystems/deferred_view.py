@@ -250,7 +250,13 @@ class DeferredTaskView:
             return None  # still being written (elsewhere), or abandoned
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
-        entries = self.task_view(self.fs.ls(path, detail=True, **kwargs), under=path)
+        try:
+            found = self.fs.ls(path, detail=True, **kwargs)
+        except FileNotFoundError:
+            if not self.registry.under(path.rstrip("/") + "/"):
+                raise
+            found = []  # only files just opened here, whose markers are on their way
+        entries = self.task_view(found, under=path)
         return entries if detail else [e["name"] for e in entries]
 
     def find(
@@ -298,7 +304,12 @@ class DeferredTaskView:
             shown.append(entry)
         if under is not None:  # files just opened here whose marker is still on its way
             parent = under.rstrip("/") + "/"
+            names |= {e["name"].rstrip("/") for e in entries}
             for known in self.registry.under(parent):
-                if known.path not in names and "/" not in known.path[len(parent) :]:
-                    shown.append({"name": known.path, "size": known.length, "type": "file"})
+                child, below, _ = known.path[len(parent) :].partition("/")
+                name = parent + child
+                if name not in names:  # the file, or the directory it implies
+                    kind, size = ("directory", 0) if below else ("file", known.length)
+                    shown.append({"name": name, "size": size, "type": kind})
+                    names.add(name)
         return shown
