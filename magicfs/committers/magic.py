@@ -40,20 +40,19 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Container
 from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData
 from ..filesystems.magic import MagicOptions
 from ..names import PENDING_SUFFIX
 from ..paths import is_deferred_write
-from ..progress import batches
 from ..protocol.committer import Published, TaskAttempt, elapsed
 from ..records import IOStatisticsSnapshot, SinglePendingCommit
-from ..stores.deferred import DeferredStoreSpec
+from ..stores.deferred import DeferredStoreSpec, collect
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
-from ..stores.s3.store import DELETE_BATCH, PendingUpload
+from ..stores.s3.store import PendingUpload
 from ..stores.s3.sweep import (
     abort_uploads,
     load_pending,
@@ -244,7 +243,9 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both listings at once
                 prefix = f"{self.dest_key}/" if self.dest_key else ""
-                uploads = pool.submit(lambda: list(self.store.list_uploads(self.bucket, prefix)))
+                uploads = pool.submit(
+                    self.store.run, collect(self.store.alist_uploads(self.bucket, prefix))
+                )
                 for page in self._tree_pages():
                     keys.update(tree_keys(self.store, page))
                 listed = uploads.result()
@@ -270,17 +271,10 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
             self.job_id,
             keys,
             keep,
-            lambda shared: recorded_ids(self.store, list(self._tree_listing()), shared),
+            lambda shared: recorded_ids(self.store, self._list(self.layout.magic_dir), shared),
             progress,
             uploads,
         ).aborted
-
-    def _tree_listing(self) -> Iterator[str]:
-        bucket, tree = self.store.split(self.layout.magic_dir)
-        return self.store.list_keys(bucket, tree + "/")
-
-    def _tree_pages(self) -> Iterable[list[str]]:
-        return batches(self._tree_listing(), DELETE_BATCH)
 
     @property
     def _release(self) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
@@ -42,7 +42,7 @@ from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.journal import JournalKeeper
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
-from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect
+from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
 from ..stores.registry import committed_by, deferred_store_for
 from ..stores.spool import OrderedPaths
 from ..stores.validation import check_commit
@@ -134,6 +134,13 @@ class MagicLayoutCommitter(PendingsetCommitter):
 
     def _exists(self, path: str) -> bool:
         return self.deferred.run(self.deferred.arecord_info(path)) is not None
+
+    def _pages(self, directory: str, size: int = DELETE_BATCH) -> Iterator[list[str]]:
+        """The records below ``directory``, ``size`` at a time (streamed: a job's tree may
+        hold millions)."""
+        listing = self.deferred.alist_records(directory)
+        while page := self.deferred.run(take(listing, size)):
+            yield page
 
     def _list(self, directory: str, recursive: bool = True) -> list[str]:
         """The records below ``directory``, sorted (one paged, uncached listing)."""
@@ -445,10 +452,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
         self.stats.increment("committer_commits_aborted", aborted)
 
     def _tree_pages(self) -> Iterable[list[str]]:
-        """The job's tree, page by page (hook: S3 streams it)."""
-        listing = self._list(self.layout.magic_dir)
-        for start in range(0, len(listing), DELETE_BATCH):
-            yield listing[start : start + DELETE_BATCH]
+        """The job's tree, page by page."""
+        return self._pages(self.layout.magic_dir)
 
 
 def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:

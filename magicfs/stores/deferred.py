@@ -265,3 +265,14 @@ def protocols(fs: Any) -> set[str]:
 async def collect(listing: AsyncIterator[T]) -> list[T]:
     """Every item of an async listing (for a caller that needs them all at once)."""
     return [item async for item in listing]
+
+
+async def take(listing: AsyncIterator[T], size: int) -> list[T]:
+    """The next ``size`` items of an async listing, fewer at its end: a caller streams a
+    listing of any length a page at a time, never holding it whole."""
+    found: list[T] = []
+    async for item in listing:
+        found.append(item)
+        if len(found) >= size:
+            break
+    return found
