@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import BlobServiceClient
+from helpers import as_another_process
 from helpers.azure_crash_job import content
 
 import magicfs
@@ -155,6 +156,24 @@ def test_task_files_are_invisible_until_job_commit(azurite_server, abfs, azure_c
 # --- 2. zero copies, counted by Azurite ---------------------------------------------------
 
 SIZES = {f"part={i % 4}/file-{i:02d}.bin": (i * 37_000) % (3 * BLOCK) for i in range(20)}
+
+
+def test_a_second_writer_of_a_create_only_path_is_refused(azurite_server, abfs, azure_container):
+    """'xb' on Azure: the marker is a Put Blob without overwrite (If-None-Match: *), so a
+    writer in another process, which this process's registry knows nothing of, is
+    refused at open(); the first writer's file is the one published."""
+    committer = make_committer(abfs, azure_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    with committer.fs.open(task.path("x.csv"), "xb") as f:
+        f.write(b"first")
+    as_another_process(committer, task)
+    with pytest.raises(FileExistsError, match="another writer has already opened this path"):
+        committer.fs.open(task.path("x.csv"), "xb")
+    committer.commit_job([committer.commit_task(task)])
+    published = visible_data(reader_for(azurite_server), azure_container)
+    assert published == {f"{azure_container}/out/x.csv": b"first"}
 
 
 def run_job(fs, container: str, committer: str | None = None):

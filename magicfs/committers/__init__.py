@@ -14,10 +14,11 @@ from ..protocol.committer import (
     TaskAttempt,
     TaskCommitMessage,
 )
-from ..stores.capabilities import capabilities
+from ..stores.registry import deferred_store_for
 from .blocks import BlockListCommitter
 from .classic import FileOutputCommitter
 from .magic import MagicCommitter
+from .magic_layout import MagicLayoutCommitter
 from .manifest import ManifestCommitter
 from .staging import StagingCommitter
 
@@ -27,6 +28,7 @@ __all__ = [
     "FileOutputCommitter",
     "JobSummary",
     "MagicCommitter",
+    "MagicLayoutCommitter",
     "ManifestCommitter",
     "OutputCommitter",
     "StagingCommitter",
@@ -34,6 +36,18 @@ __all__ = [
     "TaskCommitMessage",
     "committer_for",
 ]
+
+#: Every committer by its ``committer_for`` name: its class and the options it fixes.
+COMMITTERS: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
+    "magic": (MagicCommitter, {}),
+    "block-list": (BlockListCommitter, {}),
+    "magic-layout": (MagicLayoutCommitter, {}),
+    "manifest": (ManifestCommitter, {}),
+    "file-v1": (FileOutputCommitter, {"algorithm": 1}),
+    "file-v2": (FileOutputCommitter, {"algorithm": 2}),
+    "directory": (StagingCommitter, {"partitioned": False}),
+    "partitioned": (StagingCommitter, {"partitioned": True}),
+}
 
 
 def committer_for(
@@ -46,32 +60,28 @@ def committer_for(
 ) -> OutputCommitter:
     """The committer for one job writing to ``dest``, chosen by what the store can do.
 
-    ``magic`` for a store with deferred writes (S3: multipart uploads completed at job
-    commit), ``block-list`` for Azure Blob (blocks published at job commit), and
-    ``manifest`` for every other store (local files, memory, GCS: one rename per file),
-    unless ``committer`` names one. The store is judged by its capabilities
-    (:mod:`magicfs.stores.capabilities`) — of ``fs`` when given, else of the URL's
-    filesystem class — not by its protocol's name. Nothing is written until
-    :meth:`~magicfs.OutputCommitter.setup_job`.
+    A deferred store's own (:mod:`magicfs.stores.registry`: ``magic`` on S3, whose
+    multipart uploads job commit completes; ``block-list`` on Azure Blob, whose staged
+    blocks job commit publishes), else ``manifest`` (local files, memory, GCS: one rename
+    per file), unless ``committer`` names one (:data:`COMMITTERS`). The store is ``fs``
+    when given, else the URL's filesystem class — judged by what it is, not by its
+    protocol's name. Nothing is written until :meth:`~magicfs.OutputCommitter.setup_job`.
 
     Args:
         dest: where the output goes, any fsspec URL.
-        committer: ``magic``, ``block-list``, ``manifest``, ``directory``,
-            ``partitioned``, ``file-v1`` or ``file-v2``; by default the store's.
+        committer: a name of :data:`COMMITTERS`; by default the store's.
         job_id: the job's id (letters, digits, ``.``, ``-``); a fresh UUID by default,
             never one derived from a clock.
         storage_options: the store's fsspec options (as given to pandas).
-        **options: ``threads`` (8: uploads completed or files renamed at once in job
-            commit), ``conflict_mode`` (``append``, ``fail`` or ``replace``),
-            ``success_file`` (True: write the JSON ``_SUCCESS``), ``fs`` (the store's
-            fsspec filesystem, instead of ``storage_options``), ``progress`` (None: bars
-            on a terminal), ``max_request_rate`` (S3 calls per second), and
-            committer-specific ones such as ``in_memory`` for ``magic`` or
-            ``validate_output`` for ``manifest``.
+        **options: ``threads`` (8: files published or renamed at once in job commit),
+            ``conflict_mode`` (``append``, ``fail`` or ``replace``), ``success_file``
+            (True: the JSON ``_SUCCESS``), ``fs`` (the store's fsspec filesystem, instead
+            of ``storage_options``), ``progress`` (None: bars on a terminal),
+            ``max_request_rate`` (S3 calls per second), and committer-specific ones
+            such as ``in_memory`` (``magic``) or ``validate_output`` (``manifest``).
 
     Returns:
-        An :class:`~magicfs.OutputCommitter` bound to this job; it pickles, so it can be
-        shipped to executors.
+        An :class:`~magicfs.OutputCommitter` bound to this job (it pickles).
 
     Raises:
         ValueError: an unknown committer name or option value, naming the choices.
@@ -88,27 +98,14 @@ def committer_for(
         ('manifest', 1)
     """
     if committer is None:
-        # The filesystem given, else the URL's class: the store's own, never the wrapper
-        # magicfs.install() registers (which would hide S3's multipart uploads).
+        # The store's own filesystem, never magicfs.install()'s wrapper (it hides S3's).
         store = unwrapped(options.get("fs"))
         if store is None:
             store = store_class(fsspec.core.split_protocol(dest)[0] or "file")
-        found = capabilities(store)
-        committer = (
-            "magic" if found.deferred_writes else "block-list" if found.block_lists else "manifest"
-        )
-    name = committer
-    classes: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
-        "magic": (MagicCommitter, {}),
-        "block-list": (BlockListCommitter, {}),
-        "manifest": (ManifestCommitter, {}),
-        "file-v1": (FileOutputCommitter, {"algorithm": 1}),
-        "file-v2": (FileOutputCommitter, {"algorithm": 2}),
-        "directory": (StagingCommitter, {"partitioned": False}),
-        "partitioned": (StagingCommitter, {"partitioned": True}),
-    }
-    if name not in classes:
-        known = ", ".join(sorted(classes))
-        raise ValueError(f"unknown committer {name!r} for {dest} (available: {known})")
-    cls, fixed = classes[name]
+        spec = deferred_store_for(store)
+        committer = spec.committer if spec is not None else "manifest"
+    if committer not in COMMITTERS:
+        known = ", ".join(sorted(COMMITTERS))
+        raise ValueError(f"unknown committer {committer!r} for {dest} (available: {known})")
+    cls, fixed = COMMITTERS[committer]
     return cls(dest, job_id=job_id, storage_options=storage_options, **fixed, **options)

@@ -1,7 +1,7 @@
 """Job commit from ``.pendingset`` records, streamed: the magic, staging and block-list committers.
 
 These committers end a task with one pendingset (the task's pending files) and a job
-with publishing every file those name, through the store's deferred-write backend
+with publishing every file those name, through the store's adapter
 (:mod:`magicfs.stores.deferred`: S3 multipart uploads, Azure block lists). This is that
 job commit, the hooks of the base class's stages (:mod:`magicfs.protocol.committer`),
 written once and run in flat memory:
@@ -12,8 +12,8 @@ written once and run in flat memory:
 * **validate**: one pass over the spool: every record is this job's, every commit
   lands inside the destination where its own magic path says (:mod:`magicfs.stores.validation`),
   no destination is written twice (one indexed query), the store can publish each
-  (the backend's ``check``). Nothing has been published yet.
-* **publish**: the spool streams into the backend's publishes, ``threads`` at once,
+  (the adapter's ``check``). Nothing has been published yet.
+* **publish**: the spool streams into the adapter's publishes, ``threads`` at once,
   with the progress of :mod:`magicfs.stores.commit_ops` (and, on S3, its rate control).
 * **roll back** streams the same spool; ``_SUCCESS`` lists the first
   :data:`~magicfs.records.MAX_FILENAMES` destinations in order, as Hadoop does.
@@ -43,7 +43,7 @@ from ..records import (
     SuccessData,
 )
 from ..stores.commit_ops import CommitOperations
-from ..stores.deferred import DeferredBackend
+from ..stores.deferred import DeferredStore
 from ..stores.s3.client import client_config
 from ..stores.s3.deferred import S3Deferred
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
@@ -55,11 +55,12 @@ from ..stores.validation import check_commit
 class PendingsetCommitter(OutputCommitter):
     """A committer whose task records are pendingsets of deferred writes.
 
-    A subclass sets, in its constructor, :attr:`deferred` (the store's backend),
-    :attr:`bucket` and :attr:`dest_key` (the destination's bucket or container, and key).
+    A subclass sets, in its constructor, :attr:`deferred` (the store's adapter,
+    :class:`~magicfs.stores.deferred.DeferredStore`), :attr:`bucket` and :attr:`dest_key`
+    (the destination's bucket or container, and key).
     """
 
-    deferred: DeferredBackend
+    deferred: DeferredStore
     bucket: str
     dest_key: str
 

@@ -1,4 +1,4 @@
-"""The filesystem layer: ``MagicFileSystem`` and its two task views (S3, rename stores)."""
+"""The filesystem layer: ``MagicFileSystem`` and its task views (deferred, routed)."""
 
 from ..stores.capabilities import is_s3
 from .magic import MagicFileSystem

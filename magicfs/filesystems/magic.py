@@ -7,10 +7,9 @@ Two rules:
 * a path with one (a *task path*, ``task.path(...)``) goes to the **task view** chosen
   once, by what the store can do (:mod:`magicfs.stores.capabilities`):
 
-  - S3 (multipart uploads): :class:`~.s3_view.S3TaskView`, deferred writes that only
-    job commit completes;
-  - Azure Blob (block lists): :class:`~.block_view.BlockTaskView`, blocks staged on
-    the final blob that only job commit publishes;
+  - a deferred store (:mod:`magicfs.stores.registry`: S3 multipart uploads, Azure block
+    lists, the in-process store): :class:`~.deferred_view.DeferredTaskView` over the
+    store's write side, files staged on their final names that only job commit publishes;
   - rename stores (local, memory, GCS): :class:`~.routed_view.RoutedTaskView`,
     routed to the attempt's working directory, job commit renames.
 
@@ -39,12 +38,13 @@ from fsspec.implementations.chained import ChainedFileSystem
 from ..errors import OutsideTaskPathError
 from ..paths import is_magic_path
 from ..stores.capabilities import capabilities
+from ..stores.deferred_writer import WriterOptions
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
 from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
+from .deferred_view import DeferredTaskView
 from .originals import store_filesystem, unwrapped
 from .routed_view import RoutedTaskView
-from .s3_view import S3TaskView
 
 #: Operations fsspec composes from the leaf methods: on task paths they run fsspec's own
 #: implementation over this class's leaves, on plain paths the wrapped filesystem's.
@@ -72,21 +72,23 @@ _PASSED = ("created", "modified", "checksum", "ukey", "sign", "mkdir", "makedirs
 class MagicFileSystem(ChainedFileSystem):
     """Wrap ``fs`` (or build one from ``target_protocol`` / ``target_options``).
 
-    Options (S3 only):
+    Options of the deferred stores' writers (:mod:`magicfs.stores.deferred_writer`):
 
-    * ``part_size`` (8 MiB): size of each uploaded part (>= 5 MiB); doubles after
-      every 1,000 parts so huge files stay within S3's 10,000 parts.
-    * ``parts_in_flight`` (4): parts uploading at once per file; memory per open
-      file is about ``(parts_in_flight + 1) * part_size``.
-    * ``in_memory`` (False): keep commit data in this process instead of writing a
+    * ``part_size`` (8 MiB): size of each part (S3: >= 5 MiB, doubling after every
+      1,000 parts so huge files stay within S3's 10,000 parts; Azure: the block size).
+    * ``parts_in_flight`` (4): parts staged at once per file; memory per open file is
+      about ``(parts_in_flight + 1) * part_size``, and all files together stay within
+      the process's buffer budget (``MAGICFS_MAX_BUFFERED_BYTES``).
+    * ``in_memory`` (False, S3): keep commit data in this process instead of writing a
       ``.pending`` per file (HADOOP-19047; see :mod:`magicfs.stores.s3.tracking`).
     * ``check_job_active`` (True): writers in a ``__magic_job-<id>`` directory check
-      that the job is still active after creating their upload.
+      that the job is still active once their file is begun.
     * ``background_close`` (True): ``close()`` of a task attempt's file returns at once
       and finishes in the background; the task's commit waits for it (and fails if it
       failed). False: ``close()`` waits, and raises what failed.
-    * ``retry_policy``: how S3 calls are retried (:class:`magicfs.stores.s3.retry.RetryPolicy`).
-    * ``checksum`` (``"CRC32"``): the checksum algorithm of every part, kept in the
+    * ``retry_policy`` (S3): how S3 calls are retried
+      (:class:`magicfs.stores.s3.retry.RetryPolicy`).
+    * ``checksum`` (``"CRC32"``, S3): the checksum algorithm of every part, kept in the
       ``.pending`` record and verified at job commit (:mod:`magicfs.stores.s3.checksums`);
       ``None``: none declared or recorded (a store that refuses checksum headers also
       needs ``request_checksum_calculation="when_required"`` in ``config_kwargs``).
@@ -142,8 +144,7 @@ class MagicFileSystem(ChainedFileSystem):
                 raise ValueError("MagicFileSystem needs fs= or target_protocol=")
             fs = store_filesystem(target_protocol, **(target_options or {}))
         # After magicfs.install() the store's URL builds a wrapper: wrap the store itself.
-        fs = unwrapped(fs)
-        self.fs = fs
+        self.fs = unwrapped(fs)
         self.part_size = part_size
         self.parts_in_flight = parts_in_flight
         self.in_memory = in_memory
@@ -153,38 +154,36 @@ class MagicFileSystem(ChainedFileSystem):
         self.checksum = checked_algorithm(checksum)
         self.block_lists = block_lists
         self.job_root = job_root.rstrip("/") if job_root else None
-        found = capabilities(fs)
-        self.view: S3TaskView | RoutedTaskView
-        if found.block_lists and block_lists:
-            from .block_view import BlockTaskView  # needs the azure extra
+        self.view = self._choose_view()
 
-            self.view = BlockTaskView(
-                fs,
-                block_size=part_size,
-                blocks_in_flight=parts_in_flight,
-                check_job_active=check_job_active,
-            )
-        elif found.deferred_writes:
-            self.view = S3TaskView(
-                fs,
-                part_size=part_size,
-                parts_in_flight=parts_in_flight,
-                in_memory=in_memory,
-                check_job_active=check_job_active,
-                background_close=background_close,
-                retry_policy=retry_policy,
-                checksum=self.checksum,
-            )
-        else:
-            self.view = RoutedTaskView(
-                fs, needs_directories=found.needs_directories, appends=found.appends
-            )
+    def _choose_view(self) -> DeferredTaskView | RoutedTaskView:
+        """The deferred store's view when the registry knows the store (and its opt-in
+        keyword, if it has one, is True); else the rename stores' routed view."""
+        found = capabilities(self.fs)
+        spec = found.deferred_store
+        opted_in = spec is not None and (spec.opt_in is None or getattr(self, spec.opt_in, False))
+        if spec is not None and spec.writes is not None and opted_in:
+            return DeferredTaskView(spec.writes(self.fs, self._writer_options()))
+        return RoutedTaskView(
+            self.fs, needs_directories=found.needs_directories, appends=found.appends
+        )
+
+    def _writer_options(self) -> WriterOptions:
+        return WriterOptions(
+            part_size=self.part_size,
+            parts_in_flight=self.parts_in_flight,
+            in_memory=self.in_memory,
+            check_job_active=self.check_job_active,
+            background_close=self.background_close,
+            retry_policy=self.retry_policy,
+            checksum=self.checksum,
+        )
 
     @property
     def deferred_writes(self) -> bool:
-        """True on S3 and with Azure block lists: task files are uploads (staged blocks)
-        that job commit completes (publishes)."""
-        return isinstance(self.view, S3TaskView)
+        """True on a deferred store (S3, Azure block lists, ...): task files are staged on
+        their final names, and job commit publishes them."""
+        return isinstance(self.view, DeferredTaskView)
 
     # -- paths ---------------------------------------------------------------------------
 

@@ -3,10 +3,10 @@
 Everything in magicfs that behaves differently per store asks this module, never a
 protocol name of its own:
 
-* ``deferred_writes``: a write can target its final name and stay invisible until it
-  is made visible in one request (S3 multipart uploads: the magic committer's store);
-* ``block_lists``: the same through Azure block lists (Put Block stages invisible
-  blocks on the final name, Put Block List publishes them in one request: adlfs);
+* ``deferred_store``: the deferred store (:mod:`.registry`) the filesystem belongs to,
+  if any: a write can target its final name and stay invisible until one request
+  publishes it (S3 multipart uploads, Azure block lists); ``deferred_writes`` says
+  whether there is one;
 * ``atomic_rename``: a rename is one atomic operation (local disks); elsewhere a rename
   is a copy then a delete;
 * ``needs_directories``: files need their parent directories to exist (local disks);
@@ -21,43 +21,36 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-_S3 = {"s3", "s3a"}
+__all__ = ["Capabilities", "capabilities", "has_block_lists", "is_local", "is_s3", "protocols"]
+
+from .deferred import DeferredStoreSpec, protocols
+from .registry import deferred_store_for
+
 _LOCAL = {"file", "local"}
 _MEMORY = {"memory"}
-_AZURE = {"abfs", "az", "abfss"}
-
-
-def protocols(fs: Any) -> set[str]:
-    """The protocol names an fsspec filesystem (class or instance) answers to."""
-    protocol = fs.protocol
-    return set(protocol if isinstance(protocol, (tuple, list)) else (protocol,))
 
 
 @dataclass(frozen=True)
 class Capabilities:
-    deferred_writes: bool
-    block_lists: bool
+    deferred_store: DeferredStoreSpec | None
     atomic_rename: bool
     needs_directories: bool
     etag_preserved_in_rename: bool
     appends: bool
 
+    @property
+    def deferred_writes(self) -> bool:
+        """Writes can stay invisible on their final names until published (any deferred
+        store: S3, Azure block lists, ...)."""
+        return self.deferred_store is not None
+
 
 def capabilities(fs: Any) -> Capabilities:
     """Probe ``fs`` (an fsspec filesystem)."""
     names = protocols(fs)
-    # s3fs and its subclasses (and magicfs's own installed wrappers do not count: they
-    # have no ``call_s3``): what matters is the multipart upload API.
-    deferred = bool(names & _S3) and hasattr(fs, "call_s3")
     local = bool(names & _LOCAL)
-    # adlfs's AzureBlobFileSystem or a subclass (its block-blob client), not a wrapper
-    # that merely answers to "abfs".
-    cls = fs if isinstance(fs, type) else type(fs)
-    adlfs = any(c.__module__.startswith("adlfs.") for c in cls.__mro__)
-    block_lists = bool(names & _AZURE) and adlfs
     return Capabilities(
-        deferred_writes=deferred,
-        block_lists=block_lists,
+        deferred_store=deferred_store_for(fs),
         atomic_rename=local,
         needs_directories=local,
         etag_preserved_in_rename=local,
@@ -66,13 +59,20 @@ def capabilities(fs: Any) -> Capabilities:
 
 
 def is_s3(fs: Any) -> bool:
-    """Does ``fs`` speak S3 multipart uploads (an s3fs filesystem)?"""
-    return capabilities(fs).deferred_writes
+    """Is ``fs`` S3's (s3fs), served by the S3 adapter? For the callers that need S3's
+    own requests (the CLI's upload listing, the staging committer): a question of which
+    store, asked of the registry, not a capability."""
+    return _deferred_store_name(fs) == "s3"
 
 
 def has_block_lists(fs: Any) -> bool:
-    """Does ``fs`` stage and publish Azure block lists (an adlfs filesystem)?"""
-    return capabilities(fs).block_lists
+    """Is ``fs`` Azure Blob's (adlfs), served by the block-list adapter?"""
+    return _deferred_store_name(fs) == "azure-block-list"
+
+
+def _deferred_store_name(fs: Any) -> str | None:
+    spec = deferred_store_for(fs)
+    return None if spec is None else spec.name
 
 
 def is_local(fs: Any) -> bool:

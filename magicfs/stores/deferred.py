@@ -1,53 +1,128 @@
-"""The deferred-write contract: how a pending file is made visible, or thrown away.
+"""The deferred-store contract, commit side: what a job commit asks of a store.
 
 A store with deferred writes lets a task write a file under its *final* name without it
 becoming visible; the task saves a ``.pending`` record (Hadoop's ``SinglePendingCommit``)
-and job commit makes the file visible from that record alone. Two stores have it, each
-behind one backend (chosen by :func:`magicfs.stores.capabilities.capabilities`):
+and job commit makes the file visible from that record alone. Each such store has one
+adapter implementing :class:`DeferredStore`, bound to one job; the committer over the
+magic layout (:mod:`magicfs.committers.pendingsets`) is written once against it, and the
+registry (:mod:`.registry`) says which adapter serves which fsspec filesystem.
 
-=====================  =====================================  ===============================
-operation              S3 (:mod:`.s3.deferred`)                Azure Blob (:mod:`.azure.deferred`)
-=====================  =====================================  ===============================
-publish                CompleteMultipartUpload                Put Block List
-is it published?       HEAD: this job's id, recorded length   committed block list == record's
-delete a published     DeleteObjects (batches of 1,000)       Delete Blob per file
-discard (abort)        AbortMultipartUpload                   nothing possible: staged blocks
-                                                              expire after 7 days (0 counted)
-=====================  =====================================  ===============================
+=====================  ===============================  ===============================
+operation              S3 (:mod:`.s3.deferred`)          Azure Blob (:mod:`.azure.deferred`)
+=====================  ===============================  ===============================
+publish                CompleteMultipartUpload          Put Block List
+is it published?       HEAD: this job's id and length   committed block list == record's
+delete a published     DeleteObjects (1,000 a batch)    Delete Blob per file
+discard pending        AbortMultipartUpload             nothing possible: staged blocks
+                                                        expire after 7 days (0 counted)
+list pending           ListMultipartUploads             (not listed by the committer)
+records (small files)  GET / PUT / HEAD / List / Delete  Get / Put Blob, list, Delete Blob
+=====================  ===============================  ===============================
 
-Everything else of a job commit — loading and validating pendingsets, the journal,
-conflict modes, parallel publishing with progress and all-or-nothing roll-back
-(:mod:`.commit_ops`), ``_SUCCESS`` — is written once over this contract
-(:mod:`magicfs.committers.pendingsets`). The rename stores have no deferred writes: the
-manifest committer renames instead (:mod:`.rename`).
+**Record I/O is async only**: markers, ``.pending``, ``.pendingset``, ``_SUCCESS`` and the
+journal's pages are small whole objects, read and written as coroutines on the store's IO
+loop (retried and rate-controlled where the store is: S3's :class:`~.s3.store.S3Store`).
+A blocking caller waits with :meth:`DeferredStore.run`; the journal's blocking
+``RecordIO`` (:mod:`magicfs.protocol.journal`) is :class:`DeferredStoreBase`'s
+``read``/``write``/``display``, written once over the coroutines.
+
+What differs between stores and is not an operation is a declared capability
+(:class:`DeferredCapabilities`), named for what it means, never for the store it is.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Coroutine, Iterable
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, TypeVar
 
 from ..records import SinglePendingCommit
 
 T = TypeVar("T")
 
+#: How a file opened ``"xb"`` (create only) is kept from replacing an object:
+#: ``"conditional"``: the publish itself is conditional (no race window);
+#: ``"probed"``: conditional where the store honours it (learned by a probe), else
+#: checked; ``"checked"``: a look before the publish (a window between the two).
+CreateOnly = Literal["conditional", "probed", "checked"]
 
-class DeferredBackend(Protocol):
-    """Publish or discard the pending commits of one job (``job_id``) on one store."""
+
+@dataclass(frozen=True)
+class DeferredCapabilities:
+    """What a deferred store can do, declared once per store (:mod:`.registry`)."""
+
+    #: A request throws staged data away (S3 aborts an upload). False: aborted data
+    #: stays invisible until the name is next published or the store expires it (Azure).
+    discards_pending: bool
+    #: How ``"xb"`` is kept from replacing an object (:data:`CreateOnly`).
+    create_only: CreateOnly
+    #: Pending writes can be listed by key (:meth:`DeferredStore.alist_pending`), so a
+    #: job's clean-up can find and discard those no record names (killed writers).
+    lists_pending: bool
+    #: Throttled replies are counted (:attr:`DeferredStore.throttled`); the Azure SDK
+    #: retries them unseen.
+    counts_throttling: bool
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """One pending (staged, unpublished) write: its ``bucket/key`` and upload id."""
+
+    path: str
+    upload_id: str
+
+
+class DeferredStore(Protocol):
+    """The commit side of one deferred store, bound to one job."""
+
+    capabilities: DeferredCapabilities
 
     @property
     def throttled(self) -> int:
-        """Replies the store throttled so far (for progress reports)."""
+        """Replies the store throttled so far (0 where not counted)."""
+
+    # -- running and naming ---------------------------------------------------------------
+
+    def run(self, call: Coroutine[Any, Any, T]) -> T:
+        """Run ``call`` on the store's IO loop and wait for it."""
 
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        """Run ``call`` on the store's IO loop."""
+        """Start ``call`` on the store's IO loop; return at once."""
+
+    def split(self, path: str) -> tuple[str, str]:
+        """``bucket/key`` (or ``container/blob``) -> ``(bucket, key)``."""
 
     def url(self, path: str) -> str:
         """``bucket/key`` with the store's protocol, for messages."""
 
+    # -- records: small whole objects (markers, .pending, .pendingset, _SUCCESS, journal) --
+
+    async def aread_record(self, path: str, limit: int) -> bytes | None:
+        """At most ``limit + 1`` bytes of ``path``; ``None`` when there is none."""
+
+    async def awrite_record(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` as one unit: readers see the old or the new."""
+
+    async def arecord_info(self, path: str) -> dict[str, Any] | None:
+        """``path``'s size and metadata (``{"size": int, "metadata": {...}}``), or ``None``."""
+
+    def alist_records(self, directory: str, recursive: bool = True) -> AsyncIterator[str]:
+        """The paths (``bucket/key``) of the records below ``directory``, paged, never
+        cached; ``recursive=False``: its direct children only."""
+
+    async def adelete_records(self, paths: Sequence[str]) -> int:
+        """Delete records (absent ones are no error; S3: DeleteObjects, in batches);
+        how many were asked for."""
+
+    async def adelete_record(self, path: str) -> None:
+        """Delete one record (the job marker; absent is no error; S3: DeleteObject)."""
+
+    # -- pending data ---------------------------------------------------------------------
+
     def check(self, commit: SinglePendingCommit, source: str) -> None:
-        """Refuse (``InvalidCommitData``) a record this store cannot publish."""
+        """Refuse (``InvalidCommitData``, naming ``source`` and the field) a record this
+        store cannot publish."""
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
         """Make the file visible. Idempotent for this job: a commit an earlier attempt of
@@ -56,8 +131,148 @@ class DeferredBackend(Protocol):
     async def apublished(self, commit: SinglePendingCommit) -> bool:
         """Does the destination hold exactly what this commit published?"""
 
-    def delete(self, commits: list[SinglePendingCommit]) -> int:
+    async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         """Delete the destinations of ``commits`` (published by this job); how many."""
 
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
+        """Throw pending writes away where the store can
+        (:attr:`DeferredCapabilities.discards_pending`); how many were discarded. Writes
+        already gone (discarded, published) are no error."""
+
+    def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
+        """The pending writes under ``prefix`` (``bucket/key``), paged (only where
+        :attr:`DeferredCapabilities.lists_pending`; elsewhere nothing)."""
+
+    # -- blocking forms, written once by DeferredStoreBase --------------------------------
+
+    def delete(self, commits: list[SinglePendingCommit]) -> int:
+        """:meth:`adelete_published`, waited for (roll-back in :mod:`.commit_ops`)."""
+
     def discard(self, commits: Iterable[SinglePendingCommit]) -> int:
-        """Throw the commits' pending data away (where the store can); how many."""
+        """:meth:`adiscard`, waited for (:mod:`.commit_ops`)."""
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        """The journal's ``RecordIO.read``: :meth:`aread_record`, waited for."""
+
+    def write(self, path: str, data: bytes) -> None:
+        """The journal's ``RecordIO.write``: :meth:`awrite_record`, waited for."""
+
+    def display(self, path: str) -> str:
+        """The journal's ``RecordIO.display``: :meth:`url`."""
+
+
+class DeferredStoreBase:
+    """What every adapter derives from the coroutines, written once: waiting, the blocking
+    forms :mod:`.commit_ops` calls, and the journal's ``RecordIO`` (``read``, ``write``,
+    ``display``). An adapter subclasses it and implements :class:`DeferredStore`'s
+    coroutines and ``run_background``, ``split`` and ``url``."""
+
+    def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        raise NotImplementedError
+
+    def url(self, path: str) -> str:
+        raise NotImplementedError
+
+    def run(self, call: Coroutine[Any, Any, T]) -> T:
+        return self.run_background(call).result()
+
+    async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
+        raise NotImplementedError
+
+    async def adelete_records(self, paths: Sequence[str]) -> int:
+        raise NotImplementedError
+
+    async def adelete_record(self, path: str) -> None:
+        await self.adelete_records([path])
+
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
+        raise NotImplementedError
+
+    async def aread_record(self, path: str, limit: int) -> bytes | None:
+        raise NotImplementedError
+
+    async def awrite_record(self, path: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def delete(self, commits: list[SinglePendingCommit]) -> int:
+        return self.run(self.adelete_published(commits))
+
+    def discard(self, commits: Iterable[SinglePendingCommit]) -> int:
+        return self.run(self.adiscard(pending_writes(commits)))
+
+    # -- the journal's RecordIO (magicfs.protocol.journal): blocking by its design ---------
+
+    def read(self, path: str, limit: int) -> bytes | None:
+        return self.run(self.aread_record(path, limit))
+
+    def write(self, path: str, data: bytes) -> None:
+        self.run(self.awrite_record(path, data))
+
+    def display(self, path: str) -> str:
+        return self.url(path)
+
+
+#: The name :mod:`.commit_ops` knows the contract by (its publish-side methods).
+DeferredBackend = DeferredStore
+
+
+class AdapterFactory(Protocol):
+    """Make a store's adapter for one job: ``fs`` (the store's fsspec filesystem),
+    ``job_id``, ``scratch_dir()`` (a directory in the job's hidden tree where probes may
+    write throw-away records) and the committer's store options (``retry_policy``,
+    ``max_request_rate``: each adapter takes those it knows and ignores the rest)."""
+
+    def __call__(
+        self, fs: Any, job_id: str, scratch_dir: Callable[[], str], **options: Any
+    ) -> DeferredStore: ...
+
+
+@dataclass(frozen=True)
+class DeferredStoreSpec:
+    """One deferred store, declared once (listed by :mod:`.registry`)."""
+
+    #: The store's name (``"s3"``, ``"azure-block-list"``): registry key, messages.
+    name: str
+    #: Does an fsspec filesystem (class or instance) belong to this store? Judged by what
+    #: it is (its class), never by a protocol name a wrapper could also answer to.
+    recognises: Callable[[Any], bool]
+    #: The commit side (:class:`DeferredStore`) for one job.
+    adapter: AdapterFactory
+    capabilities: DeferredCapabilities
+    #: The committer (``committer_for`` name) that commits its jobs by default.
+    committer: str
+    #: The :class:`~magicfs.filesystems.MagicFileSystem` keyword that must be True for
+    #: its task view (``"block_lists"`` on Azure, whose adlfs also serves the manifest
+    #: committer); ``None``: always.
+    opt_in: str | None = None
+    #: The write side (the task view's writer hooks), ``(fs, options) -> writes``.
+    writes: Callable[..., Any] | None = None
+    #: Committer options this store's committer takes by default.
+    committer_defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+def pending_writes(commits: Iterable[SinglePendingCommit]) -> list[PendingWrite]:
+    """The pending writes ``commits`` would publish."""
+    return [PendingWrite(commit.destination, commit.upload_id) for commit in commits]
+
+
+def protocols(fs: Any) -> set[str]:
+    """The protocol names an fsspec filesystem (class or instance) answers to."""
+    protocol = fs.protocol
+    return set(protocol if isinstance(protocol, (tuple, list)) else (protocol,))
+
+
+async def collect(listing: AsyncIterator[T]) -> list[T]:
+    """Every item of an async listing (for a caller that needs them all at once)."""
+    return [item async for item in listing]
+
+
+async def take(listing: AsyncIterator[T], size: int) -> list[T]:
+    """The next ``size`` items of an async listing, fewer at its end: a caller streams a
+    listing of any length a page at a time, never holding it whole."""
+    found: list[T] = []
+    async for item in listing:
+        found.append(item)
+        if len(found) >= size:
+            break
+    return found

@@ -14,7 +14,8 @@ A :class:`Target` observes the store the way a reader would: the destination's v
 files (no element starting with ``_`` or ``.``), every file, their bytes, what is still
 *pending* on the store (S3: the multipart uploads in the bucket; Azure with the
 ``block-list`` committer: the blobs holding staged blocks and no committed one, listed
-with the Azure SDK; rename stores: whatever hidden entry is left under the destination)
+with the Azure SDK; the in-process deferred store: its staged writes, listed by its
+adapter; rename stores: whatever hidden entry is left under the destination)
 and what is left of a job's temporary tree (hidden entries under the destination, and
 the staging committers' local tree).
 """
@@ -34,6 +35,8 @@ import pytest
 import magicfs
 from magicfs.committers import OutputCommitter
 from magicfs.records import MANIFEST_COMMITTER_CLASS
+from magicfs.stores.deferred import collect
+from magicfs.stores.registry import deferred_store_for
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class Committer:
 
 #: The S3 stores: moto (``s3``) and Ceph RGW (``rgw``, a production S3 implementation).
 S3_STORES = ("s3", "rgw")
+#: The in-process deferred store (magicfs.stores.memory_deferred): staged bytes invisible
+#: until published, as on S3 and Azure, in this process's memory.
+IN_PROCESS = "mem-deferred"
 
 COMMITTERS = {
     c.name: c
@@ -154,6 +160,15 @@ COMMITTERS = {
             deferred_writes=True,
             discards_pending_on_abort=False,
             success_committer="block-list",
+            detects_duplicate_destinations=True,
+        ),
+        # The magic-layout flow on its own, over the in-process deferred store: the third
+        # adapter of the contract (magicfs/stores/deferred.py), for which it was written.
+        Committer(
+            "magic-layout",
+            (IN_PROCESS,),
+            deferred_writes=True,
+            success_committer="magic-layout",
             detects_duplicate_destinations=True,
         ),
     )
@@ -306,6 +321,8 @@ class Target:
             uploads = self.s3_client.list_multipart_uploads(Bucket=self.bucket)
             prefix = self.root.partition("/")[2] + "/"
             return sorted(u["Key"].removeprefix(prefix) for u in uploads.get("Uploads", []))
+        if self.pair.store == IN_PROCESS:
+            return self.staged_in_process()
         if self.lists_pending:
             return self.staged()
         return self.hidden()
@@ -324,6 +341,15 @@ class Target:
         with_staged = fsspec.asyn.sync(self.fs.loop, names, ["uncommittedblobs"])
         committed = fsspec.asyn.sync(self.fs.loop, names, None)
         return sorted(name.removeprefix(prefix) for name in with_staged - committed)
+
+    def staged_in_process(self) -> list[str]:
+        """The in-process store: the names under the destination (relative) with staged,
+        unpublished writes, as its adapter lists them (the contract's ``alist_pending``)."""
+        spec = deferred_store_for(self.fs)
+        assert spec is not None, f"{self.fs!r} is no registered deferred store"
+        adapter = spec.adapter(self.fs, "observer", lambda: self.root)
+        listing = adapter.run(collect(adapter.alist_pending(self.root + "/")))
+        return sorted({w.path.removeprefix(self.root + "/") for w in listing})
 
     def hidden(self) -> list[str]:
         """Hidden entries under the destination (the job's tree), but ``_SUCCESS``."""
@@ -384,6 +410,18 @@ def make_target(request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Ta
         root = f"/contract-{os.getpid()}-{tmp_path.name}"
         request.addfinalizer(lambda: fs.rm(root, recursive=True) if fs.exists(root) else None)
         return Target(pair, fs, f"memory://{root}/out", {"fs": fs})
+    if store == "mem-deferred":  # the in-process deferred store: staged parts in memory
+        fs = fsspec.filesystem("mem-deferred")
+        root = f"contract-{os.getpid()}-{tmp_path.name}"
+
+        def forget() -> None:
+            for _, upload_id in fs.pending(root + "/"):
+                fs.discard(upload_id)
+            if fs.exists(root):
+                fs.rm(root, recursive=True)
+
+        request.addfinalizer(forget)
+        return Target(pair, fs, f"mem-deferred://{root}/out", {"fs": fs}, bucket=root)
     if store == "abfs":
         container = request.getfixturevalue("azure_container")
         fs = request.getfixturevalue("abfs")

@@ -8,35 +8,111 @@
   random per writer, so no other writer's blob can match).
 * **delete**: Delete Blob. **discard**: nothing — Azure has no request that deletes
   staged blocks alone; they stay invisible until the name is next published or Azure
-  drops them 7 days after staging (docs/stores/azure.md).
+  drops them 7 days after staging (docs/stores/azure.md). **list pending**: not offered
+  to the committer (``magicfs uploads list`` lists staged blobs itself: :mod:`.blocks`).
+* **records**: Get Blob (ranged), Put Blob (atomic: no temporary name, no rename), Get
+  Blob Properties, List Blobs, Delete Blob — adlfs's own client on its IO loop (the
+  Azure SDK retries), with no :class:`~magicfs.stores.rename.RenameStore` in between.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
-from .blocks import BlockStore
+from ..deferred import (
+    DeferredCapabilities,
+    DeferredStoreBase,
+    DeferredStoreSpec,
+    PendingWrite,
+    protocols,
+)
+from .blocks import BlockStore, _not_found
+from .writer import BlockListWrites
 
 T = TypeVar("T")
 
+CAPABILITIES = DeferredCapabilities(
+    discards_pending=False,
+    create_only="checked",
+    lists_pending=False,
+    counts_throttling=False,
+)
 
-class BlockListDeferred:
-    """Block lists of one job through ``blocks``."""
 
+class BlockListDeferred(DeferredStoreBase):
+    """Block lists and records of one job through ``blocks``."""
+
+    capabilities = CAPABILITIES
     throttled = 0  # the Azure SDK retries throttled calls itself and does not report them
 
     def __init__(self, blocks: BlockStore):
         self.blocks = blocks
 
+    @classmethod
+    def for_job(
+        cls, fs: Any, job_id: str, scratch_dir: Callable[[], str], **_: Any
+    ) -> BlockListDeferred:
+        """The adapter factory the registry declares (:class:`~..deferred.AdapterFactory`)."""
+        return cls(BlockStore(fs))
+
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return self.blocks.submit(call)
 
+    def split(self, path: str) -> tuple[str, str]:
+        return self.blocks.split(path)
+
     def url(self, path: str) -> str:
-        return self.blocks.url(path)
+        return path if "://" in path else self.blocks.url(path)
+
+    # -- records ----------------------------------------------------------------------------
+
+    async def aread_record(self, path: str, limit: int) -> bytes | None:
+        container, blob = self.split(path)
+        async with self.blocks.fs.service_client.get_blob_client(container, blob) as client:
+            try:
+                stream = await client.download_blob(offset=0, length=limit + 1)
+            except _not_found():
+                return None
+            except Exception as error:  # a zero-byte blob has no byte 0
+                if getattr(error, "error_code", None) == "InvalidRange":
+                    return b""
+                raise
+            return bytes(await stream.readall())
+
+    async def awrite_record(self, path: str, data: bytes) -> None:
+        await self.blocks.put(*self.split(path), data)
+
+    async def arecord_info(self, path: str) -> dict[str, Any] | None:
+        container, blob = self.split(path)
+        async with self.blocks.fs.service_client.get_blob_client(container, blob) as client:
+            try:
+                properties = await client.get_blob_properties()
+            except _not_found():
+                return None
+        return {"size": properties.size, "metadata": dict(properties.metadata or {})}
+
+    async def alist_records(self, directory: str, recursive: bool = True) -> AsyncIterator[str]:
+        container, key = self.split(directory.rstrip("/"))
+        prefix = f"{key}/" if key else ""
+        async with self.blocks.fs.service_client.get_container_client(container) as client:
+            if recursive:
+                listing = client.list_blobs(name_starts_with=prefix, include=["metadata"])
+            else:
+                listing = client.walk_blobs(name_starts_with=prefix, include=["metadata"])
+            async for item in listing:
+                if item.name.endswith("/") or (item.metadata or {}).get("hdi_isfolder"):
+                    continue  # a directory (adlfs's marker blob, or a walk's prefix)
+                yield f"{container}/{item.name}"
+
+    async def adelete_records(self, paths: Sequence[str]) -> int:
+        await self.blocks.delete_many(list(paths))
+        return len(paths)
+
+    # -- pending data -----------------------------------------------------------------------
 
     def check(self, commit: SinglePendingCommit, source: str) -> None:
         """A block list whose ids all belong to its writer and have one length."""
@@ -69,8 +145,30 @@ class BlockListDeferred:
         ids = await self.blocks.committed_ids(commit.bucket, commit.destination_key)
         return ids == commit.etags
 
-    def delete(self, commits: list[SinglePendingCommit]) -> int:
-        return self.blocks.run(self.blocks.delete_many([c.destination for c in commits]))
+    async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
+        return await self.blocks.delete_many([c.destination for c in commits])
 
-    def discard(self, commits: Iterable[SinglePendingCommit]) -> int:
-        return 0
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
+        return 0  # no request deletes staged blocks (module docstring)
+
+    async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
+        return
+        yield  # not listed (CAPABILITIES.lists_pending)
+
+
+def _is_adlfs(fs: Any) -> bool:
+    """adlfs's AzureBlobFileSystem or a subclass (its block-blob client), not a wrapper
+    that merely answers to ``abfs``."""
+    cls = fs if isinstance(fs, type) else type(fs)
+    return any(c.__module__.startswith("adlfs.") for c in cls.__mro__)
+
+
+SPEC = DeferredStoreSpec(
+    name="azure-block-list",
+    recognises=lambda fs: bool(protocols(fs) & {"abfs", "az", "abfss"}) and _is_adlfs(fs),
+    adapter=BlockListDeferred.for_job,
+    capabilities=CAPABILITIES,
+    committer="block-list",
+    opt_in="block_lists",
+    writes=BlockListWrites,
+)

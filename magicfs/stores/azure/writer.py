@@ -1,50 +1,53 @@
-"""The block-list output stream: blocks staged on the final blob that ``close()`` never publishes.
+"""Azure's hooks of the deferred writer: blocks staged on the final blob, never published.
 
-Life of one file (``abfs://c/out/__magic_job-7/.../__base/a.csv`` -> ``c/out/a.csv``):
+The life of a task file is :mod:`magicfs.stores.deferred_writer`'s (the process-wide
+buffer budget, background close and supersede included); on Azure Blob
+(``abfs://c/out/__magic_job-7/.../__base/a.csv`` -> ``c/out/a.csv``) its steps are:
 
-1. open: register the file in this process (:mod:`magicfs.task_files`; an earlier
-   writer of the same path is superseded, an attempt already committed or aborted here
-   is refused), and PUT a zero-byte marker at the task path in the background, so
-   listings of the attempt show the file while it is written (as on S3).
-2. write: bytes fill blocks of ``block_size``; each full block is staged (Put Block)
-   against the *final* blob ``out/a.csv`` in the background, at most ``blocks_in_flight``
-   at once. Staged blocks are invisible: the destination, if it exists, keeps its old
-   bytes; if not, nothing is there.
-3. close: stage the last block, wait for all, check the job is still active (one HEAD
-   of its marker), then PUT ``<path>.pending``: a Hadoop ``SinglePendingCommit`` whose
-   ``etags`` are the ordered block ids, ``uploadId`` the writer's id prefix and
-   ``extraData["magicfs.store"]`` ``azure-block-list``. Job commit publishes the blob
-   with one Put Block List of exactly those ids.
-4. failure (an exception leaving a ``with`` block, a failed request, ``discard()``, a
-   ``close()`` while an exception propagates, garbage collection unclosed): no
-   ``.pending`` is written and the marker is deleted. Azure has no request that drops
-   staged blocks alone: they stay invisible until the name's next publish discards them,
-   or Azure does after 7 days (docs/stores/azure.md).
+* **begin**: PUT a zero-byte marker at the task path, so listings of the attempt show
+  the file while it is written (as on S3). Nothing else needs creating: blocks are
+  staged against a name.
+* **job check** (after the begin): is the job marker still there?
+* **stage**: Put Block against the *final* blob ``out/a.csv``; the part id is the block
+  id (:mod:`.blocks`). Staged blocks are invisible: the destination, if it exists, keeps
+  its old bytes. The first block settles the ids' length (a blob holding another
+  writer's ids of another length makes this writer use that length); the others wait
+  for it. Up to 50,000 blocks of at most 4,000 MiB; the size does not grow.
+* **record**: ``<path>.pending``, a Hadoop ``SinglePendingCommit`` whose ``etags`` are
+  the ordered block ids, ``uploadId`` the writer's id prefix and
+  ``extraData["magicfs.store"]`` ``azure-block-list``; job commit publishes the blob
+  with one Put Block List of exactly those ids. An empty file stages nothing: its record
+  lists no block, which publishes a zero-byte blob.
+* **discard**: delete the marker (and the record, if saved). Azure has no request that
+  drops staged blocks alone: they stay invisible until the name's next publish discards
+  them, or Azure does after 7 days (docs/stores/azure.md).
 
-An empty file stages nothing: its record lists no block, and job commit publishes an
-empty list, which makes a zero-byte blob.
+Decision, ``xb``: what Azure can guarantee is the marker's. It is PUT with
+``If-None-Match: *`` (Put Blob without overwrite), so a second writer of the task path,
+in this process or any other, gets ``FileExistsError`` from ``open()``; a conflict on a
+marker carrying this writer's nonce was our own request, repeated by the SDK after a
+lost reply. Whether the *destination* blob may be replaced is job commit's to decide
+(the record is the same as for ``wb``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import io
 import logging
-import sys
-import threading
-from typing import Any
+import uuid
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
-from ...errors import JobNotActiveError, TaskNotActiveError
 from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import BLOCK_LIST_STORE, STORE_KEY
 from ...statistics import IOStatisticsSnapshot
-from ...task_files import TASK_FILES, TaskFile, TaskFiles
+from ..deferred_writer import DeferredWriter, PartRules, StoreWords, WriterOptions
 from .blocks import (
     ID_LENGTH,
     MAX_BLOCK_SIZE,
+    MAX_COMMITTED_BLOCKS,
     BlockStore,
     block_id,
     is_id_length_error,
@@ -53,253 +56,179 @@ from .blocks import (
 
 log = logging.getLogger("magicfs.azure.writer")
 
+T = TypeVar("T")
 
-class BlockListWriter(io.BufferedIOBase):
-    """Write-only binary stream for one magic path on Azure Blob. Made by the magic filesystem."""
+#: The marker's metadata naming its writer (Azure metadata names are C# identifiers).
+WRITER_KEY = "magicfs_writer"
+
+RULES = PartRules(
+    noun="block",
+    min_size=1,
+    max_size=MAX_BLOCK_SIZE,
+    max_parts=MAX_COMMITTED_BLOCKS,
+    grow_every=None,
+    at_least_one=False,  # an empty list publishes a zero-byte blob
+)
+
+WORDS = StoreWords(
+    store_name="Azure",
+    noun="blob",
+    pending_bytes="uncommitted blocks",
+    where="staged on",
+    advice=(
+        "Write the file under its final name in one go; where a writer must read back, copy "
+        "or rename its own output, use the manifest committer (committer='manifest': task "
+        "files are ordinary blobs in the attempt's directory, copied into place at job commit)"
+    ),
+)
+
+
+class BlockListWrites:
+    """The write side of an adlfs filesystem ``fs`` (:class:`~..deferred_writer.DeferredWrites`)."""
+
+    words = WORDS
+
+    def __init__(self, fs: Any, options: WriterOptions):
+        self.fs = fs
+        self.options = options
+        self.blocks = BlockStore(fs)
+
+    def url(self, path: str) -> str:
+        return self.blocks.url(path)
+
+    def writer(
+        self, path: str, magic_path: MagicPath, mode: str, part_size: int, job_marker: str | None
+    ) -> DeferredWriter:
+        return DeferredWriter(
+            BlockFileHooks(self.blocks, path, magic_path, mode, job_marker),
+            RULES,
+            path,
+            magic_path,
+            self.options,
+            mode=mode,
+            part_size=part_size,
+            check_job=job_marker is not None,
+            store="Azure",
+        )
+
+    def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
+        """Nothing possible: staged blocks cannot be deleted alone (so no record is read)."""
+        return 0
+
+    def delete(self, paths: list[str]) -> None:
+        self.blocks.run(self.blocks.delete_many([p for p in paths if self.blocks.split(p)[1]]))
+
+
+class BlockFileHooks:
+    """One task file's blocks (see the module docstring)."""
 
     def __init__(
         self,
-        store: BlockStore,
+        blocks: BlockStore,
         path: str,
         magic_path: MagicPath,
-        *,
-        mode: str = "wb",
-        block_size: int = 8 << 20,
-        blocks_in_flight: int = 4,
-        job_marker: str | None = None,
-        registry: TaskFiles = TASK_FILES,
+        mode: str,
+        job_marker: str | None,
     ):
-        super().__init__()
-        if not 0 < block_size <= MAX_BLOCK_SIZE:
-            raise ValueError(f"block_size must be within 1 byte and {MAX_BLOCK_SIZE} bytes")
-        self.store = store
-        self.path = path
+        self.blocks = blocks
+        self.url = blocks.url(path)
         self.mode = mode
-        self.block_size = block_size
-        self._registry = registry
-        self._job_id = magic_path.job_id
-        self._attempt_id = magic_path.task_attempt_id
-        self._job_marker = job_marker
-        self.container, self.marker_blob = store.split(path)
-        destination_container, self.blob = store.split(magic_path.destination)
+        self.path = path
+        self.container, self.marker_blob = blocks.split(path)
+        destination_container, self.blob = blocks.split(magic_path.destination)
         assert destination_container == self.container
+        self.job_marker = job_marker
         self.token = new_token(ID_LENGTH)
-        self._lock = threading.RLock()
-        self._slots = threading.BoundedSemaphore(blocks_in_flight)
-        self._buffer = bytearray()
-        self._blocks: list[concurrent.futures.Future[None]] = []
-        self._first: concurrent.futures.Future[None] | None = None
-        self._written = 0
-        self._failure: BaseException | None = None
-        self._state = "open"
-        self._superseded: str | None = None
+        self.nonce = uuid.uuid4().hex
+        self.marker_written = False
+        #: Block 0's staging: the others wait for it (it settles the ids' length).
+        self.first: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-        finished = registry.finished(self._job_id, self._attempt_id)
-        if finished:
-            self._state = "refused"
-            raise TaskNotActiveError(
-                f"{self._display()}: task attempt {self._attempt_id} has already {finished}: "
-                "a file written now would never be published (write before commit_task)"
-            )
-        if "x" in mode and (registry.get(path) is not None or store.fs.exists(path)):
-            self._state = "refused"
-            raise FileExistsError(f"{self._display()}: already written ('xb')")
-        self._register()
-        self._marker = store.submit(store.put(self.container, self.marker_blob, b""))
+    def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return self.blocks.submit(call)
 
-    def _register(self) -> None:
-        """Enter this file in the registry, replacing an earlier file of the same path."""
-        entry = TaskFile(self.path, self._job_id or "", self._attempt_id or "", writer=self)
-        previous = self._registry.opened(entry)
-        if previous is not None and previous.writer is not None:
-            log.info("%s: opened again; the earlier writer is discarded", self._display())
-            previous.writer.supersede("the file was opened again")
-        elif previous is not None:  # closed here before: its record must not commit it
-            self.store.fs.rm_file(pending_path(self.path))
+    async def abegin(self) -> None:
+        from azure.core.exceptions import ResourceExistsError
 
-    # -- the stream ------------------------------------------------------------------------
-
-    def writable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._written
-
-    def write(self, data: Any) -> int:
-        with self._lock:
-            self._check_usable()
-            view = memoryview(data).cast("B")
-            offset = 0
-            while offset < len(view):
-                take = min(self.block_size - len(self._buffer), len(view) - offset)
-                self._buffer += view[offset : offset + take]
-                offset += take
-                if len(self._buffer) == self.block_size:
-                    self._stage(bytes(self._buffer))
-                    self._buffer = bytearray()
-            self._written += len(view)
-            self._registry.wrote(self.path, self, self._written)
-            return len(view)
-
-    def flush(self) -> None:
-        """Nothing to do: blocks are staged as they fill."""
-
-    def close(self) -> None:
-        """Stage the last block and save the ``.pending`` record — never publish.
-
-        Called while an exception is propagating it discards instead: the data written
-        so far may be truncated.
-        """
-        if sys.exc_info()[1] is not None and self._state == "open":
-            log.warning(
-                "%s closed while an exception is propagating: discarding it (a possibly "
-                "truncated file is never saved as pending)",
-                self._display(),
-            )
-            self.discard()
-            return
-        with self._lock:
-            if self._state != "open":
-                if self._superseded:
-                    raise OSError(
-                        f"{self._display()}: {self._superseded} before this writer closed; "
-                        "its data has been discarded"
-                    )
-                return
+        create_only = "x" in self.mode
+        client = self.blocks.fs.service_client.get_blob_client(self.container, self.marker_blob)
+        async with client:
             try:
-                self._check_usable()
-                if self._buffer:
-                    self._stage(bytes(self._buffer))
-                    self._buffer = bytearray()
-                concurrent.futures.wait([*self._blocks, self._marker])
-                for call in [self._marker, *self._blocks]:
-                    call.result()
-                self._check_job_active()
-                commit = self._commit_record()
-                self.store.run(
-                    self.store.put(
-                        self.container, pending_path(self.marker_blob), commit.to_bytes()
-                    )
+                await client.upload_blob(
+                    b"", overwrite=not create_only, metadata={WRITER_KEY: self.nonce}
                 )
-            except BaseException:
-                self._discard()
-                raise
-            self._state = "closed"
-            self._registry.closed(self.path, self, self._written, commit)
-            super().close()
+            except ResourceExistsError:
+                properties = await client.get_blob_properties()
+                if (properties.metadata or {}).get(WRITER_KEY) != self.nonce:
+                    raise FileExistsError(
+                        f"{self.url}: another writer has already opened this path ('xb')"
+                    ) from None
+        self.marker_written = True
+        self.blocks.fs.invalidate_cache(self.path)
 
-    def discard(self) -> None:
-        """Forget the file: no record, no marker; its staged blocks are never published."""
-        with self._lock:
-            if self._state == "open":
-                self._discard()
+    async def ajob_active(self) -> bool:
+        return bool(await self.blocks.fs._exists(self.job_marker))
 
-    def supersede(self, reason: str) -> None:
-        """The path was opened again or deleted: stop this writer; its close raises."""
-        with self._lock:
-            if self._state == "open":
-                self._discard(keep_marker=True)
-                self._state = "superseded"
-                self._superseded = reason
-
-    def commit(self) -> None:
-        """For fsspec's transaction protocol: the commit of a magic file is its ``close()``."""
-        self.close()
-
-    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.discard()
-
-    def __del__(self) -> None:
-        if getattr(self, "_state", None) != "open":
-            return
-        log.warning("%s was never closed: discarding it", self._display())
-        with contextlib.suppress(RuntimeError):  # no thread at interpreter shutdown
-            threading.Thread(target=self.discard, name="magicfs-discard", daemon=True).start()
-
-    # -- internals ---------------------------------------------------------------------------
-
-    def _check_usable(self) -> None:
-        if self._state != "open":
-            reason = f" ({self._superseded})" if self._superseded else ""
-            raise ValueError(f"I/O operation on {self._state} file {self._display()}{reason}")
-        if self._failure is not None:
-            failure = self._failure
-            self._discard()
-            raise failure
-
-    def _stage(self, data: bytes) -> None:
-        """Put Block in the background; the first block settles the ids' length first."""
-        if len(self._blocks) >= 50_000:
-            raise OSError(f"{self._display()}: more than 50,000 blocks (raise block_size)")
-        self._slots.acquire()
-        index = len(self._blocks)
-        future = self.store.submit(self._stage_async(index, data))
-        if self._first is None:
-            self._first = future
-        future.add_done_callback(self._staged)
-        self._blocks.append(future)
-
-    async def _stage_async(self, index: int, data: bytes) -> None:
-        if index > 0:
-            assert self._first is not None
-            await asyncio.wrap_future(self._first)
+    async def astage(self, number: int, body: bytes) -> str:
+        """Put Block; the first block settles the ids' length first."""
+        if number > 1:
+            await asyncio.wrap_future(self.first)
+            return await self._astage(number - 1, body)
         try:
-            await self.store.stage(self.container, self.blob, block_id(self.token, index), data)
+            block = await self._astage_first(body)
+        except BaseException as error:
+            self.first.set_exception(error)
+            raise
+        self.first.set_result(None)
+        return block
+
+    async def _astage(self, index: int, body: bytes) -> str:
+        block = block_id(self.token, index)
+        await self.blocks.stage(self.container, self.blob, block, body)
+        return block
+
+    async def _astage_first(self, body: bytes) -> str:
+        try:
+            return await self._astage(0, body)
         except Exception as error:
-            if index > 0 or not is_id_length_error(error):
+            if not is_id_length_error(error):
                 raise
             # The blob holds another writer's ids of another length: use that length.
-            length = await self.store.id_length(self.container, self.blob)
+            length = await self.blocks.id_length(self.container, self.blob)
             if length is None or length == len(block_id(self.token, 0)):
                 raise
-            log.info("%s: the blob's block ids have %d characters", self._display(), length)
+            log.info("%s: the blob's block ids have %d characters", self.url, length)
             self.token = new_token(length)
-            await self.store.stage(self.container, self.blob, block_id(self.token, 0), data)
+            return await self._astage(0, body)
 
-    def _staged(self, future: concurrent.futures.Future[None]) -> None:
-        self._slots.release()
-        error = None if future.cancelled() else future.exception()
-        if error is not None and self._failure is None:
-            self._failure = error
-
-    def _check_job_active(self) -> None:
-        if self._job_marker is None:
-            return
-        if not self.store.fs.exists(self._job_marker):
-            raise JobNotActiveError(
-                f"{self._display()}: job {self._job_id} is not active (never set up, or "
-                "already committed or aborted); this file has been discarded"
-            )
-
-    def _commit_record(self) -> SinglePendingCommit:
-        blocks = [block_id(self.token, n) for n in range(len(self._blocks))]
+    def record(self, part_ids: list[str], length: int) -> SinglePendingCommit:
         stats = IOStatisticsSnapshot(
-            counters={"stream_write_bytes": self._written, "stream_write_blocks": len(blocks)}
+            counters={"stream_write_bytes": length, "stream_write_blocks": len(part_ids)}
         )
         return SinglePendingCommit(
-            uri=path_to_uri(self.store.url(self.path)),
+            uri=path_to_uri(self.url),
             upload_id=self.token,
             bucket=self.container,
             destination_key=self.blob,
-            etags=blocks,
-            length=self._written,
+            etags=part_ids,
+            length=length,
             extra_data={STORE_KEY: BLOCK_LIST_STORE},
             iostatistics=stats,
-            filename=self.store.url(pending_path(self.path)),
+            filename=self.blocks.url(pending_path(self.path)),
         )
 
-    def _discard(self, keep_marker: bool = False) -> None:
-        self._state = "discarded"
-        self._buffer = bytearray()
-        self._registry.discarded(self.path, self)
-        concurrent.futures.wait([*self._blocks, self._marker])
-        if not keep_marker:
-            with contextlib.suppress(Exception):
-                self.store.run(self.store.delete(self.container, self.marker_blob))
-        super().close()
+    async def asave(self, record: SinglePendingCommit) -> None:
+        await self.blocks.put(self.container, pending_path(self.marker_blob), record.to_bytes())
 
-    def _display(self) -> str:
-        return self.store.url(self.path)
+    async def adiscard(self, saved: bool) -> None:
+        """Delete the marker (and the record); staged blocks stay invisible until they expire."""
+        doomed = [self.marker_blob] if self.marker_written else []
+        if saved:
+            doomed.append(pending_path(self.marker_blob))
+        await self.blocks.delete_many([f"{self.container}/{blob}" for blob in doomed])
+        self.marker_written = False
+
+    async def adrop(self, commit: SinglePendingCommit) -> None:
+        """An earlier file of this path closed here: delete its record (so it never commits)."""
+        await self.blocks.delete(self.container, pending_path(self.marker_blob))
+        self.blocks.fs.invalidate_cache(pending_path(self.path))

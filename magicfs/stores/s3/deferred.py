@@ -14,39 +14,77 @@
 * **published?** that same test (one HEAD), which roll-back uses: it needs nothing but
   the commits, so it works after an in-process failure and after a driver died.
 * **delete**: DeleteObjects, per bucket. **discard**: AbortMultipartUpload.
+  **list pending**: ListMultipartUploads.
+* **records** (markers, ``.pending``, ``.pendingset``, ``_SUCCESS``, the journal): GET
+  (ranged), PUT, HEAD, ListObjectsV2 (paged, uncached), DeleteObjects — every one through
+  :class:`~.store.S3Store`, retried and rate-controlled.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
+from ..deferred import (
+    DeferredCapabilities,
+    DeferredStoreBase,
+    DeferredStoreSpec,
+    PendingWrite,
+    protocols,
+)
 from . import checksums
 from .conditional import IF_NONE_MATCH_KEY, aconditional_support
+from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
-from .sweep import abort_uploads, uploads_of
+from .sweep import RecordedUpload, abort_uploads, uploads_of
 from .tracking import META_JOB_ID
+from .writer import S3Writes
 
 log = logging.getLogger("magicfs.s3.commit")
 
 T = TypeVar("T")
 
 
-class S3Deferred:
-    """Multipart uploads of job ``job_id`` through ``store``.
+CAPABILITIES = DeferredCapabilities(
+    discards_pending=True,
+    create_only="probed",
+    lists_pending=True,
+    counts_throttling=True,
+)
+
+
+class S3Deferred(DeferredStoreBase):
+    """Multipart uploads and records of job ``job_id`` through ``store``.
 
     ``scratch_dir()`` names a directory (``bucket/key``) in the job's own hidden tree
     where the conditional-write probe may write its throw-away key.
     """
 
+    capabilities = CAPABILITIES
+
     def __init__(self, store: S3Store, job_id: str, scratch_dir: Callable[[], str]):
         self.store = store
         self.job_id = job_id
         self.scratch_dir = scratch_dir
+
+    @classmethod
+    def for_job(
+        cls,
+        fs: Any,
+        job_id: str,
+        scratch_dir: Callable[[], str],
+        *,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+        max_request_rate: float | None = None,
+        **_: Any,
+    ) -> S3Deferred:
+        """The adapter factory the registry declares (:class:`~..deferred.AdapterFactory`)."""
+        return cls(S3Store(fs, retry_policy, max_request_rate), job_id, scratch_dir)
 
     @property
     def throttled(self) -> int:
@@ -55,8 +93,46 @@ class S3Deferred:
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return self.store.run_background(call)
 
+    def split(self, path: str) -> tuple[str, str]:
+        return self.store.split(path)
+
     def url(self, path: str) -> str:
-        return f"s3://{path}"
+        return path if "://" in path else f"s3://{path}"
+
+    # -- records ----------------------------------------------------------------------------
+
+    async def aread_record(self, path: str, limit: int) -> bytes | None:
+        try:
+            return await self.store.aread(*self.split(path), limit)
+        except FileNotFoundError:
+            return None
+
+    async def awrite_record(self, path: str, data: bytes) -> None:
+        await self.store.aput_object(*self.split(path), data)
+
+    async def arecord_info(self, path: str) -> dict[str, Any] | None:
+        head = await self.store.ahead_object(*self.split(path))
+        if head is None:
+            return None
+        return {"size": head.get("ContentLength", 0), "metadata": head.get("Metadata") or {}}
+
+    async def alist_records(self, directory: str, recursive: bool = True) -> AsyncIterator[str]:
+        bucket, key = self.split(directory.rstrip("/"))
+        prefix = f"{key}/" if key else ""
+        async for path in self.store.alist_keys(bucket, prefix, None if recursive else "/"):
+            yield path
+
+    async def adelete_record(self, path: str) -> None:
+        await self.store.adelete_object(*self.split(path))
+
+    async def adelete_records(self, paths: Sequence[str]) -> int:
+        by_bucket: dict[str, list[str]] = {}
+        for path in paths:
+            bucket, key = self.split(path)
+            by_bucket.setdefault(bucket, []).append(key)
+        for bucket, keys in by_bucket.items():
+            await self.store.adelete_objects(bucket, keys)
+        return len(paths)
 
     def check(self, commit: SinglePendingCommit, source: str) -> None:
         if commit.is_block_list:
@@ -124,13 +200,33 @@ class S3Deferred:
             and (head.get("Metadata") or {}).get(META_JOB_ID) == self.job_id
         )
 
-    def delete(self, commits: list[SinglePendingCommit]) -> int:
-        by_bucket: dict[str, list[str]] = {}
-        for commit in commits:
-            by_bucket.setdefault(commit.bucket, []).append(commit.destination_key)
-        for bucket, keys in by_bucket.items():
-            self.store.run(self.store.adelete_objects(bucket, keys))
+    async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
+        await self.adelete_records([commit.destination for commit in commits])
         return len(commits)
 
+    async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
+        uploads = [RecordedUpload(*self.split(w.path), w.upload_id, "") for w in writes]
+        # The sweep's aborts (bounded, counted, each failure reported) wait on the
+        # store's loop, so they run on a worker thread, not on the loop itself.
+        return await asyncio.to_thread(abort_uploads, self.store, uploads)
+
     def discard(self, commits: Iterable[SinglePendingCommit]) -> int:
+        """Abort the commits' uploads, naming each one's record if it fails."""
         return abort_uploads(self.store, uploads_of(commits))
+
+    async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
+        bucket, key = self.split(prefix)
+        async for upload in self.store.alist_uploads(bucket, key):
+            yield PendingWrite(f"{bucket}/{upload.key}", upload.upload_id)
+
+
+SPEC = DeferredStoreSpec(
+    name="s3",
+    # s3fs and its subclasses: what matters is the multipart upload API (magicfs's own
+    # installed wrappers answer to "s3" too, but have no ``call_s3``).
+    recognises=lambda fs: bool(protocols(fs) & {"s3", "s3a"}) and hasattr(fs, "call_s3"),
+    adapter=S3Deferred.for_job,
+    capabilities=CAPABILITIES,
+    committer="magic",
+    writes=S3Writes,
+)

@@ -1,20 +1,24 @@
-"""Task paths on S3: deferred writes (multipart uploads that only job commit completes).
+"""Task paths on a store with deferred writes: files invisible until job commit.
 
-A file written under a task path exists, until job commit, only as an unfinished
-multipart upload aimed at its final key, recorded by a zero-byte marker at the task
-path and, once closed, a ``.pending`` record next to it (:mod:`magicfs.stores.s3.writer`).
-What each filesystem operation does with such a file follows from that:
+One view for every such store (S3 multipart uploads, Azure block lists, the in-process
+store); what differs per store is its write side (:class:`~magicfs.stores.deferred_writer.
+DeferredWrites`, declared once in :mod:`magicfs.stores.registry`). A file written under a
+task path exists, until job commit, only as data staged against its final name (an
+unfinished multipart upload on S3, uncommitted blocks on Azure), recorded by a
+zero-byte marker at the task path and, once closed, a ``.pending`` record next to it
+(:mod:`magicfs.stores.deferred_writer`). What each filesystem operation does with such a
+file follows from that:
 
 * **writes** (``open`` ``wb``/``xb``, ``pipe_file``, ``put_file``, ``touch``, ``copy``
-  into the task) stream into a new upload; writing a path again replaces it (the earlier
-  upload is aborted at once when this process wrote it, else by the job's sweep).
-  ``xb`` and ``mode="create"`` make the file create-only: job commit refuses to replace
-  an object at its final name (:mod:`magicfs.stores.s3.conditional`);
+  into the task) stream into a new deferred file; writing a path again replaces it (what
+  the earlier file staged is thrown away at once when this process wrote it, else by
+  the job's clean-up). ``xb`` and ``mode="create"`` make the file create-only;
 * **reads** (``open`` ``rb``, ``cat``, ``get``, ``copy``/``mv`` *from* the task file)
   raise :class:`~magicfs.errors.DeferredFileError`: there are no bytes to read yet, and
   returning the marker's empty bytes would silently lose data;
-* **deletes** (``rm``) abort the upload and delete the marker and the record: the file
-  is gone, and task commit will not see it;
+* **deletes** (``rm``) throw away what the file staged (where the store can: S3 aborts
+  the upload; Azure cannot delete staged blocks alone) and delete the marker and the
+  record: the file is gone, and task commit will not see it;
 * **info and listings** show the task's files as files (the records are hidden), with
   the bytes written as their size where known: always in ``info()`` (from this
   process's registry or the ``.pending``), in listings for files this process wrote
@@ -26,7 +30,6 @@ ordinary files, read and written normally.
 
 from __future__ import annotations
 
-import io
 import os
 import shutil
 from collections.abc import Iterable
@@ -37,61 +40,23 @@ from ..layouts.magic import job_marker_for
 from ..names import PENDING_SUFFIX
 from ..paths import MagicPath, final_destination, is_deferred_write, parse_magic_path
 from ..records import SinglePendingCommit
-from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
-from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
-from ..stores.s3.store import S3Store
-from ..stores.s3.sweep import abort_uploads, load_pending, uploads_of
-from ..stores.s3.writer import MagicS3Writer
-from ..task_files import TASK_FILES, TaskFiles
+from ..stores.deferred_writer import DeferredWriter, DeferredWrites
 
 _COPY_CHUNK = 8 << 20
 
-ADVICE = (
-    "Write the file under its final name in one go; where a writer must read back, "
-    "copy or rename its own output, use the staging committer (committer='directory': "
-    "tasks write local files, uploaded at task commit)"
-)
 
+class DeferredTaskView:
+    """Task paths on ``writes.fs``; paths carry no protocol (``bucket/key``)."""
 
-class S3TaskView:
-    """Task paths on an s3fs filesystem ``fs``; paths are ``bucket/key`` (no protocol).
-
-    The store's words in messages are class attributes, so a view of another store with
-    deferred writes (:class:`~.block_view.BlockTaskView`) says the same things in its own.
-    """
-
-    store_name = "S3"
-    deferred_noun = "upload"
-    deferred_bytes = "an unfinished multipart upload"
-    deferred_where = "aimed at"
-    advice = ADVICE
-
-    def __init__(
-        self,
-        fs: Any,
-        *,
-        part_size: int,
-        parts_in_flight: int,
-        in_memory: bool,
-        check_job_active: bool,
-        background_close: bool = True,
-        retry_policy: RetryPolicy = DEFAULT_POLICY,
-        registry: TaskFiles = TASK_FILES,
-        checksum: str | None = DEFAULT_CHECKSUM,
-    ):
-        self.fs = fs
-        self.store = S3Store(fs, retry_policy)
-        self.part_size = part_size
-        self.parts_in_flight = parts_in_flight
-        self.in_memory = in_memory
-        self.check_job_active = check_job_active
-        self.background_close = background_close
-        self.registry = registry
-        self.checksum = checksum
+    def __init__(self, writes: DeferredWrites):
+        self.writes = writes
+        self.fs = writes.fs
+        self.registry = writes.options.registry
+        self.check_job_active = writes.options.check_job_active
 
     def url(self, path: str) -> str:
         """``path`` with the store's protocol, for messages."""
-        return f"s3://{path}"
+        return self.writes.url(path)
 
     # -- writes -------------------------------------------------------------------------------
 
@@ -103,7 +68,7 @@ class S3TaskView:
         if "a" in mode:
             raise DeferredFileError(
                 f"{self.url(path)}: append ('ab') is not supported under a magic path: a "
-                f"deferred {self.deferred_noun} can only be written from the start"
+                f"deferred {self.writes.words.noun} can only be written from the start"
             )
         magic_path = parse_magic_path(path)
         assert magic_path is not None
@@ -111,21 +76,11 @@ class S3TaskView:
 
     def writer(
         self, path: str, magic_path: MagicPath, mode: str, block_size: int | None
-    ) -> io.BufferedIOBase:
+    ) -> DeferredWriter:
         """The store's deferred writer for task file ``path`` (``mode`` ``wb``/``xb``)."""
-        return MagicS3Writer(
-            self.store,
-            path,
-            magic_path,
-            mode=mode,
-            part_size=block_size or self.part_size,
-            parts_in_flight=self.parts_in_flight,
-            job_marker=job_marker_for(magic_path) if self.check_job_active else None,
-            in_memory=self.in_memory,
-            background_close=self.background_close,
-            registry=self.registry,
-            checksum=self.checksum,
-        )
+        job_marker = job_marker_for(magic_path) if self.check_job_active else None
+        part_size = block_size or self.writes.options.part_size
+        return self.writes.writer(path, magic_path, mode, part_size, job_marker)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
         if not is_deferred_write(path):
@@ -139,7 +94,7 @@ class S3TaskView:
             self.fs.put_file(lpath, path, mode=mode, **kwargs)
             return
         if os.path.isdir(lpath):
-            return  # S3 has no directories: the files below it make it appear
+            return  # object stores have no directories: the files below make one appear
         with open(lpath, "rb") as source, self.open(path, "xb" if mode == "create" else "wb") as f:
             shutil.copyfileobj(source, f, _COPY_CHUNK)
 
@@ -152,7 +107,7 @@ class S3TaskView:
         # fsspec's generic copy() hands directories over too; s3fs would "read" one as
         # empty bytes, and a zero-byte file named like the directory would be published.
         if self.fs.isdir(source):
-            return  # S3 has no directories: the files copied below it make it appear
+            return  # object stores have no directories: the files copied below make one
         with self.fs.open(source, "rb") as data, self.open(target, "wb") as f:
             shutil.copyfileobj(data, f, _COPY_CHUNK)
 
@@ -189,20 +144,21 @@ class S3TaskView:
                 raise self.no_bytes(path, operation)
 
     def no_bytes(self, path: str, operation: str) -> DeferredFileError:
+        words = self.writes.words
         try:
-            destination = f" {self.deferred_where} {self.url(final_destination(path))}"
+            destination = f" {words.where} {self.url(final_destination(path))}"
         except ValueError:
             destination = ""
         return DeferredFileError(
             f"{self.url(path)}: cannot {operation} a task file before job commit: on "
-            f"{self.store_name} its bytes are {self.deferred_bytes}{destination}, which "
-            f"nothing can read, copy or move until the job commits. {self.advice}"
+            f"{words.store_name} its bytes are {words.pending_bytes}{destination}, which "
+            f"nothing can read, copy or move until the job commits. {words.advice}"
         )
 
     # -- deletes --------------------------------------------------------------------------------
 
     def rm(self, paths: list[str], recursive: bool = False, maxdepth: int | None = None) -> None:
-        """``rm``: every file below ``paths`` (records included) goes, uploads aborted first.
+        """``rm``: every file below ``paths`` (records included) goes, staged data first.
 
         Files this process has just written count even if their marker is still on its
         way (:meth:`task_view`): a recursive ``rm`` must not miss one and let it commit.
@@ -221,40 +177,31 @@ class S3TaskView:
         self.rm_files(sorted(expanded))
 
     def rm_files(self, paths: list[str]) -> None:
-        """Delete task files: abort their uploads, delete their markers and records."""
+        """Delete task files: throw away what they staged, delete their markers and records."""
         deferred = [p for p in paths if is_deferred_write(p)]
         # Records of files deleted along with them are not read again below: the file's
-        # own entry (registry or its .pending) names the upload once; a recursive rm
-        # lists both, and reading both aborted every upload twice.
+        # own entry (registry or its .pending) names what it staged once; a recursive rm
+        # lists both, and reading both threw every file away twice.
         doomed_files = set(deferred)
         records = [
             p
             for p in paths
             if p.endswith(PENDING_SUFFIX) and p.removesuffix(PENDING_SUFFIX) not in doomed_files
         ]
-        unknown = []
-        uploads = []
+        known = []
         for path in deferred:
             entry = self.registry.discarded(path)
             if entry is not None and entry.writer is not None:
                 entry.writer.supersede("the file was deleted")
             elif entry is not None and entry.commit is not None:
-                uploads.extend(uploads_of([entry.commit]))
+                known.append(entry.commit)
             else:
-                unknown.append(path + PENDING_SUFFIX)
+                records.append(path + PENDING_SUFFIX)
         # Files written by another process (or whose record is all that is left): the
-        # .pending names the upload. A marker without one is a writer still running or
-        # killed elsewhere: its upload is the job's sweep's (by key) once the job ends.
-        uploads.extend(uploads_of(load_pending(self.store, [*unknown, *records])))
-        abort_uploads(self.store, uploads)
-        doomed = sorted({*paths, *(p + PENDING_SUFFIX for p in deferred)})
-        by_bucket: dict[str, list[str]] = {}
-        for path in doomed:
-            bucket, key = self.store.split(path)
-            if key:
-                by_bucket.setdefault(bucket, []).append(key)
-        for bucket, keys in by_bucket.items():
-            self.store.run(self.store.adelete_objects(bucket, keys))
+        # .pending names what was staged. A marker without one is a writer still running
+        # or killed elsewhere: what it staged is the job's clean-up's once the job ends.
+        self.writes.discard(known, records)
+        self.writes.delete(sorted({*paths, *(p + PENDING_SUFFIX for p in deferred)}))
 
     # -- everything else ---------------------------------------------------------------------
 
@@ -275,20 +222,13 @@ class S3TaskView:
         entry = self.registry.get(path)
         if entry is not None:
             return {"name": path, "size": entry.length, "type": "file"}
-        bucket, key = self.store.split(path)
-        head = self.store.run(self.store.ahead_object(bucket, key))
-        if head is None:
-            if self.registry.under(path.rstrip("/") + "/"):  # files just written here
-                return {"name": path.rstrip("/"), "size": 0, "type": "directory"}
-            # A directory of task files, or nothing.
-            return cast(dict[str, Any], self.fs.info(path, **kwargs))
-        return {
-            "name": path,
-            "size": self._recorded_length(path) or 0,
-            "type": "file",
-            "ETag": head.get("ETag"),
-            "LastModified": head.get("LastModified"),
-        }
+        if self.registry.under(path.rstrip("/") + "/"):  # files just written here
+            return {"name": path.rstrip("/"), "size": 0, "type": "directory"}
+        found = cast(dict[str, Any], self.fs.info(path, **kwargs))  # a marker, or a directory
+        if found.get("type") != "file":
+            return found
+        size = self._recorded_length(path) or 0
+        return {**found, "size": size, **({"Size": size} if "Size" in found else {})}
 
     def exists(self, path: str) -> bool:
         try:
@@ -310,7 +250,13 @@ class S3TaskView:
             return None  # still being written (elsewhere), or abandoned
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
-        entries = self.task_view(self.fs.ls(path, detail=True, **kwargs), under=path)
+        try:
+            found = self.fs.ls(path, detail=True, **kwargs)
+        except FileNotFoundError:
+            if not self.registry.under(path.rstrip("/") + "/"):
+                raise
+            found = []  # only files just opened here, whose markers are on their way
+        entries = self.task_view(found, under=path)
         return entries if detail else [e["name"] for e in entries]
 
     def find(
@@ -358,7 +304,12 @@ class S3TaskView:
             shown.append(entry)
         if under is not None:  # files just opened here whose marker is still on its way
             parent = under.rstrip("/") + "/"
+            names |= {e["name"].rstrip("/") for e in entries}
             for known in self.registry.under(parent):
-                if known.path not in names and "/" not in known.path[len(parent) :]:
-                    shown.append({"name": known.path, "size": known.length, "type": "file"})
+                child, below, _ = known.path[len(parent) :].partition("/")
+                name = parent + child
+                if name not in names:  # the file, or the directory it implies
+                    kind, size = ("directory", 0) if below else ("file", known.length)
+                    shown.append({"name": name, "size": size, "type": kind})
+                    names.add(name)
         return shown

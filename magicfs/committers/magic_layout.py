@@ -1,0 +1,499 @@
+"""One pendingset committer over the magic layout, on any deferred store.
+
+The flow is written once, against the commit side of the deferred-store contract
+(:class:`~magicfs.stores.deferred.DeferredStore`: every record read, write, listing and
+delete is the adapter's, on the store's IO loop, retried where the store is):
+
+* ``setup_job``: the job marker (from now on the job accepts writers);
+  ``setup_task``: the attempt's started marker.
+* ``commit_task``: the started check alongside gathering the attempt's commits (this
+  process's, or its ``.pending`` records), the pendingset saved twice — as
+  ``tasks/<attempt>.pendingset`` (the message names it) and ``<task id>.pendingset`` (the
+  last committed attempt wins) — then the job checked still active. A store whose job
+  clean-up finds pending writes by their markers keeps the attempt's records until the
+  job ends (:attr:`MagicLayoutCommitter.keeps_attempt_records`); otherwise they are
+  dropped at task commit, as Hadoop drops the attempt directory, and a second commit of
+  the attempt returns its saved pendingset.
+* ``commit_job``: the task records listed (or named by the messages), the nothing-to-commit
+  refusals, the job commit of :mod:`.pendingsets`, ``_SUCCESS``.
+* clean-up: the job's tree deleted files first, then task records, the journal last
+  (a clean-up cut short never leaves a tree a retried commit reads as fewer tasks).
+
+:class:`~.magic.MagicCommitter` (S3) and :class:`~.blocks.BlockListCommitter` (Azure) are
+configurations of it; any store in :mod:`magicfs.stores.registry` whose committer is one
+of them gets this flow.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
+from ..filesystems import MagicFileSystem
+from ..filesystems.magic import MagicOptions
+from ..layouts.magic import MagicJobLayout
+from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
+from ..paths import final_destination, is_deferred_write
+from ..protocol.attempts import Messages
+from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.journal import JournalKeeper
+from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
+from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
+from ..stores.registry import committed_by, deferred_store_for
+from ..stores.spool import OrderedPaths
+from ..stores.validation import check_commit
+from ..task_files import TaskFile
+from .pendingsets import PendingsetCommitter
+
+log = logging.getLogger("magicfs.committer.magic_layout")
+
+#: Records deleted in one request at clean-up (S3's DeleteObjects limit).
+DELETE_BATCH = 1000
+
+
+class MagicLayoutCommitter(PendingsetCommitter):
+    """Task output as deferred writes on the final names, committed through pendingsets.
+
+    As itself (``committer_for(..., committer="magic-layout")``) it commits any store of
+    the registry; a configuration sets :attr:`name` (its ``committer_for`` name, which
+    the registry's stores name as theirs) and may override the hooks marked as such.
+    """
+
+    name = "magic-layout"
+
+    deferred: DeferredStore
+    #: Attempt records stay until the job ends (S3: its clean-up sweeps uploads by the
+    #: keys the markers name); False: dropped at task commit.
+    keeps_attempt_records = True
+
+    def __init__(self, dest: str, **options: Any):
+        super().__init__(dest, **options)
+        spec = deferred_store_for(self.store_fs)
+        if spec is None or not self._commits(spec):
+            stores = ", ".join(s.name for s in committed_by(self.name)) or "a deferred store"
+            raise ValueError(
+                f"{dest}: the {self.name} committer needs a destination on {stores}; "
+                f"committer_for({dest!r}) picks the store's own committer"
+            )
+        if not hasattr(self, "deferred"):  # a configuration may have made its own
+            self.deferred = spec.adapter(
+                self.store_fs, self.job_id, self._scratch_dir, **self._adapter_options()
+            )
+        self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
+        self.bucket, self.dest_key = self.deferred.split(self.dest)
+        # Writes to the destination outside task paths are refused (job_root).
+        self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest, **self._view_options(spec))
+
+    @property
+    def fs(self) -> MagicFileSystem:
+        return self._fs
+
+    def _view_options(self, spec: DeferredStoreSpec) -> dict[str, Any]:
+        """:class:`~magicfs.filesystems.MagicFileSystem` options of the task view (hook)."""
+        return {spec.opt_in: True} if spec.opt_in else {}
+
+    def _commits(self, spec: DeferredStoreSpec) -> bool:
+        """Does this committer commit ``spec``'s jobs? Itself: any; a configuration: its own."""
+        return type(self) is MagicLayoutCommitter or spec.committer == self.name
+
+    def _adapter_options(self) -> dict[str, Any]:
+        """Options for the store's adapter factory (hook)."""
+        return {}
+
+    def _scratch_dir(self) -> str:
+        """Where store probes may write a throw-away record: the job's hidden tree."""
+        return self.layout.magic_dir
+
+    def _magic_options(self) -> MagicOptions:
+        """The ``"magic"`` storage options of task URLs (hook)."""
+        return MagicOptions(job_root=self.dest)
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {"magic": self._magic_options(), self.protocol: dict(self.store_options)}
+
+    def work_url_for(self, attempt_id: str) -> str:
+        url: str = self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
+        return "magic::" + url
+
+    def work_path_for(self, attempt_id: str) -> str:
+        return self.layout.work_path(attempt_id)
+
+    # -- records, through the adapter ---------------------------------------------------
+
+    def _key(self, path: str) -> str:
+        """The key (blob name) of ``bucket/key``."""
+        return self.deferred.split(path)[1]
+
+    def _put(self, path: str, data: bytes) -> None:
+        self.deferred.run(self.deferred.awrite_record(path, data))
+
+    def _exists(self, path: str) -> bool:
+        return self.deferred.run(self.deferred.arecord_info(path)) is not None
+
+    def _pages(self, directory: str, size: int = DELETE_BATCH) -> Iterator[list[str]]:
+        """The records below ``directory``, ``size`` at a time (streamed: a job's tree may
+        hold millions)."""
+        listing = self.deferred.alist_records(directory)
+        while page := self.deferred.run(take(listing, size)):
+            yield page
+
+    def _list(self, directory: str, recursive: bool = True) -> list[str]:
+        """The records below ``directory``, sorted (one paged, uncached listing)."""
+        return sorted(self.deferred.run(collect(self.deferred.alist_records(directory, recursive))))
+
+    def _delete_files(self, paths: list[str]) -> None:
+        self.deferred.run(self.deferred.adelete_records(paths))
+
+    def _submit_read(
+        self, path: str, pool: concurrent.futures.Executor
+    ) -> concurrent.futures.Future[bytes]:
+        # A coroutine on the store's IO loop: no thread of `pool` waits for it.
+        async def read() -> bytes:
+            data = await self.deferred.aread_record(path, PendingSet.MAX_BYTES)
+            if data is None:
+                raise FileNotFoundError(path)
+            return data
+
+        return self.deferred.run_background(read())
+
+    def _saved(self, path: str) -> PendingSet | None:
+        """The pendingset saved at ``path``; ``None`` if absent or unreadable."""
+        data = self.deferred.run(self.deferred.aread_record(path, PendingSet.MAX_BYTES))
+        try:
+            return None if data is None else PendingSet.from_json(data, source=self._display(path))
+        except InvalidCommitData:
+            return None
+
+    def _recorded_attempt(self, pendingset_path: str) -> str | None:
+        """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
+        saved = self._saved(pendingset_path)
+        return None if saved is None else saved.task_attempt_id or None
+
+    def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
+        """The ``.pending`` records at ``paths``, read in parallel."""
+        reads = [
+            (
+                p,
+                self.deferred.run_background(
+                    self.deferred.aread_record(p, SinglePendingCommit.MAX_BYTES)
+                ),
+            )
+            for p in paths
+        ]
+        commits = []
+        for path, read in reads:
+            with self.stats.track("committer_load_single_pending_file"):
+                data = read.result()
+            if data is None:
+                raise FileNotFoundError(f"{self._display(path)} does not exist")
+            commits.append(SinglePendingCommit.from_json(data, source=self._display(path)))
+        return commits
+
+    # -- job ------------------------------------------------------------------------------
+
+    def _setup_job(self, resume: bool) -> None:
+        if not resume:
+            self._put(self.layout.job_marker, self._job_marker_document())
+
+    def job_active(self) -> bool:
+        return self._exists(self.layout.job_marker)
+
+    def _end_job(self, check: bool = True) -> bool:
+        """Delete the job marker: from now on writers and task commits of this job fail."""
+        was_active = self.job_active() if check else False
+        self.deferred.run(self.deferred.adelete_record(self.layout.job_marker))
+        return was_active
+
+    def _journal(self) -> JournalKeeper:
+        return JournalKeeper(self.deferred, self.layout.magic_dir, self.dest, self.job_id)
+
+    # -- tasks ----------------------------------------------------------------------------
+
+    def _setup_task(self, task: TaskAttempt) -> None:
+        self._require_active_job(task)
+        self._put(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
+
+    def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
+        start = time.monotonic()
+        attempt_record = self.layout.attempt_pendingset(task.attempt_id)
+        # The started check runs alongside gathering: one round trip, not two.
+        started = self.deferred.run_background(
+            self.deferred.arecord_info(self.layout.started_marker(task.attempt_id))
+        )
+        try:
+            try:
+                saved = None if self.keeps_attempt_records else self._saved(attempt_record)
+                if saved is None:
+                    commits, stats = self._gather_task_commits(task, files)
+            finally:  # "never set up / aborted" explains any failure best
+                if started.result() is None:
+                    raise self._not_started_error(task)
+        except BaseException:
+            self.abort_task(task)
+            raise
+        if saved is not None:  # committed before: its files' records are gone
+            return self._task_committed(
+                task, attempt_record, len(saved.commits), saved.total_bytes, start, "kept"
+            )
+        pendingset = PendingSet(
+            job_id=self.job_id,
+            commits=commits,
+            iostatistics=stats,
+            extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id},
+        )
+        self._save_task_record(task, pendingset)
+        if not self.keeps_attempt_records:
+            self._drop_attempt_records(task)
+        return self._task_committed(
+            task, attempt_record, len(commits), pendingset.total_bytes, start, "committed"
+        )
+
+    def _save_task_record(self, task: TaskAttempt, pendingset: PendingSet) -> None:
+        """Save the attempt's pendingset (both names, at once), then check the job is
+        still active; on any failure withdraw the commits and abort the attempt."""
+        try:
+            data = pendingset.to_bytes()
+            paths = (
+                self.layout.attempt_pendingset(task.attempt_id),
+                self.layout.pendingset(task.task_id),
+            )
+            saves = [
+                self.deferred.run_background(self.deferred.awrite_record(p, data)) for p in paths
+            ]
+            for save in saves:
+                save.result()
+            if not self.job_active():
+                withdrawn = (
+                    "its uploads have been aborted"
+                    if self.deferred.capabilities.discards_pending
+                    else "its files will never be published"
+                )
+                raise JobNotActiveError(
+                    f"job {self.job_id} ended before task attempt {task.attempt_id} "
+                    f"committed; {withdrawn}"
+                )
+        except BaseException:
+            self._operations().abort(pendingset.commits)
+            self.abort_task(task)
+            raise
+
+    def _gather_task_commits(
+        self, task: TaskAttempt, files: list[TaskFile]
+    ) -> tuple[list[SinglePendingCommit], IOStatisticsSnapshot]:
+        """The attempt's commits: this process's, or loaded from its ``.pending`` files
+        (hook: S3 tells files written around magicfs from unclosed ones)."""
+        listing = self._list(self.layout.task_attempt_dir(task.attempt_id))
+        markers = [p for p in listing if is_deferred_write(p)]
+        pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
+        known = {f.path: f.commit for f in files if f.commit is not None}
+        unaccounted = [m for m in markers if m not in pendings and m not in known]
+        if unaccounted:
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(unaccounted)} files were opened but not "
+                f"closed successfully, or written around magicfs, e.g. "
+                f"{self._display(unaccounted[0])}: they would never be committed. Write task "
+                "files with committer.fs (job.fs) and close each before committing the task "
+                "(the attempt has been aborted)"
+            )
+        orphans = sorted(pendings - set(markers))  # records of deleted or replaced files
+        if orphans:
+            self._discard_records([p + PENDING_SUFFIX for p in orphans])
+        elsewhere = [m for m in markers if m not in known]
+        loaded = dict(
+            zip(
+                elsewhere, self._load_pendings([m + PENDING_SUFFIX for m in elsewhere]), strict=True
+            )
+        )
+        commits = [known.get(m) or loaded[m] for m in markers]
+        sources = [
+            c.filename or self._display(m + PENDING_SUFFIX)
+            for m, c in zip(markers, commits, strict=True)
+        ]
+        return commits, self._checked_task_commits(task, commits, sources)
+
+    def _discard_records(self, paths: list[str]) -> None:
+        """Discard what the ``.pending`` records at ``paths`` stage, and delete them."""
+        if self.deferred.capabilities.discards_pending:
+            self.deferred.discard(self._load_pendings(paths))
+        self._delete_files(paths)
+
+    def _drop_attempt_records(self, task: TaskAttempt) -> None:
+        """Delete the committed attempt's markers and ``.pending`` files, as Hadoop's
+        magic committer deletes the attempt directory at task commit: the pendingset now
+        holds every commit. Failures are left for the job's clean-up."""
+        try:
+            self._delete_files(self._list(self.layout.task_attempt_dir(task.attempt_id)))
+        except Exception as error:
+            log.warning(
+                "task %s: its file records stay until job clean-up: %s", task.attempt_id, error
+            )
+
+    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
+        """Discard what the attempt's records name (where the store can) and delete them.
+
+        Where the job's clean-up finds pending writes by their markers
+        (:attr:`~magicfs.stores.deferred.DeferredCapabilities.lists_pending`), a marker no
+        record names (its writer was killed) is kept for it; aborting by key now could hit
+        a speculative twin writing the same keys (hook: S3 also names the release command).
+        """
+        listing = self._list(self.layout.task_attempt_dir(task.attempt_id))
+        commits = [f.commit for f in files if f.commit is not None]
+        kept: list[str] = []
+        if self.deferred.capabilities.discards_pending:
+            commits += self._load_trusted([p for p in listing if p.endswith(PENDING_SUFFIX)])
+            self.deferred.discard(commits)
+        if self.deferred.capabilities.lists_pending:
+            named = {f.path for f in files if f.commit is not None}
+            named |= {c.filename.removesuffix(PENDING_SUFFIX) for c in commits if c.filename}
+            kept = [p for p in listing if is_deferred_write(p) and p not in named]
+        records = [p for p in listing if p not in kept]
+        records += [
+            self.layout.attempt_pendingset(task.attempt_id),
+            self.layout.started_marker(task.attempt_id),
+        ]
+        task_record = self.layout.pendingset(task.task_id)
+        if self._recorded_attempt(task_record) == task.attempt_id:
+            records.append(task_record)
+        self._delete_files(records)
+        log.info(
+            "task %s: aborted; %d markers kept for the job's sweep", task.attempt_id, len(kept)
+        )
+
+    def _load_trusted(self, paths: list[str]) -> list[SinglePendingCommit]:
+        """The ``.pending`` records at ``paths`` that load and name the file they lie
+        next to (an abort skips the others: it must not discard on a forged record's word)."""
+        loaded = []
+        for path in paths:
+            try:
+                (commit,) = self._load_pendings([path])
+                check_commit(commit, self.bucket, self.dest_key, self._display(path))
+            except (FileNotFoundError, InvalidCommitData):
+                continue
+            commit.filename = commit.filename or path
+            loaded.append(commit)
+        return loaded
+
+    # -- job commit -----------------------------------------------------------------------
+
+    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
+        if messages is not None:
+            return self._check_messages(messages, self.layout.tasks_dir)
+        # The job has ended before this listing: a task commit either saved its record
+        # before (and is listed) or finds the job gone and withdraws. Paged and uncached.
+        listing = self._list(self.layout.job_attempt_dir, recursive=False)
+        records = [p for p in listing if p.endswith(PENDINGSET_SUFFIX)]
+        if not was_active and (not records or self._success_names_this_job()):
+            raise self._nothing_to_commit(bool(records) or self._tree_left())
+        return records
+
+    def _tree_left(self) -> bool:
+        return bool(self._list(self.layout.magic_dir))
+
+    def _nothing_to_commit(self, tree_left: bool) -> NothingToCommitError:
+        if self._success_names_this_job():
+            state = "it has already been committed (its _SUCCESS names it)"
+        else:
+            state = "it was never set up, or has already been committed or aborted"
+        left = (
+            f"; its tree {self.store_fs.unstrip_protocol(self.layout.magic_dir)} remains: "
+            f"cleanup_job() deletes it (magicfs jobs cleanup --job {self.job_id} {self.url})"
+            if tree_left
+            else ""
+        )
+        return NothingToCommitError(
+            f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
+        )
+
+    def _store_diagnostics(self) -> dict[str, str]:
+        """What ``_SUCCESS``'s diagnostics add for this store (hook)."""
+        return {}
+
+    def _save_success(
+        self, loaded: Loaded, published: Published, start: float, rows: int | None
+    ) -> list[str]:
+        success = self._success_data(
+            loaded,
+            published,
+            start,
+            rows,
+            f"magicfs {type(self).__name__} for job {self.job_id}",
+            **self._store_diagnostics(),
+        )
+        if self.success_file:
+            self._put(self.success_path, success.to_bytes())
+        return success.filenames
+
+    # -- clean-up -------------------------------------------------------------------------
+
+    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+        with self.stats.track("committer_cleanup"):
+            self._discard_left(published)
+            delete_tree(self._tree_pages(), self._delete_files)
+            self.store_fs.invalidate_cache(self.layout.magic_dir)
+
+    def _discard_left(self, published: Published | None) -> None:
+        """Discard the pending writes on the keys the job's markers name, but those it
+        published (hook: S3's sweep also leaves keys another active job writes). A store
+        that cannot list pending writes leaves them to expire (Azure)."""
+        capabilities = self.deferred.capabilities
+        if not (capabilities.lists_pending and capabilities.discards_pending):
+            return
+        keys = _marked_destinations(self._list(self.layout.magic_dir))
+        keep = self.kept_uploads(published)
+        prefix = self.dest + "/"
+        listed = self.deferred.run(collect(self.deferred.alist_pending(prefix)))
+        left = [w for w in listed if w.path in keys and w.upload_id not in keep]
+        aborted = self.deferred.run(self.deferred.adiscard(left)) if left else 0
+        self.stats.increment("committer_commits_aborted", aborted)
+
+    def _tree_pages(self) -> Iterable[list[str]]:
+        """The job's tree, page by page."""
+        return self._pages(self.layout.magic_dir)
+
+
+def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:
+    """Delete a job's tree, listed in ``pages``: files and markers first, then task
+    records, then the journal's pages, the journal last — a clean-up cut short must not
+    leave a tree that a retried commit would read as a job with fewer tasks. The later
+    ranks wait on local disk (:class:`~magicfs.stores.spool.OrderedPaths`)."""
+    records = OrderedPaths()
+    try:
+        for page in pages:
+            ranked = [_deletion_order(p) for p in page]
+            records.add(r for r in ranked if r[0] > 0)
+            delete([p for rank, p in ranked if rank == 0])
+        for batch in records.batches(DELETE_BATCH):
+            delete(list(batch))
+    finally:
+        records.discard()
+
+
+def _marked_destinations(listing: Iterable[str]) -> set[str]:
+    """The destinations named by the markers and ``.pending`` records among ``listing``."""
+    found = set()
+    for path in listing:
+        file = path.removesuffix(PENDING_SUFFIX)
+        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
+            continue
+        try:
+            found.add(final_destination(file))
+        except ValueError:  # not a file path (a directory marker, say)
+            continue
+    return found
+
+
+def _deletion_order(path: str) -> tuple[int, str]:
+    """Files and markers first, then task records, then the journal's pages, the journal last."""
+    name = path.rsplit("/", 1)[-1]
+    if name == JOURNAL_FILE:
+        return (3, path)
+    if name.startswith("_magicfs_commit."):
+        return (2, path)
+    if name.endswith(PENDINGSET_SUFFIX) or name.endswith(STARTED_SUFFIX):
+        return (1, path)
+    return (0, path)

@@ -1,0 +1,502 @@
+"""The deferred writer: one output stream for every store whose writes stay invisible.
+
+A task file on a store with deferred writes (S3 multipart uploads, Azure block lists,
+the in-process store) is written under its *final* name without becoming visible; its
+``close()`` saves a ``.pending`` record that only job commit turns into a file. The life
+of such a file is the same on every store, so it is written once, here; a store supplies
+:class:`FileHooks` (in the manner of fsspec's ``AbstractBufferedFile``, whose subclasses
+supply ``_initiate_upload`` and ``_upload_chunk``):
+
+1. open: refuse a task attempt that has already committed or aborted in this process;
+   register the file (:mod:`magicfs.task_files`): an earlier writer of the same path is
+   superseded (a file of it still closing is waited for, then thrown away), an earlier
+   closed file of it is dropped (:meth:`FileHooks.adrop`). Then, in the background,
+   :meth:`FileHooks.abegin` (the marker at the task path, and whatever the store must
+   create first) and, once it is done, the job check (:meth:`FileHooks.ajob_active`).
+   ``open()`` returns at once; ``xb`` waits for the begin, so a second writer of the
+   path gets ``FileExistsError`` from ``open()`` itself (how each store guarantees it:
+   its ``abegin``).
+2. write: bytes fill part-sized buffers; each full part is staged in the background
+   (:meth:`FileHooks.astage`, after the begin) while the caller keeps writing. At most
+   ``parts_in_flight`` parts per file are in flight, and at most :data:`BUFFER_BUDGET`
+   bytes across the process, so memory stays flat however large the file, however large
+   one ``write()`` call and however many files are closing at once. The part size
+   doubles every :attr:`PartRules.grow_every` parts, so huge files stay within the
+   store's part limit while small files keep small parts.
+3. close: stage the last part, wait for all parts and the job check, then save the
+   record (:meth:`FileHooks.record`, :meth:`FileHooks.asave`). For a task attempt's file
+   with ``background_close`` this finishes in the background: ``close()`` returns once
+   the last part is handed over and the task's commit waits for it
+   (:meth:`TaskFiles.settle <magicfs.task_files.TaskFiles.settle>`), failing if it
+   failed — a task writing files one after another keeps the store's round trips
+   overlapped instead of waiting for each.
+4. failure: an exception leaving a ``with`` block, a failed request, ``discard()``, a
+   ``close()`` while an exception is propagating (wrappers such as ``TextIOWrapper``
+   close in ``finally:``), or garbage collection of a file never closed: whatever was
+   begun is undone (:meth:`FileHooks.adiscard`), no record is saved. A truncated file
+   never becomes committable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import io
+import logging
+import os
+import sys
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+from ..errors import JobNotActiveError, TaskNotActiveError
+from ..paths import MagicPath
+from ..records import SinglePendingCommit
+from ..task_files import TASK_FILES, TaskFile, TaskFiles
+
+log = logging.getLogger("magicfs.deferred_writer")
+
+T = TypeVar("T")
+
+
+class ByteBudget:
+    """Bytes held by parts not yet staged, across every writer of the process."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.used = 0
+        self._changed = threading.Condition()
+
+    def take(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit (a bigger part waits for an empty budget)."""
+        with self._changed:
+            while self.used and self.used + size > self.limit:
+                self._changed.wait()
+            self.used += size
+
+    def give(self, size: int) -> None:
+        with self._changed:
+            self.used -= size
+            self._changed.notify_all()
+
+
+#: The process's budget for parts in flight, every store's writers together
+#: (``MAGICFS_MAX_BUFFERED_BYTES``, 256 MiB by default).
+BUFFER_BUDGET = ByteBudget(int(os.environ.get("MAGICFS_MAX_BUFFERED_BYTES", 256 << 20)))
+
+
+@dataclass(frozen=True)
+class PartRules:
+    """A store's limits on the parts of one file."""
+
+    noun: str  # what the store calls a part ("part", "block"), for messages
+    min_size: int  # the smallest part but the last
+    max_size: int
+    max_parts: int
+    #: The part size doubles after every ``grow_every`` parts (``None``: never).
+    grow_every: int | None
+    #: An empty file still stages one (empty) part (S3: an upload needs one).
+    at_least_one: bool
+
+    def check(self, part_size: int, store: str) -> None:
+        if not self.min_size <= part_size <= self.max_size:
+            raise ValueError(
+                f"part_size must be within {self.min_size} and {self.max_size} bytes "
+                f"({store}'s {self.noun} size limits); got {part_size}"
+            )
+
+    def size_after(self, part_size: int, parts: int) -> int:
+        doublings = parts // self.grow_every if self.grow_every else 0
+        return min(part_size << doublings, self.max_size)
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    """How a task view's writers write (:class:`~magicfs.filesystems.MagicFileSystem`'s
+    options; a store uses those that apply to it)."""
+
+    part_size: int = 8 << 20
+    parts_in_flight: int = 4
+    in_memory: bool = False  # keep the record in this process, no ``.pending`` (S3)
+    check_job_active: bool = True
+    background_close: bool = True
+    retry_policy: Any = None  # S3: a RetryPolicy (None: the default)
+    checksum: str | None = None  # S3: the parts' checksum algorithm
+    registry: TaskFiles = TASK_FILES
+
+
+class FileHooks(Protocol):
+    """One file's requests on one store. Coroutines run on the store's IO loop, one
+    :meth:`abegin` first; the writer calls each at the point its docstring names."""
+
+    #: The file's URL, for messages.
+    url: str
+
+    def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start ``call`` on the store's IO loop."""
+
+    async def abegin(self) -> None:
+        """Put the marker at the task path (and create what the parts need). For ``xb``,
+        raise ``FileExistsError`` if another writer has opened the path."""
+
+    async def ajob_active(self) -> bool:
+        """Is the job still active? (Only asked when the file belongs to a job.)"""
+
+    async def astage(self, number: int, body: bytes) -> str:
+        """Stage part ``number`` (from 1); returns its id for the record."""
+
+    def record(self, part_ids: list[str], length: int) -> SinglePendingCommit:
+        """The file's record: ``part_ids`` in order, ``length`` bytes written."""
+
+    async def asave(self, record: SinglePendingCommit) -> None:
+        """Save the record where task commit finds it (or nowhere: in-memory mode)."""
+
+    async def adiscard(self, saved: bool) -> None:
+        """Undo what was begun and staged (and the saved record, if ``saved``); repeatable."""
+
+    async def adrop(self, commit: SinglePendingCommit) -> None:
+        """Throw away an earlier, closed file of this path whose record is ``commit``."""
+
+
+@dataclass(frozen=True)
+class StoreWords:
+    """How messages about a store's task files name things (the task view's refusals)."""
+
+    store_name: str  # "S3"
+    noun: str  # what a deferred file is: "upload"
+    pending_bytes: str  # where its bytes are until job commit: "an unfinished multipart upload"
+    where: str  # how they relate to the final name: "aimed at"
+    advice: str  # what to do instead of reading a task file back
+
+
+class DeferredWrites(Protocol):
+    """A store's write side, as a task view needs it (one per filesystem and options).
+
+    Declared once per store in the registry (:mod:`magicfs.stores.registry`)."""
+
+    fs: Any  # the store's fsspec filesystem: markers, records, listings
+    words: StoreWords
+    options: WriterOptions
+
+    def url(self, path: str) -> str:
+        """``path`` with the store's protocol, for messages."""
+
+    def writer(
+        self, path: str, magic_path: MagicPath, mode: str, part_size: int, job_marker: str | None
+    ) -> DeferredWriter:
+        """A writer for task file ``path`` (``mode`` ``wb``/``xb``); ``job_marker``: the
+        path whose existence says the job is active (``None``: no check)."""
+
+    def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
+        """Throw away what closed files staged, known by their ``commits`` or by their
+        saved ``records`` (paths; missing ones skipped), where the store can; how many."""
+
+    def delete(self, paths: list[str]) -> None:
+        """Delete markers and records (missing ones are fine)."""
+
+
+class DeferredWriter(io.BufferedIOBase):
+    """Write-only binary stream for one task file (see the module docstring)."""
+
+    def __init__(
+        self,
+        hooks: FileHooks,
+        rules: PartRules,
+        path: str,
+        magic_path: MagicPath,
+        options: WriterOptions,
+        *,
+        mode: str = "wb",
+        part_size: int | None = None,
+        check_job: bool = True,
+        store: str = "the store",
+    ):
+        super().__init__()
+        self.part_size = part_size or options.part_size
+        rules.check(self.part_size, store)
+        self.hooks, self.rules, self.path, self.mode = hooks, rules, path, mode
+        self._registry = registry = options.registry
+        self._job_id = magic_path.job_id
+        self._attempt_id = magic_path.task_attempt_id
+        attempt_file = bool(self._job_id and self._attempt_id)
+        # Only a task attempt's file has a commit to wait for its close.
+        self._background_close = options.background_close and attempt_file
+        self._check_job = check_job
+        self._closing: concurrent.futures.Future[None] | None = None
+        self._lock = threading.RLock()
+        self._slots = threading.BoundedSemaphore(options.parts_in_flight)
+        self._buffer = bytearray()
+        self._parts: dict[int, concurrent.futures.Future[str]] = {}
+        self._written = 0
+        self._failure: BaseException | None = None
+        self._state = "open"
+        self._superseded: str | None = None
+
+        finished = registry.finished(self._job_id, self._attempt_id)
+        if finished:
+            self._state = "refused"
+            raise TaskNotActiveError(
+                f"{hooks.url}: task attempt {self._attempt_id} has already {finished}: "
+                "a file written now would never be published (write before commit_task)"
+            )
+        self._register()
+        self._start = hooks.run_background(hooks.abegin())
+        self._checking = hooks.run_background(self._acheck_job())
+        if "x" in mode:
+            try:
+                self._start.result()
+            except BaseException:
+                self._abort()
+                raise
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _register(self) -> None:
+        """Enter this file in the registry, replacing an earlier file of the same path."""
+        if "x" in self.mode and self._registry.get(self.path) is not None:
+            self._state = "refused"
+            raise FileExistsError(f"{self.hooks.url}: already written by this process ('xb')")
+        entry = TaskFile(self.path, self._job_id or "", self._attempt_id or "", writer=self)
+        previous = self._registry.opened(entry)
+        if previous is None:
+            return
+        if previous.writer is not None:
+            log.info("%s: opened again; the earlier writer is discarded", self.hooks.url)
+            previous.writer.supersede("the file was opened again")
+        elif previous.commit is not None:
+            log.info("%s: written again; the earlier file is thrown away", self.hooks.url)
+            self.hooks.run_background(self.hooks.adrop(previous.commit)).result()
+
+    async def _acheck_job(self) -> None:
+        """After the begin, make sure the job is still active (the zombie check)."""
+        await asyncio.wrap_future(self._start)
+        if not self._check_job or await self.hooks.ajob_active():
+            return
+        # The job has ended: its clean-up may have missed this file, so undo it now,
+        # whatever this writer does next (it may be a zombie that never writes again).
+        await self.hooks.adiscard(saved=False)
+        raise JobNotActiveError(
+            f"{self.hooks.url}: job {self._job_id} is not active (never set up, or already "
+            "committed or aborted); this write has been aborted"
+        )
+
+    # -- the stream ------------------------------------------------------------------------
+
+    def writable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._written
+
+    def write(self, data: Any) -> int:
+        with self._lock:
+            self._check_usable()
+            view = memoryview(data).cast("B")
+            size = len(view)
+            offset = 0
+            while offset < size:
+                part_size = self.rules.size_after(self.part_size, len(self._parts))
+                if not self._buffer and size - offset >= part_size:
+                    # A whole part straight from the caller's buffer: one copy, no staging.
+                    self._stage(bytes(view[offset : offset + part_size]))
+                    offset += part_size
+                    continue
+                take = min(part_size - len(self._buffer), size - offset)
+                self._buffer += view[offset : offset + take]
+                offset += take
+                if len(self._buffer) == part_size:
+                    self._stage(bytes(self._buffer))
+                    self._buffer = bytearray()
+            self._written += size
+            self._registry.wrote(self.path, self, self._written)
+            return size
+
+    def flush(self) -> None:
+        """Nothing to do: parts go out as they fill (stores have minimum part sizes)."""
+
+    def close(self) -> None:
+        """Stage the last part and save the record — never publish.
+
+        Called while an exception is propagating (``with`` blocks of wrappers such as
+        ``TextIOWrapper`` or fsspec's ``OpenFile``, ``finally:`` clauses), it discards
+        instead: the data written so far may be truncated.
+        """
+        if sys.exc_info()[1] is not None and self._state == "open":
+            log.warning(
+                "%s closed while an exception is propagating: discarding it "
+                "(a possibly truncated file is never saved as pending)",
+                self.hooks.url,
+            )
+            self.discard()
+            return
+        self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
+            if self._state != "open":
+                if self._superseded:
+                    raise OSError(
+                        f"{self.hooks.url}: {self._superseded} before this writer closed; "
+                        "its data has been discarded"
+                    )
+                return
+            try:
+                self._check_usable()
+                if self._buffer or (not self._parts and self.rules.at_least_one):
+                    self._stage(bytes(self._buffer))
+                    self._buffer = bytearray()
+            except BaseException:
+                self._abort()
+                raise
+            self._state = "closing"
+            closing = self.hooks.run_background(self._aclose(self._background_close))
+            if self._background_close:
+                self._closing = closing
+                self._registry.closing(self.path, self, closing)
+                super().close()
+                return
+            try:
+                closing.result()
+            finally:
+                super().close()
+
+    async def _aclose(self, background: bool) -> None:
+        """The end of :meth:`close`, on the IO loop: parts, job check, then the record."""
+        parts = [asyncio.wrap_future(self._parts[n]) for n in sorted(self._parts)]
+        checked = await asyncio.gather(asyncio.wrap_future(self._checking), return_exceptions=True)
+        if isinstance(checked[0], BaseException):  # the job is gone: stop retrying parts
+            for future in self._parts.values():
+                future.cancel()
+        # The job check first: when it found the job gone it undid the file, and the
+        # parts' failures are only the consequence.
+        results = await asyncio.gather(*parts, return_exceptions=True)
+        failure = next((r for r in [*checked, *results] if isinstance(r, BaseException)), None)
+        try:
+            if failure is not None:
+                raise failure
+            record = self.hooks.record([str(r) for r in results], self._written)
+            await self.hooks.asave(record)
+        except BaseException as error:
+            if background:
+                log.error("%s: could not be saved: %s; discarding it", self.hooks.url, error)
+            await self.hooks.adiscard(saved=False)
+            self._state = "discarded"
+            if background:
+                self._registry.failed(self.path, self, error)
+            else:
+                self._registry.discarded(self.path, self)
+            raise
+        self._state = "closed"
+        self._registry.closed(self.path, self, self._written, record)
+
+    def discard(self) -> None:
+        """Throw the file away; nothing of it will ever be visible."""
+        with self._lock:
+            if self._state == "open":
+                self._abort()
+
+    def supersede(self, reason: str) -> None:
+        """Discard this writer because the file was opened again or deleted (``reason``).
+
+        Its later ``write()``/``close()`` raise, naming the reason: the caller must not
+        believe the data was saved. A file still closing in the background is waited
+        for, then thrown away (its staged data and its records too).
+        """
+        with self._lock:
+            if self._state == "open":
+                self._superseded = reason
+                self._abort()
+                return
+            closing = self._closing
+        if closing is None:
+            return
+        concurrent.futures.wait([closing])
+        if self._state == "closed":
+            self.hooks.run_background(self.hooks.adiscard(saved=True)).result()
+            self._state = "discarded"
+
+    def commit(self) -> None:
+        """For fsspec's transaction protocol: the commit of a task file is its ``close()``."""
+        self.close()
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> None:
+        if exc_type is None:
+            self._finish()
+        else:
+            self.discard()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None) != "open":
+            return
+        log.warning("%s was never closed: discarding it", self.hooks.url)
+        # Garbage collection may run this on the store's IO-loop thread, where waiting
+        # for the loop would deadlock: discard from a thread of its own.
+        # (At interpreter shutdown no thread can start: the job's clean-up must do it.)
+        with contextlib.suppress(RuntimeError):
+            threading.Thread(target=self.discard, name="magicfs-discard", daemon=True).start()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self._state != "open":
+            reason = f" ({self._superseded})" if self._superseded else ""
+            raise ValueError(f"I/O operation on {self._state} file {self.hooks.url}{reason}")
+        for background in (self._start, self._checking):
+            if background.done() and background.exception() is not None:
+                self._failure = self._failure or background.exception()
+        if self._failure is not None:
+            failure = self._failure
+            self._abort()
+            raise failure
+
+    def _stage(self, body: bytes) -> None:
+        number = len(self._parts) + 1
+        if number > self.rules.max_parts:
+            raise OSError(
+                f"{self.hooks.url}: more than {self.rules.max_parts} {self.rules.noun}s; "
+                "open with a larger part_size"
+            )
+        self._slots.acquire()  # back-pressure: at most parts_in_flight parts in memory
+        try:
+            self._check_usable()
+        except BaseException:
+            self._slots.release()
+            raise
+        size = len(body)
+        BUFFER_BUDGET.take(size)  # and at most BUFFER_BUDGET across the process
+        future = self.hooks.run_background(self._astage(number, body))
+        future.add_done_callback(lambda done: self._staged(done, size))
+        self._parts[number] = future
+
+    async def _astage(self, number: int, body: bytes) -> str:
+        await asyncio.wrap_future(self._start)
+        return await self.hooks.astage(number, body)
+
+    def _staged(self, future: concurrent.futures.Future[str], size: int) -> None:
+        BUFFER_BUDGET.give(size)
+        self._slots.release()
+        error = None if future.cancelled() else future.exception()
+        if error is not None and self._failure is None:
+            self._failure = error
+
+    def _abort(self) -> None:
+        """Undo the file once every request in flight has finished; it is then gone."""
+        if self._state == "discarded":
+            return
+        self._state = "discarded"
+        self._buffer = bytearray()
+        self._registry.discarded(self.path, self)
+        # Let in-flight requests finish first: an abort racing a part upload can leave
+        # the part behind (S3 asks callers to repeat the abort in that case).
+        calls: list[concurrent.futures.Future[Any]] = [
+            *self._parts.values(),
+            self._start,
+            self._checking,
+        ]
+        concurrent.futures.wait(calls)
+        try:
+            self.hooks.run_background(self.hooks.adiscard(saved=False)).result()
+        finally:
+            super().close()

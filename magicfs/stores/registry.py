@@ -1,0 +1,40 @@
+"""Every deferred store, declared once: the one place that knows which stores exist.
+
+A deferred store (:mod:`.deferred`) is one :class:`~.deferred.DeferredStoreSpec`, written
+beside its adapter; this module lists them. Everything that behaves differently per
+deferred store — ``committer_for``'s default, the task view
+(:class:`~magicfs.filesystems.MagicFileSystem`), the capabilities
+(:mod:`.capabilities`), the CLI — asks :func:`deferred_store_for` instead of comparing
+protocol names. Adding a store is its folder and one line in :data:`DEFERRED_STORES`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .azure.deferred import SPEC as AZURE_BLOCK_LISTS
+from .deferred import DeferredStoreSpec
+from .memory_deferred.adapter import SPEC as IN_PROCESS
+from .s3.deferred import SPEC as S3_MULTIPART
+
+#: The deferred stores, in the order they are tried.
+DEFERRED_STORES: tuple[DeferredStoreSpec, ...] = (S3_MULTIPART, AZURE_BLOCK_LISTS, IN_PROCESS)
+
+
+def deferred_store_for(fs: Any) -> DeferredStoreSpec | None:
+    """The deferred store an fsspec filesystem (class or instance) belongs to, if any."""
+    return next((spec for spec in DEFERRED_STORES if spec.recognises(fs)), None)
+
+
+def deferred_store_named(name: str) -> DeferredStoreSpec:
+    """The deferred store called ``name`` (``ValueError`` naming the known ones)."""
+    for spec in DEFERRED_STORES:
+        if spec.name == name:
+            return spec
+    known = ", ".join(spec.name for spec in DEFERRED_STORES)
+    raise ValueError(f"no deferred store is called {name!r} (known: {known})")
+
+
+def committed_by(committer: str) -> tuple[DeferredStoreSpec, ...]:
+    """The deferred stores whose jobs ``committer`` (a ``committer_for`` name) commits."""
+    return tuple(spec for spec in DEFERRED_STORES if spec.committer == committer)

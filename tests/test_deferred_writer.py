@@ -1,0 +1,146 @@
+"""The deferred writer's lifecycle, on the in-process store (``mem-deferred://``).
+
+The lifecycle is written once (``magicfs/stores/deferred_writer.py``) for every store with
+deferred writes; these tests pin the parts of it no server is needed to observe, on the
+in-process store, with its staging held at a gate where a test needs a part in flight:
+
+* a task file is staged invisibly on its final name; its record lists the parts in order;
+* the process-wide buffer budget bounds the bytes of parts in flight, across files;
+* opening a path again while its first file is still closing waits for that close, then
+  throws the first file away (its upload and its record);
+* a close while an exception propagates, and an exception leaving ``with``, leave nothing.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from typing import ClassVar
+
+import fsspec
+import pytest
+
+from magicfs import MagicFileSystem
+from magicfs.layouts.magic import MagicJobLayout
+from magicfs.records import SinglePendingCommit
+from magicfs.stores import deferred_writer
+from magicfs.stores.memory_deferred.fs import MemoryDeferredFileSystem
+from magicfs.task_files import TASK_FILES
+
+PART = 64  # bytes: the in-process store takes any part size
+
+
+class GatedStore(MemoryDeferredFileSystem):
+    """The in-process store whose part staging waits while :attr:`gate` is closed."""
+
+    protocol = "mem-deferred-gated"
+    gate: ClassVar[threading.Event] = threading.Event()
+    staged_at: ClassVar[list[int]] = []  # budget bytes in use at each staging
+
+    def stage(self, upload_id: str, number: int, body: bytes) -> str:
+        self.staged_at.append(deferred_writer.BUFFER_BUDGET.used)
+        assert self.gate.wait(10), "the test never opened the gate"
+        return super().stage(upload_id, number, body)
+
+
+@pytest.fixture
+def store(request):
+    fs = GatedStore(skip_instance_cache=True)
+    GatedStore.gate.set()
+    GatedStore.staged_at.clear()
+    root = f"writer-{request.node.name}"[:60]
+    yield fs, root
+    GatedStore.gate.set()
+    TASK_FILES.settle()
+    for _, upload_id in fs.pending(root + "/"):
+        fs.discard(upload_id)
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+def task_path(root: str, name: str) -> str:
+    """A file of a task attempt, as the magic layout names it."""
+    work = MagicJobLayout(root + "/out", "j1", 0).work_path("attempt_j1_0000_m_000000_0")
+    return f"{work}/{name}"
+
+
+def record(fs, path: str) -> SinglePendingCommit:
+    return SinglePendingCommit.from_json(fs.cat_file(path + ".pending"), source=path)
+
+
+def test_a_file_is_staged_invisibly_and_its_record_lists_the_parts(store):
+    fs, root = store
+    magic = MagicFileSystem(fs=fs, part_size=PART, check_job_active=False)
+    path = task_path(root, "a.bin")
+    data = bytes(range(256)) * 2  # 8 parts
+    with magic.open(path, "wb") as f:
+        f.write(data[:100])
+        f.write(data[100:])
+    TASK_FILES.settle()
+    assert not fs.exists(f"{root}/out/a.bin")  # nothing at the final name
+    [(staged_on, upload_id)] = fs.pending(root + "/")
+    assert staged_on == f"{root}/out/a.bin"
+    saved = record(fs, path)
+    assert (saved.upload_id, saved.length, len(saved.etags)) == (upload_id, len(data), 8)
+    fs.publish(upload_id, saved.etags)
+    assert fs.cat_file(f"{root}/out/a.bin") == data
+
+
+def test_parts_in_flight_stay_within_the_process_buffer_budget(store, monkeypatch):
+    fs, root = store
+    monkeypatch.setattr(deferred_writer, "BUFFER_BUDGET", deferred_writer.ByteBudget(2 * PART))
+    magic = MagicFileSystem(fs=fs, part_size=PART, parts_in_flight=8, check_job_active=False)
+    GatedStore.gate.clear()
+    writing = threading.Thread(
+        target=lambda: magic.pipe_file(task_path(root, "b.bin"), b"x" * (6 * PART))
+    )
+    writing.start()
+    time.sleep(0.5)
+    # Eight parts may be in flight for this file, but the process's budget holds two.
+    assert deferred_writer.BUFFER_BUDGET.used == 2 * PART
+    assert writing.is_alive()
+    GatedStore.gate.set()
+    writing.join(10)
+    TASK_FILES.settle()
+    assert max(GatedStore.staged_at) <= 2 * PART
+    assert deferred_writer.BUFFER_BUDGET.used == 0
+    assert record(fs, task_path(root, "b.bin")).length == 6 * PART
+
+
+def test_opening_a_path_again_waits_for_its_close_then_throws_the_first_away(store):
+    fs, root = store
+    magic = MagicFileSystem(fs=fs, part_size=PART, check_job_active=False)
+    path = task_path(root, "c.bin")
+    GatedStore.gate.clear()
+    with magic.open(path, "wb") as f:
+        f.write(b"1" * PART)
+    assert TASK_FILES.closing_paths() == {path}  # its close is waiting at the gate
+    threading.Timer(0.3, GatedStore.gate.set).start()
+    with magic.open(path, "wb") as f:  # waits for the first close, then discards it
+        f.write(b"2")
+    TASK_FILES.settle()
+    [(_, upload_id)] = fs.pending(root + "/")
+    saved = record(fs, path)
+    assert (saved.upload_id, saved.length) == (upload_id, 1)  # only the second file is left
+
+
+def test_a_failed_write_leaves_nothing(store):
+    fs, root = store
+    magic = MagicFileSystem(fs=fs, part_size=PART, check_job_active=False)
+    with pytest.raises(RuntimeError), magic.open(task_path(root, "d.bin"), "wb") as f:
+        f.write(b"d" * (3 * PART))
+        raise RuntimeError("the task failed mid-file")
+    opened = magic.open(task_path(root, "e.txt"), "wb")
+    with pytest.raises(RuntimeError), io.TextIOWrapper(opened) as text:
+        text.write("partial")
+        raise RuntimeError("closed while this propagates")
+    TASK_FILES.settle()
+    assert fs.pending(root + "/") == []
+    assert not fs.exists(root)  # no marker, no record
+
+
+def test_the_gated_store_is_a_registered_deferred_store():
+    # A subclass of the in-process store is that store (the registry judges by class).
+    assert MagicFileSystem(fs=GatedStore(skip_instance_cache=True)).deferred_writes
+    assert fsspec.filesystem("mem-deferred").protocol == "mem-deferred"
