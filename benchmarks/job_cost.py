@@ -449,7 +449,9 @@ def main() -> None:
     parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every request")
     parser.add_argument("--copy-mb-per-s", type=float, default=10.0, help="moto's copy speed")
     parser.add_argument(
-        "--phases", action="store_true", help="requests per file by phase and purpose (stub)"
+        "--phases",
+        action="store_true",
+        help="requests per file by phase and purpose, per committer (small and large)",
     )
     parser.add_argument("--rss", action="store_true", help="also measure peak RSS (subprocesses)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -513,8 +515,9 @@ def run_server(
             for v, rs in runs.items()
         }
         say(*table(workload, runs), "")
-    if args.phases:
-        for workload in chosen.values():
+    if args.phases:  # on the workloads of the targets (256 KiB and 8 MiB files)
+        at_sizes = [w for w in chosen.values() if w.name in ("small", "large")]
+        for workload in at_sizes or list(chosen.values())[:1]:
             for variant in (v for v in COMMITTERS if v in runnable):
                 say(*phases(server, workload, variant, args.latency_ms), "")
     return report

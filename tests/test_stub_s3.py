@@ -497,3 +497,25 @@ def test_command_line_prints_ready_and_stops_cleanly_on_sigterm():
             process.wait()
         if process.stdout:
             process.stdout.close()
+
+
+def test_requests_get_their_purpose_from_operation_and_key():
+    from job_phases import purpose, split_clean_up
+
+    job = "out/__magic_job-1/job-1/00/tasks/attempt_1_0000_m_000000_0"
+    assert purpose("PutObject", f"{job}.started") == "marker"
+    assert purpose("PutObject", f"{job}/__base/f.bin") == "marker"
+    assert purpose("PutObject", f"{job}/__base/f.bin.pending") == "record"
+    assert purpose("GetObject", f"{job}.pendingset") == "record"
+    assert purpose("PutObject", "out/_SUCCESS") == "record"
+    assert purpose("GetObject", "out/_SUCCESS") == "check"
+    assert purpose("HeadObject", "out/__magic_job-1/_magicfs_job.json") == "check"
+    assert purpose("PutObject", "out/f.bin") == "other"
+    assert purpose("AbortMultipartUpload", "out/f.bin") == "delete"
+    assert purpose("ListMultipartUploads", "") == "list"
+    log = [
+        ("CompleteMultipartUpload", "out/f"),
+        ("PutObject", "out/_SUCCESS"),
+        ("DeleteObjects", ""),
+    ]
+    assert split_clean_up(log) == (log[:2], log[2:])
