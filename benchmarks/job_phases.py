@@ -57,15 +57,16 @@ class ServerLog:
 
 
 class ClientLog:
-    """Every request an s3fs filesystem's client sends, by botocore's ``before-call`` event.
+    """Every call an s3fs filesystem's client makes, by botocore's
+    ``before-parameter-build`` event (the one that still sees the call's ``Key``).
 
-    Sees retries of a call once (the event fires per call, not per attempt): the server's
+    Sees a retried call once (the event fires per call, not per attempt): the server's
     log is the better count where it exists."""
 
     def __init__(self, fs: Any) -> None:
         self.lock = threading.Lock()
         self.log: list[tuple[str, str]] = []
-        fs.s3.meta.events.register("before-call.s3", self._record)
+        fs.s3.meta.events.register("before-parameter-build.s3", self._record)
 
     def _record(self, model: Any, params: Any, **kwargs: Any) -> None:
         with self.lock:
