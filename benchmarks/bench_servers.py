@@ -136,11 +136,51 @@ class RgwTarget(Target):
 
         return s3_boto3_client(self.front.endpoint_url, self.rgw.credentials, self.rgw.region_name)
 
+    def cpu_seconds(self) -> float | None:
+        return ceph_cpu_seconds()
+
     def reset_counts(self) -> None:
         self.front.reset_stats()
 
     def server_counts(self) -> Counter[str]:
         return Counter({op: entry["requests"] for op, entry in self.front.stats().items()})
+
+
+CEPH_DAEMONS = frozenset({"radosgw", "ceph-osd", "ceph-mon"})
+
+
+def ceph_cpu_seconds() -> float | None:
+    """CPU seconds of the Ceph daemons this process started (from ``/proc``; ``None``
+    where there is none): RGW's cost is spread over radosgw, the OSD and the monitor."""
+    parents: dict[int, int] = {}
+    names: dict[int, str] = {}
+    ticks: dict[int, int] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return None
+    for entry in entries:
+        try:
+            stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        pid = int(entry)
+        parents[pid], names[pid] = int(fields[1]), name
+        ticks[pid] = int(fields[11]) + int(fields[12])  # utime + stime
+
+    def ours(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == os.getpid():
+                return True
+        return False
+
+    daemons = [pid for pid, name in names.items() if name in CEPH_DAEMONS and ours(pid)]
+    if not daemons:
+        return None
+    return sum(ticks[pid] for pid in daemons) / os.sysconf("SC_CLK_TCK")
 
 
 @contextlib.contextmanager
