@@ -15,7 +15,9 @@ messages. Variants, each on an empty bucket of the same server, in the same run:
 * ``direct``: s3fs writes to the final keys (no commit protocol: the unsafe floor);
 * ``multipart-floor``: bare CreateMultipartUpload + one UploadPart per file, file after
   file on the executors, CompleteMultipartUpload of them all at job commit (no records, no
-  checks): what no protocol uploading each file from its writer this way can beat;
+  checks): what no protocol uploading each file from its writer this way can beat in
+  requests. Not in wall time: its calls wait one after another on the executor, while
+  magicfs uploads a closed file in the background as the task writes the next one;
 * ``put-then-copy-floor``: bare PUT to a hidden key per file, then at job commit a
   server-side copy to the final key and batched DeleteObjects of the hidden keys: what
   no protocol that copies at commit can beat;
@@ -38,9 +40,10 @@ and to ``direct`` of the same run, S3 requests per file (counted by the server w
 can: the stub and RGW's front; by the client's botocore hooks on moto), client CPU
 milliseconds per file (this process, every thread: what a user's executors pay) and the
 server's CPU seconds (what S3 never charges). ``--phases`` adds, per committer, a table
-of requests per file by phase and purpose, counted from the stub's log of keys
-(``benchmarks/job_phases.py``). ``--rss`` also measures the writing process's peak RSS
-as the number of files per task grows tenfold (each in a process of its own, on moto).
+of requests per file by phase and purpose (``benchmarks/job_phases.py``): from the
+stub's own log of keys, and from the client's botocore hooks on moto and RGW. ``--rss``
+also measures the writing process's peak RSS as the number of files per task grows
+tenfold (each in a process of its own, on moto).
 Every run checks its output: the expected files, no upload left.
 """
 
