@@ -64,6 +64,30 @@ class Target:
     def cpu_seconds(self) -> float | None:
         return None
 
+    def warm_up(self) -> None:
+        """One PUT and one multipart upload in a scratch bucket, before anything is timed.
+
+        A fresh RGW creates its data pools on the first write and the first multipart
+        upload (about 2 s each): without this, the first variant measured pays it."""
+        client = self.boto3_client()
+        bucket = "bench-warm-up"
+        client.create_bucket(Bucket=bucket)
+        client.put_object(Bucket=bucket, Key="put", Body=b"x")
+        upload = client.create_multipart_upload(Bucket=bucket, Key="multipart")["UploadId"]
+        etag = client.upload_part(
+            Bucket=bucket, Key="multipart", UploadId=upload, PartNumber=1, Body=b"x"
+        )["ETag"]
+        client.complete_multipart_upload(
+            Bucket=bucket,
+            Key="multipart",
+            UploadId=upload,
+            MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]},
+        )
+        client.delete_objects(
+            Bucket=bucket, Delete={"Objects": [{"Key": "put"}, {"Key": "multipart"}]}
+        )
+        client.delete_bucket(Bucket=bucket)
+
     def reset_counts(self) -> None:
         """Zero the server-side counters (and log) before a run."""
 

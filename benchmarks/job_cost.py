@@ -503,6 +503,7 @@ def run_server(
         + (f"; skipped here (no server-side copy): {', '.join(skipped)}" if skipped else ""),
         "",
     )
+    server.warm_up()
     report: dict = {}
     for workload in chosen.values():
         runs = measure(server, workload, runnable, repeat)
