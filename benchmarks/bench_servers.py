@@ -40,7 +40,11 @@ for folder in (ROOT, HERE):
 from stub_s3 import StubS3Process  # noqa: E402
 
 from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
-from magicfs.integrations.local_server import S3Endpoint, s3_storage_options  # noqa: E402
+from magicfs.integrations.local_server import (  # noqa: E402
+    S3Endpoint,
+    s3_boto3_client,
+    s3_storage_options,
+)
 
 SERVERS = ("moto", "stub", "rgw")
 #: What each server cannot run: the stub has no server-side copy.
@@ -156,8 +160,6 @@ class RgwTarget(Target):
         )
 
     def boto3_client(self) -> Any:
-        from magicfs.integrations.local_server import s3_boto3_client
-
         return s3_boto3_client(self.front.endpoint_url, self.rgw.credentials, self.rgw.region_name)
 
     def cpu_seconds(self) -> float | None:
