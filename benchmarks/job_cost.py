@@ -473,8 +473,12 @@ def main() -> None:
         raise SystemExit(
             f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
         )
+    servers = args.servers.split(",")
+    if set(servers) - set(SERVERS):  # refused before any server starts
+        unknown = ", ".join(sorted(set(servers) - set(SERVERS)))
+        raise SystemExit(f"--servers: unknown {unknown}; choose from {', '.join(SERVERS)}")
     report: dict = {"latency_ms": args.latency_ms, "copy_mb_per_s": args.copy_mb_per_s}
-    for name in args.servers.split(","):
+    for name in servers:
         with started(name, args.latency_ms, args.copy_mb_per_s) as server:
             if server is None:
                 continue
