@@ -76,8 +76,10 @@ from collections import Counter
 from typing import Any
 
 from magicfs.integrations.local_server import (
+    ACCESS_KEY,
     LOOPBACK,
     REGION,
+    SECRET_KEY,
     ChildServer,
     S3Endpoint,
     announce_ready,
@@ -85,6 +87,8 @@ from magicfs.integrations.local_server import (
     watch_parent,
 )
 
+#: The keys any client may use (the stub checks none); ``large_jobs.py`` imports them here.
+CREDENTIALS = (ACCESS_KEY, SECRET_KEY)
 READY = "READY"
 SYNTHETIC_PREFIX = "synthetic-"
 #: Most entries one listing page returns (S3's limit).
