@@ -1,8 +1,9 @@
-"""The cost of safety: a whole committed job against writing the same files directly.
+"""The cost of safety: a whole committed job against the floor of bare deferral.
 
-    python benchmarks/job_cost.py            # every workload below, 3 runs each (~15 min)
-    python benchmarks/job_cost.py --quick    # one run each, smaller workloads
-    python benchmarks/job_cost.py --only small,large --variants direct,magic --repeat 5
+    python benchmarks/job_cost.py                   # moto, stub, rgw; 3 runs each (long)
+    python benchmarks/job_cost.py --quick --phases  # one run each, smaller workloads
+    python benchmarks/job_cost.py --servers stub --only small,large --repeat 5
+    python benchmarks/job_cost.py --variants direct,multipart-floor,put-then-copy-floor,file-v1
 
 What a user compares is not job commit alone but the whole job: today they write the
 files straight to their final keys with s3fs (fast, and unsafe: a failed or speculative
@@ -14,7 +15,9 @@ messages. Variants, each on an empty bucket of the same server, in the same run:
 * ``direct``: s3fs writes to the final keys (no commit protocol: the unsafe floor);
 * ``multipart-floor``: bare CreateMultipartUpload + one UploadPart per file, file after
   file on the executors, CompleteMultipartUpload of them all at job commit (no records, no
-  checks): what no protocol uploading each file from its writer this way can beat;
+  checks): what no protocol uploading each file from its writer this way can beat in
+  requests. Not in wall time: its calls wait one after another on the executor, while
+  magicfs uploads a closed file in the background as the task writes the next one;
 * ``put-then-copy-floor``: bare PUT to a hidden key per file, then at job commit a
   server-side copy to the final key and batched DeleteObjects of the hidden keys: what
   no protocol that copies at commit can beat;
@@ -22,17 +25,26 @@ messages. Variants, each on an empty bucket of the same server, in the same run:
 * ``directory``: the staging committer (local files, uploaded at task commit);
 * ``file-v1``: Hadoop's classic FileOutputCommitter v1 (rename = copy + delete on S3).
 
-The server is moto on 127.0.0.1, in its own process, made as costly as S3 where it
-matters (``magicfs.integrations.embedded_s3``): ``--latency-ms`` (20) added to every request, and
-server-side copies at ``--copy-mb-per-s`` (10: the seed documents' S3 copy speed) — moto
-itself copies at memory speed, which would hide what a rename costs. Reported: wall
-seconds of the whole job (median of ``--repeat`` runs), the ratio to ``direct`` in the
-same run, S3 requests per file, bytes copied on the server, and the CPU seconds of
-this process (every thread: what a user's executors pay) and of the server process
-(what S3 never charges; on a small machine it can be what limits a run). ``--rss``
-also measures the
-writing process's peak RSS as the number of files per task grows tenfold (each in a
-process of its own). Every run checks its output: the expected files, no upload left.
+The default variants are the first five; the last two copy, and run only where the
+server copies (not on the stub).
+
+The same job runs against each of ``--servers`` (``benchmarks/bench_servers.py``):
+``moto`` (on 127.0.0.1 in its own process, a costly server: about 6 ms of CPU per
+request; server-side copies at ``--copy-mb-per-s``, 10 by default, as S3 copies),
+``stub`` (``benchmarks/stub_s3.py``: real bytes, negligible server CPU, so what remains
+is the client's cost and the latency) and ``rgw`` (Ceph RGW behind a latency front;
+skipped with a message when Ceph is not installed). ``--latency-ms`` (20) is added to
+every request on each. Reported per (server, workload, variant): wall seconds of the
+whole job (median of ``--repeat`` runs, with min-max), the ratio to the multipart floor
+and to ``direct`` of the same run, S3 requests per file (counted by the server where it
+can: the stub and RGW's front; by the client's botocore hooks on moto), client CPU
+milliseconds per file (this process, every thread: what a user's executors pay) and the
+server's CPU seconds (what S3 never charges). ``--phases`` adds, per committer, a table
+of requests per file by phase and purpose (``benchmarks/job_phases.py``): from the
+stub's own log of keys, and from the client's botocore hooks on moto and RGW. ``--rss``
+also measures the writing process's peak RSS as the number of files per task grows
+tenfold (each in a process of its own, on moto).
+Every run checks its output: the expected files, no upload left.
 """
 
 from __future__ import annotations
@@ -51,8 +63,11 @@ from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
 
 import s3fs  # noqa: E402
+from bench_servers import SERVERS, UNSUPPORTED, Target, started  # noqa: E402
+from job_phases import ClientLog, ServerLog, phase_table, phased_job  # noqa: E402
 
 from magicfs import committer_for  # noqa: E402
 from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
@@ -61,12 +76,14 @@ KiB, MiB = 1 << 10, 1 << 20
 VARIANTS = (
     "direct",
     "multipart-floor",
-    "put-then-copy-floor",
     "magic",
     "magic-in-memory",
     "directory",
+    "put-then-copy-floor",
     "file-v1",
 )
+DEFAULT_VARIANTS = VARIANTS[:5]
+COMMITTERS = ("magic", "magic-in-memory", "directory")
 FLOORS = ("multipart-floor", "put-then-copy-floor")
 #: Job-commit threads: the committers' default (``OutputCommitter(threads=8)``); the
 #: floors complete or copy on as many.
@@ -104,6 +121,7 @@ def workloads(quick: bool, executors: int) -> dict[str, Workload]:
 class Run:
     seconds: float
     requests: Counter = field(default_factory=Counter)
+    counted_by: str = "client"  # "server": the server's own counters; "client": botocore hooks
     client_cpu: float = 0.0  # this process (every thread): what the user's executors pay
     server_cpu: float | None = None  # the emulator's process: what S3 never charges
 
@@ -125,15 +143,30 @@ class Counted:
         self.counts[model.name] += 1
 
 
-def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket: str) -> Run:
+def file_names(workload: Workload) -> list[list[str]]:
+    per_task = workload.files // workload.tasks
+    return [
+        [f"part-{task:04d}-{n:04d}.bin" for n in range(per_task)] for task in range(workload.tasks)
+    ]
+
+
+def make_committer(storage: dict, variant: str, bucket: str):
+    options: dict = {"threads": COMMIT_THREADS, "progress": False}
+    name = variant
+    if variant == "magic-in-memory":
+        name, options["in_memory"] = "magic", True
+    if variant == "directory":
+        options["buffer_dir"] = tempfile.mkdtemp(prefix="magicfs-bench-")
+    return committer_for(f"s3://{bucket}/out", committer=name, storage_options=storage, **options)
+
+
+def run_once(server: Target, workload: Workload, variant: str, bucket: str) -> Run:
     """One job of ``workload`` with ``variant``; checks its output."""
     payload = os.urandom(workload.size)
     storage = {**server.storage_options, "skip_instance_cache": True}
-    per_task = workload.files // workload.tasks
-    names = [
-        [f"part-{task:04d}-{n:04d}.bin" for n in range(per_task)] for task in range(workload.tasks)
-    ]
+    names = file_names(workload)
     counted = Counted()
+    server.reset_counts()
     cpu, server_cpu = os.times(), server.cpu_seconds()
     start = time.perf_counter()
     if variant == "direct":
@@ -150,15 +183,7 @@ def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket:
     elif variant in FLOORS:
         floor_job(storage, counted, workload, variant, bucket, names, payload)
     else:
-        options: dict = {"threads": COMMIT_THREADS, "progress": False}
-        name = variant
-        if variant == "magic-in-memory":
-            name, options["in_memory"] = "magic", True
-        if variant == "directory":
-            options["buffer_dir"] = tempfile.mkdtemp(prefix="magicfs-bench-")
-        committer = committer_for(
-            f"s3://{bucket}/out", committer=name, storage_options=storage, **options
-        )
+        committer = make_committer(storage, variant, bucket)
         counted.attach(committer.store_fs)
         committer.setup_job()
 
@@ -177,8 +202,11 @@ def run_once(server: EmbeddedS3Server, workload: Workload, variant: str, bucket:
     now, server_now = os.times(), server.cpu_seconds()
     client = (now.user - cpu.user) + (now.system - cpu.system)
     served = None if server_cpu is None or server_now is None else server_now - server_cpu
+    on_server = server.server_counts()
     check(server, bucket, workload, variant)
-    return Run(seconds, counted.counts, client, served)
+    if on_server is not None:
+        return Run(seconds, on_server, "server", client, served)
+    return Run(seconds, counted.counts, "client", client, served)
 
 
 def floor_job(
@@ -254,7 +282,7 @@ def floor_job(
             raise SystemExit(f"{variant}: DeleteObjects failed: {result['Errors'][:3]}")
 
 
-def check(server: EmbeddedS3Server, bucket: str, workload: Workload, variant: str) -> None:
+def check(server: Target, bucket: str, workload: Workload, variant: str) -> None:
     client = server.boto3_client()
     keys, staged = [], []
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="out/"):
@@ -271,8 +299,19 @@ def check(server: EmbeddedS3Server, bucket: str, workload: Workload, variant: st
         )
 
 
+def empty_bucket(client, bucket: str) -> None:
+    """Delete what a run left (its output, any upload), then the bucket: memory back."""
+    for upload in client.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
+        client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+    client.delete_bucket(Bucket=bucket)
+
+
 def measure(
-    server: EmbeddedS3Server, workload: Workload, variants: list[str], repeat: int
+    server: Target, workload: Workload, variants: list[str], repeat: int
 ) -> dict[str, list[Run]]:
     runs: dict[str, list[Run]] = {v: [] for v in variants}
     client = server.boto3_client()
@@ -281,32 +320,78 @@ def measure(
             bucket = f"bench-{workload.name}-{variant}-{round_}".replace("_", "-")
             client.create_bucket(Bucket=bucket)
             runs[variant].append(run_once(server, workload, variant, bucket))
-            server.reset()
+            empty_bucket(client, bucket)
     return runs
 
 
+def _median_range(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
 def table(workload: Workload, runs: dict[str, list[Run]]) -> list[str]:
-    base = statistics.median(r.seconds for r in runs["direct"]) if "direct" in runs else None
+    def base(variant: str) -> float | None:
+        if variant not in runs:
+            return None
+        return statistics.median(r.seconds for r in runs[variant])
+
+    floor, direct = base("multipart-floor"), base("direct")
     lines = [
         f"**{workload.describe()}**",
         "",
-        "| variant | seconds | x direct | requests/file | MiB copied on the server "
-        "| client CPU s | server CPU s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| variant | seconds (min-max) | x floor | x direct | requests/file "
+        "| MiB copied | client CPU ms/file | server CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for variant, measured in runs.items():
         seconds = statistics.median(r.seconds for r in measured)
         requests = sum(measured[0].requests.values()) / workload.files
+        by = "" if measured[0].counted_by == "server" else " (client)"
         copied = measured[0].copies * workload.size / MiB
-        ratio = f"{seconds / base:.2f}" if base else "-"
-        client = statistics.median(r.client_cpu for r in measured)
+        to_floor = f"{seconds / floor:.2f}" if floor else "-"
+        to_direct = f"{seconds / direct:.2f}" if direct else "-"
+        client = statistics.median(r.client_cpu for r in measured) * 1000 / workload.files
         served = [r.server_cpu for r in measured if r.server_cpu is not None]
         server = f"{statistics.median(served):.2f}" if served else "-"
         lines.append(
-            f"| {variant} | {seconds:.2f} | {ratio} | {requests:.1f} | {copied:,.0f} "
-            f"| {client:.2f} | {server} |"
+            f"| {variant} | {_median_range([r.seconds for r in measured])} | {to_floor} "
+            f"| {to_direct} | {requests:.2f}{by} | {copied:,.0f} | {client:.1f} | {server} |"
         )
     return lines
+
+
+def phases(server: Target, workload: Workload, variant: str, latency_ms: float) -> list[str]:
+    """The ``--phases`` table of ``variant`` on ``workload`` (one more job, not timed)."""
+    bucket = f"phases-{workload.name}-{variant}"
+    client = server.boto3_client()
+    client.create_bucket(Bucket=bucket)
+    storage = {**server.storage_options, "skip_instance_cache": True}
+    committer = make_committer(storage, variant, bucket)
+    payload = os.urandom(workload.size)
+    names = file_names(workload)
+
+    def write_task(attempt) -> None:
+        for file_name in names[attempt.task_index]:
+            with committer.fs.open(attempt.path(file_name), "wb") as f:
+                f.write(payload)
+
+    def executors(work, count: int) -> list:
+        with concurrent.futures.ThreadPoolExecutor(workload.executors) as pool:
+            return list(pool.map(work, range(count)))
+
+    on_server = server.request_log() is not None
+    requests = ServerLog(server) if on_server else ClientLog(committer.store_fs)
+    server.log_requests(True)
+    try:
+        counts = phased_job(requests, committer, workload.tasks, write_task, executors, latency_ms)
+    finally:
+        server.log_requests(False)
+    check(server, bucket, workload, variant)
+    empty_bucket(client, bucket)
+    by = "the server" if on_server else "the client's botocore hooks"
+    title = f"{variant} on {server.name}, {workload.describe()}, counted by {by}"
+    return phase_table(title, counts, workload.files)
 
 
 # --- peak RSS as the files per task grow ---------------------------------------------------
@@ -358,11 +443,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller workloads, one run each")
     parser.add_argument("--only", help="workloads, comma-separated: small,large,one-executor,many")
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated")
+    parser.add_argument(
+        "--servers", default=",".join(SERVERS), help="comma-separated: moto,stub,rgw"
+    )
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated")
     parser.add_argument("--repeat", type=int, help="runs per variant (median); default 3, quick 1")
     parser.add_argument("--executors", type=int, default=4, help="tasks running at once")
-    parser.add_argument("--latency-ms", type=float, default=20.0)
-    parser.add_argument("--copy-mb-per-s", type=float, default=10.0)
+    parser.add_argument("--latency-ms", type=float, default=20.0, help="added to every request")
+    parser.add_argument("--copy-mb-per-s", type=float, default=10.0, help="moto's copy speed")
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="requests per file by phase and purpose, per committer (small and large)",
+    )
     parser.add_argument("--rss", action="store_true", help="also measure peak RSS (subprocesses)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
@@ -375,38 +468,67 @@ def main() -> None:
     if args.only:
         chosen = {name: chosen[name] for name in args.only.split(",")}
     variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(
+            f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}"
+        )
+    servers = args.servers.split(",")
+    if set(servers) - set(SERVERS):  # refused before any server starts
+        unknown = ", ".join(sorted(set(servers) - set(SERVERS)))
+        raise SystemExit(f"--servers: unknown {unknown}; choose from {', '.join(SERVERS)}")
     report: dict = {"latency_ms": args.latency_ms, "copy_mb_per_s": args.copy_mb_per_s}
-    lines = [
-        f"moto on 127.0.0.1 (own process), {args.latency_ms:g} ms per request, server-side "
-        f"copies at {args.copy_mb_per_s:g} MB/s; median of {repeat} run(s)",
-        "",
-    ]
-    with EmbeddedS3Server(latency_ms=args.latency_ms, copy_mb_per_s=args.copy_mb_per_s) as server:
-        for workload in chosen.values():
-            runs = measure(server, workload, variants, repeat)
-            report[workload.name] = {
-                v: {
-                    "seconds": [r.seconds for r in rs],
-                    "client_cpu": [r.client_cpu for r in rs],
-                    "server_cpu": [r.server_cpu for r in rs],
-                    "requests": dict(rs[0].requests),
-                    "files": workload.files,
-                }
-                for v, rs in runs.items()
-            }
-            lines += [*table(workload, runs), ""]
-            if not args.json:
-                print("\n".join(lines), flush=True)
-                lines = []
-        if args.rss:
-            server.set_latency(0)
-            rss = rss_rows(server, [10, 100] if args.quick else [20, 200])
-            report["rss"] = rss
-            lines += rss
+    for name in servers:
+        with started(name, args.latency_ms, args.copy_mb_per_s) as server:
+            if server is None:
+                continue
+            report[name] = run_server(server, chosen, variants, repeat, args)
+            if args.rss and isinstance(server.endpoint, EmbeddedS3Server):
+                server.endpoint.set_latency(0)
+                rss = rss_rows(server.endpoint, [10, 100] if args.quick else [20, 200])
+                report[name]["rss"] = rss
+                if not args.json:
+                    print("\n".join([*rss, ""]), flush=True)
     if args.json:
         print(json.dumps(report, indent=2))
-    else:
-        print("\n".join(lines))
+
+
+def run_server(
+    server: Target, chosen: dict[str, Workload], variants: list[str], repeat: int, args
+) -> dict:
+    """Every workload on one server: the tables printed as they come, the numbers returned."""
+    skipped = [v for v in variants if v in UNSUPPORTED.get(server.name, ())]
+    runnable = [v for v in variants if v not in skipped]
+    say = (
+        (lambda *lines: None) if args.json else (lambda *lines: print("\n".join(lines), flush=True))
+    )
+    say(
+        f"## {server.name}: {server.describe}; median of {repeat} run(s)"
+        + (f"; skipped here (no server-side copy): {', '.join(skipped)}" if skipped else ""),
+        "",
+    )
+    server.warm_up()
+    report: dict = {}
+    for workload in chosen.values():
+        runs = measure(server, workload, runnable, repeat)
+        report[workload.name] = {
+            v: {
+                "seconds": [r.seconds for r in rs],
+                "client_cpu": [r.client_cpu for r in rs],
+                "server_cpu": [r.server_cpu for r in rs],
+                "requests": dict(rs[0].requests),
+                "counted_by": rs[0].counted_by,
+                "files": workload.files,
+            }
+            for v, rs in runs.items()
+        }
+        say(*table(workload, runs), "")
+    if args.phases:  # on the workloads of the targets (256 KiB and 8 MiB files)
+        at_sizes = [w for w in chosen.values() if w.name in ("small", "large")]
+        for workload in at_sizes or list(chosen.values())[:1]:
+            for variant in (v for v in COMMITTERS if v in runnable):
+                say(*phases(server, workload, variant, args.latency_ms), "")
+    return report
 
 
 if __name__ == "__main__":

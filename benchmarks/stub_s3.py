@@ -42,9 +42,12 @@ second (a token bucket holding N/10) answer ``503 SlowDown``.
 **Control and counters** (not S3; the ``_stub`` bucket name is invalid on S3):
 ``GET /_stub/stats`` (JSON: requests by S3 operation and HTTP status, 503s answered,
 first/last time of each operation's successes, objects and uploads held, this
-process's CPU seconds and peak RSS), ``POST /_stub/reset-stats``, and
-``POST /_stub/config?rate=N&latency_ms=M`` (change the settings at run time; rate 0 =
-unlimited). :class:`StubS3Process` starts it in a child process on a free loopback port
+process's CPU seconds and peak RSS), ``GET /_stub/log`` (JSON: ``[operation, key,
+status]`` of every request in the order answered, kept only while logging is on, so a
+benchmark can tell a marker from a record from a destination key on the server's
+side), ``POST /_stub/reset-stats`` (counters and log), and
+``POST /_stub/config?rate=N&latency_ms=M&log=0|1`` (change the settings at run time;
+rate 0 = unlimited). :class:`StubS3Process` starts it in a child process on a free loopback port
 and always stops it.
 """
 
@@ -73,8 +76,10 @@ from collections import Counter
 from typing import Any
 
 from magicfs.integrations.local_server import (
+    ACCESS_KEY,
     LOOPBACK,
     REGION,
+    SECRET_KEY,
     ChildServer,
     S3Endpoint,
     announce_ready,
@@ -82,6 +87,8 @@ from magicfs.integrations.local_server import (
     watch_parent,
 )
 
+#: The keys any client may use (the stub checks none); ``large_jobs.py`` imports them here.
+CREDENTIALS = (ACCESS_KEY, SECRET_KEY)
 READY = "READY"
 SYNTHETIC_PREFIX = "synthetic-"
 #: Most entries one listing page returns (S3's limit).
@@ -223,13 +230,18 @@ class _Stats:
 
     def reset(self) -> None:
         self.counts: Counter[tuple[str, int]] = Counter()
+        #: (operation, key, status) of every request, in the order answered, while
+        #: ``logging`` is on: what a benchmark classifies by key (``GET /_stub/log``).
+        self.log: list[tuple[str, str, int]] = []
         self.first: dict[str, float] = {}
         self.last: dict[str, float] = {}
         self.since = time.time()
 
-    def count(self, operation: str, status: int) -> None:
+    def count(self, operation: str, status: int, key: str = "", logging: bool = False) -> None:
         with self.lock:
             self.counts[(operation, status)] += 1
+            if logging:
+                self.log.append((operation, key, status))
             if status < 300:
                 now = time.time()
                 self.first.setdefault(operation, now)
@@ -247,15 +259,20 @@ class StubState:
         self.stats = _Stats()
         self.delay = 0.0
         self.limiter: _TokenBucket | None = None
+        self.logging = False
         self.configure(rate, latency_ms)
         self._next_id = 0
         self._id_prefix = os.urandom(6).hex()
 
-    def configure(self, rate: float | None = None, latency_ms: float | None = None) -> None:
+    def configure(
+        self, rate: float | None = None, latency_ms: float | None = None, log: bool | None = None
+    ) -> None:
         if rate is not None:
             self.limiter = _TokenBucket(rate) if rate > 0 else None
         if latency_ms is not None:
             self.delay = latency_ms / 1000.0
+        if log is not None:
+            self.logging = log
 
     def new_upload_id(self) -> str:
         with self.lock:
@@ -978,7 +995,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 status, headers, out = self._error(
                     S3Error(500, "InternalError", f"{type(error).__name__}: {error}")
                 )
-        state.stats.count(operation, status)
+        state.stats.count(operation, status, key, state.logging)
         self._respond(status, headers, out, head)
 
     def _dispatch(
@@ -1028,6 +1045,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if path == "/_stub/stats" and self.command == "GET":
             body = json.dumps(state.stats_document()).encode()
             self._respond(200, [("Content-Type", "application/json")], body)
+        elif path == "/_stub/log" and self.command == "GET":
+            with state.stats.lock:
+                log = [list(entry) for entry in state.stats.log]
+            self._respond(200, [("Content-Type", "application/json")], json.dumps(log).encode())
         elif path == "/_stub/reset-stats" and self.command == "POST":
             with state.stats.lock:
                 state.stats.reset()
@@ -1036,6 +1057,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             state.configure(
                 float(query["rate"]) if "rate" in query else None,
                 float(query["latency_ms"]) if "latency_ms" in query else None,
+                query["log"] == "1" if "log" in query else None,
             )
             self._respond(204, [], b"")
         else:
@@ -1170,14 +1192,26 @@ class StubS3Process(S3Endpoint):
         return json.loads(self._request("GET", "/_stub/stats"))
 
     def reset_stats(self) -> None:
+        """Zero the counters and empty the request log."""
         self._request("POST", "/_stub/reset-stats")
 
-    def configure(self, rate: float | None = None, latency_ms: float | None = None) -> None:
-        params = {}
+    def request_log(self) -> list[tuple[str, str, int]]:
+        """(operation, key, status) of each request since the last reset, while logging."""
+        return [
+            (op, key, status) for op, key, status in json.loads(self._request("GET", "/_stub/log"))
+        ]
+
+    def configure(
+        self, rate: float | None = None, latency_ms: float | None = None, log: bool | None = None
+    ) -> None:
+        """Change the throttling rate, the latency, or whether requests are logged by key."""
+        params: dict[str, Any] = {}
         if rate is not None:
             params["rate"] = rate
         if latency_ms is not None:
             params["latency_ms"] = latency_ms
+        if log is not None:
+            params["log"] = int(log)
         self._request("POST", "/_stub/config?" + urllib.parse.urlencode(params))
 
 

@@ -7,8 +7,10 @@ same clients magicfs uses (boto3 and s3fs), on a free 127.0.0.1 port.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import hashlib
+import os
 import pathlib
 import signal
 import subprocess
@@ -195,6 +197,143 @@ def test_multipart_upload_checks_parts_and_declared_size(client, bucket):
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
 
+def _upload_parts(client, bucket: str, key: str, bodies: list[bytes]) -> tuple[str, dict]:
+    upload_id = client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+    parts = [
+        {
+            "PartNumber": n,
+            "ETag": client.upload_part(
+                Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=n, Body=body
+            )["ETag"],
+        }
+        for n, body in enumerate(bodies, 1)
+    ]
+    return upload_id, {"Parts": parts}
+
+
+def test_multipart_upload_holds_the_bytes_written(stub, client, bucket):
+    first, last = os.urandom(5 * MiB + 3), os.urandom(1234)
+    upload_id, manifest = _upload_parts(client, bucket, "out/f.bin", [first, last])
+    client.complete_multipart_upload(
+        Bucket=bucket, Key="out/f.bin", UploadId=upload_id, MultipartUpload=manifest
+    )
+    assert client.get_object(Bucket=bucket, Key="out/f.bin")["Body"].read() == first + last
+
+    # Through s3fs, as magicfs writes: a file bigger than one block goes up as a
+    # multipart upload (its ETag says so).
+    fs = s3fs.S3FileSystem(**stub.storage_options, skip_instance_cache=True)
+    chunks = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(17)]
+    with fs.open(f"{bucket}/out/s3fs.bin", "wb", block_size=5 * MiB) as f:
+        for chunk in chunks:
+            f.write(chunk)
+    assert fs.cat_file(f"{bucket}/out/s3fs.bin") == b"".join(chunks)
+    assert "-" in client.head_object(Bucket=bucket, Key="out/s3fs.bin")["ETag"]
+
+
+def test_aborted_upload_leaves_nothing(stub, client, bucket):
+    upload_id, manifest = _upload_parts(client, bucket, "gone", [os.urandom(1000)])
+    client.abort_multipart_upload(Bucket=bucket, Key="gone", UploadId=upload_id)
+
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    assert client.list_objects_v2(Bucket=bucket).get("Contents", []) == []
+    with pytest.raises(ClientError) as parts:
+        client.list_parts(Bucket=bucket, Key="gone", UploadId=upload_id)
+    assert code(parts.value) == "NoSuchUpload"
+    with pytest.raises(ClientError) as complete:
+        client.complete_multipart_upload(
+            Bucket=bucket, Key="gone", UploadId=upload_id, MultipartUpload=manifest
+        )
+    assert code(complete.value) == "NoSuchUpload"
+
+
+def test_conditional_complete_is_refused_over_an_existing_object(client, bucket):
+    client.put_object(Bucket=bucket, Key="taken", Body=b"first writer")
+    upload_id, manifest = _upload_parts(client, bucket, "taken", [b"second writer"])
+
+    with pytest.raises(ClientError) as refused:
+        client.complete_multipart_upload(
+            Bucket=bucket,
+            Key="taken",
+            UploadId=upload_id,
+            MultipartUpload=manifest,
+            IfNoneMatch="*",
+        )
+    assert code(refused.value) == "PreconditionFailed"
+    assert client.get_object(Bucket=bucket, Key="taken")["Body"].read() == b"first writer"
+    # As on S3, the refused upload is still pending: its owner aborts it.
+    listed = client.list_multipart_uploads(Bucket=bucket)["Uploads"]
+    assert [u["UploadId"] for u in listed] == [upload_id]
+    client.abort_multipart_upload(Bucket=bucket, Key="taken", UploadId=upload_id)
+
+    # Onto a free key the same condition holds, and the bytes land.
+    upload_id, manifest = _upload_parts(client, bucket, "free", [b"only writer"])
+    client.complete_multipart_upload(
+        Bucket=bucket, Key="free", UploadId=upload_id, MultipartUpload=manifest, IfNoneMatch="*"
+    )
+    assert client.get_object(Bucket=bucket, Key="free")["Body"].read() == b"only writer"
+
+
+def test_request_log_names_operation_and_key_while_on(stub, client, bucket):
+    stub.reset_stats()
+    client.put_object(Bucket=bucket, Key="before", Body=b"1")
+    stub.configure(log=True)
+    try:
+        client.put_object(Bucket=bucket, Key="a/x.pending", Body=b"2")
+        with pytest.raises(ClientError):
+            client.head_object(Bucket=bucket, Key="missing")
+        client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "before"}]})
+        assert stub.request_log() == [
+            ("PutObject", "a/x.pending", 200),
+            ("HeadObject", "missing", 404),
+            ("DeleteObjects", "", 200),
+        ]
+    finally:
+        stub.configure(log=False)
+    client.put_object(Bucket=bucket, Key="after", Body=b"3")
+    assert len(stub.request_log()) == 3  # nothing logged once off
+    stub.reset_stats()
+    assert stub.request_log() == []
+
+
+def test_phases_of_a_magic_job_add_up_to_the_servers_count(stub, bucket):
+    from bench_servers import StubTarget
+    from job_phases import PHASES, ServerLog, phased_job
+
+    from magicfs import committer_for
+
+    target = StubTarget(stub)
+    committer = committer_for(
+        f"s3://{bucket}/out",
+        committer="magic",
+        storage_options={**stub.storage_options, "skip_instance_cache": True},
+        progress=False,
+    )
+
+    def write_task(attempt) -> None:
+        for n in range(2):
+            with committer.fs.open(attempt.path(f"f{attempt.task_index}-{n}"), "wb") as f:
+                f.write(b"x" * 100)
+
+    def executors(work, count: int) -> list:
+        return [work(task) for task in range(count)]
+
+    target.log_requests(True)
+    try:
+        counts = phased_job(ServerLog(target), committer, 2, write_task, executors, 0.0)
+    finally:
+        target.log_requests(False)
+    assert list(counts) == list(PHASES)
+    total = sum((c for c in counts.values()), start=collections.Counter())
+    # Each of the 4 files: one upload created, one part, one completion, one .pending.
+    assert (total["create"], total["part"], total["complete"]) == (4, 4, 4)
+    assert counts["job commit"]["complete"] == 4 and counts["write"]["part"] == 4
+    assert total["record"] >= 4 + 2 + 1  # .pending per file, .pendingset per task, _SUCCESS
+    assert counts["clean-up"]["delete"] >= 1
+    # The last phases' requests are exactly what the server counted since its last reset.
+    last = sum(counts["job commit"].values()) + sum(counts["clean-up"].values())
+    assert last == len(stub.request_log()) == stub.stats()["total"]
+
+
 def test_upload_listing_pages_by_key_and_upload_id_markers(client, bucket):
     made = sorted(
         (key, client.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"])
@@ -358,3 +497,25 @@ def test_command_line_prints_ready_and_stops_cleanly_on_sigterm():
             process.wait()
         if process.stdout:
             process.stdout.close()
+
+
+def test_requests_get_their_purpose_from_operation_and_key():
+    from job_phases import purpose, split_clean_up
+
+    job = "out/__magic_job-1/job-1/00/tasks/attempt_1_0000_m_000000_0"
+    assert purpose("PutObject", f"{job}.started") == "marker"
+    assert purpose("PutObject", f"{job}/__base/f.bin") == "marker"
+    assert purpose("PutObject", f"{job}/__base/f.bin.pending") == "record"
+    assert purpose("GetObject", f"{job}.pendingset") == "record"
+    assert purpose("PutObject", "out/_SUCCESS") == "record"
+    assert purpose("GetObject", "out/_SUCCESS") == "check"
+    assert purpose("HeadObject", "out/__magic_job-1/_magicfs_job.json") == "check"
+    assert purpose("PutObject", "out/f.bin") == "other"
+    assert purpose("AbortMultipartUpload", "out/f.bin") == "delete"
+    assert purpose("ListMultipartUploads", "") == "list"
+    log = [
+        ("CompleteMultipartUpload", "out/f"),
+        ("PutObject", "out/_SUCCESS"),
+        ("DeleteObjects", ""),
+    ]
+    assert split_clean_up(log) == (log[:2], log[2:])
