@@ -113,11 +113,16 @@ class TaskFiles:
             if entry is not None and entry.writer is writer:
                 entry.length = length
 
-    def discarded(self, path: str, writer: OpenWriter | None = None) -> TaskFile | None:
-        """Forget ``path`` (thrown away, or deleted); only ``writer``'s entry if given."""
+    def discarded(
+        self, path: str, writer: OpenWriter | None = None, commit: Any = None
+    ) -> TaskFile | None:
+        """Forget ``path`` (thrown away, or deleted); only ``writer``'s entry if given, or
+        only the entry holding ``commit`` (a file thrown away after it closed)."""
         with self._lock:
             entry = self._files.get(path)
             if entry is None or (writer is not None and entry.writer is not writer):
+                return None
+            if commit is not None and entry.commit is not commit:
                 return None
             return self._files.pop(path)
 

@@ -37,7 +37,13 @@ from helpers import as_another_process
 from helpers.azure_crash_job import content
 
 import magicfs
-from magicfs.errors import CommitFailedError, InvalidCommitData, JobCommitError
+from magicfs.errors import (
+    CommitFailedError,
+    InvalidCommitData,
+    JobCommitError,
+    JobNotActiveError,
+)
+from magicfs.task_files import TASK_FILES
 
 #: Small blocks, so that modest files span several (Put Block per block).
 BLOCK = 64 << 10
@@ -174,6 +180,28 @@ def test_a_second_writer_of_a_create_only_path_is_refused(azurite_server, abfs, 
     committer.commit_job([committer.commit_task(task)])
     published = visible_data(reader_for(azurite_server), azure_container)
     assert published == {f"{azure_container}/out/x.csv": b"first"}
+
+
+def test_a_file_closed_after_its_job_ended_leaves_no_record(azurite_server, abfs, azure_container):
+    """A zombie writer: opened while the job was active, closed after it was aborted.
+
+    Azure has no upload sweep to catch it (S3 does), so the writer checks the job again
+    before it saves the record: nothing is left in the dead job's tree, nothing visible.
+    """
+    committer = make_committer(abfs, azure_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    zombie = committer.fs.open(task.path("late.csv"), "wb")
+    zombie.write(b"written by a task that outlived its job")
+    zombie._checking.result(timeout=30)  # the check at open() passed: the job was active
+    committer.abort_job()
+    zombie.close()  # finishes in the background, where the job is checked again
+    [(path, error)] = TASK_FILES.settle(committer.job_id, task.attempt_id)
+    assert path == task.path("late.csv") and isinstance(error, JobNotActiveError)
+    reader = reader_for(azurite_server)
+    assert job_tree(reader, azure_container) == []
+    assert visible_data(reader, azure_container) == {}
 
 
 def run_job(fs, container: str, committer: str | None = None):

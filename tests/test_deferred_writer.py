@@ -14,6 +14,7 @@ in-process store, with its staging held at a gate where a test needs a part in f
 from __future__ import annotations
 
 import io
+import signal
 import threading
 import time
 from typing import ClassVar
@@ -144,3 +145,53 @@ def test_the_gated_store_is_a_registered_deferred_store():
     # A subclass of the in-process store is that store (the registry judges by class).
     assert MagicFileSystem(fs=GatedStore(skip_instance_cache=True)).deferred_writes
     assert fsspec.filesystem("mem-deferred").protocol == "mem-deferred"
+
+
+class Interrupted(BaseException):
+    """What a signal handler raises in the writing thread (as Ctrl-C's KeyboardInterrupt)."""
+
+
+def test_an_interrupted_close_saves_nothing(store):
+    # close() waits for the last part and the record; a signal interrupting that wait
+    # reaches the caller as a failure, so the file must not be saved behind its back.
+    fs, root = store
+    magic = MagicFileSystem(fs=fs, part_size=PART, check_job_active=False, background_close=False)
+    path = task_path(root, "f.bin")
+    GatedStore.gate.clear()
+    f = magic.open(path, "wb")
+    f.write(b"f" * (2 * PART))
+
+    def interrupt(signum, frame):
+        raise Interrupted
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        threading.Timer(0.6, GatedStore.gate.set).start()  # the parts land after the signal
+        with pytest.raises(Interrupted):
+            f.close()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    TASK_FILES.settle()
+    assert fs.pending(root + "/") == []  # the upload is thrown away
+    assert not fs.exists(path + ".pending")
+    assert TASK_FILES.get(path) is None or TASK_FILES.get(path).commit is None
+
+
+def test_a_part_that_cannot_start_gives_its_budget_back(store, monkeypatch):
+    fs, root = store
+    magic = MagicFileSystem(fs=fs, part_size=PART, check_job_active=False)
+    f = magic.open(task_path(root, "g.bin"), "wb")
+    used = deferred_writer.BUFFER_BUDGET.used
+
+    def no_loop(call):
+        call.close()
+        raise RuntimeError("the IO loop is closed")
+
+    monkeypatch.setattr(f.hooks, "run_background", no_loop)
+    with pytest.raises(RuntimeError, match="loop is closed"):
+        f.write(b"g" * PART)
+    assert deferred_writer.BUFFER_BUDGET.used == used  # nothing held by the part that never ran
+    monkeypatch.undo()
+    f.discard()

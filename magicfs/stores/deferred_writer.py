@@ -229,6 +229,8 @@ class DeferredWriter(io.BufferedIOBase):
         self._slots = threading.BoundedSemaphore(options.parts_in_flight)
         self._buffer = bytearray()
         self._parts: dict[int, concurrent.futures.Future[str]] = {}
+        self._tasks: dict[int, asyncio.Task[str]] = {}  # the parts' tasks on the IO loop
+        self._saved: SinglePendingCommit | None = None  # the record, once saved
         self._written = 0
         self._failure: BaseException | None = None
         self._state = "open"
@@ -359,6 +361,11 @@ class DeferredWriter(io.BufferedIOBase):
                 return
             try:
                 closing.result()
+            except BaseException:
+                # Its own failure has discarded the file already; an interrupted wait
+                # (Ctrl-C) has not: the caller sees a failure, so nothing may be saved.
+                self._throw_away(closing)
+                raise
             finally:
                 super().close()
 
@@ -367,8 +374,12 @@ class DeferredWriter(io.BufferedIOBase):
         parts = [asyncio.wrap_future(self._parts[n]) for n in sorted(self._parts)]
         checked = await asyncio.gather(asyncio.wrap_future(self._checking), return_exceptions=True)
         if isinstance(checked[0], BaseException):  # the job is gone: stop retrying parts
-            for future in self._parts.values():
-                future.cancel()
+            # Cancel the loop's tasks, not the futures: each future then ends when its
+            # request has really ended, so the discard below comes after every part (an
+            # abort racing a part can leave it behind) and the budget is given back then.
+            for number, future in self._parts.items():
+                task = self._tasks.get(number)
+                (task or future).cancel()  # a part not started yet has no task
         # The job check first: when it found the job gone it undid the file, and the
         # parts' failures are only the consequence.
         results = await asyncio.gather(*parts, return_exceptions=True)
@@ -389,6 +400,7 @@ class DeferredWriter(io.BufferedIOBase):
                 self._registry.discarded(self.path, self)
             raise
         self._state = "closed"
+        self._saved = record
         self._registry.closed(self.path, self, self._written, record)
 
     def discard(self) -> None:
@@ -410,12 +422,16 @@ class DeferredWriter(io.BufferedIOBase):
                 self._abort()
                 return
             closing = self._closing
-        if closing is None:
-            return
+        if closing is not None:
+            self._throw_away(closing)
+
+    def _throw_away(self, closing: concurrent.futures.Future[None]) -> None:
+        """Wait for a close in flight; if it saved the file, throw the file away."""
         concurrent.futures.wait([closing])
         if self._state == "closed":
             self.hooks.run_background(self.hooks.adiscard(saved=True)).result()
             self._state = "discarded"
+            self._registry.discarded(self.path, commit=self._saved)
 
     def commit(self) -> None:
         """For fsspec's transaction protocol: the commit of a task file is its ``close()``."""
@@ -466,11 +482,19 @@ class DeferredWriter(io.BufferedIOBase):
             raise
         size = len(body)
         BUFFER_BUDGET.take(size)  # and at most BUFFER_BUDGET across the process
-        future = self.hooks.run_background(self._astage(number, body))
+        try:
+            future = self.hooks.run_background(self._astage(number, body))
+        except BaseException:  # no loop to run it (closed filesystem, shutdown)
+            BUFFER_BUDGET.give(size)
+            self._slots.release()
+            raise
         future.add_done_callback(lambda done: self._staged(done, size))
         self._parts[number] = future
 
     async def _astage(self, number: int, body: bytes) -> str:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks[number] = task
         await asyncio.wrap_future(self._start)
         return await self.hooks.astage(number, body)
 

@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from ...errors import JobNotActiveError
 from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import BLOCK_LIST_STORE, STORE_KEY
@@ -148,7 +149,7 @@ class BlockFileHooks:
         return self.blocks.submit(call)
 
     async def abegin(self) -> None:
-        from azure.core.exceptions import ResourceExistsError
+        from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 
         create_only = "x" in self.mode
         client = self.blocks.fs.service_client.get_blob_client(self.container, self.marker_blob)
@@ -158,8 +159,12 @@ class BlockFileHooks:
                     b"", overwrite=not create_only, metadata={WRITER_KEY: self.nonce}
                 )
             except ResourceExistsError:
-                properties = await client.get_blob_properties()
-                if (properties.metadata or {}).get(WRITER_KEY) != self.nonce:
+                try:
+                    properties = await client.get_blob_properties()
+                except ResourceNotFoundError:  # the other writer's marker went meanwhile
+                    properties = None
+                metadata = (properties.metadata if properties is not None else None) or {}
+                if metadata.get(WRITER_KEY) != self.nonce:
                     raise FileExistsError(
                         f"{self.url}: another writer has already opened this path ('xb')"
                     ) from None
@@ -218,6 +223,18 @@ class BlockFileHooks:
         )
 
     async def asave(self, record: SinglePendingCommit) -> None:
+        """Check the job again, then Put Blob ``<path>.pending``.
+
+        S3 checks the job once, after the upload exists, because the job's sweep aborts
+        any upload created before it listed them. Azure has no such sweep: a file closed
+        after its job ended would leave a record in the dead job's tree that nothing
+        deletes. So the job is checked again just before the record is written.
+        """
+        if self.job_marker is not None and not await self.ajob_active():
+            raise JobNotActiveError(
+                f"{self.url}: its job is not active any more (committed or aborted while "
+                "the file was written); this file has been discarded"
+            )
         await self.blocks.put(self.container, pending_path(self.marker_blob), record.to_bytes())
 
     async def adiscard(self, saved: bool) -> None:
