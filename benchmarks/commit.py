@@ -45,9 +45,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-from helpers.servers import AZURITE_BLOB, AzuriteServer  # noqa: E402
 
 from magicfs import committer_for  # noqa: E402
+from magicfs.integrations.azurite import LocalAzurite, azurite_binary  # noqa: E402
 from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
 
 FILE = b"x" * 1024
@@ -260,7 +260,7 @@ def part_rename_stores(quick: bool) -> list[str]:
 
     threads = 8
     stores = [("local disk", (100, 1000) if quick else (100, 1000, 10_000))]
-    azurite_installed = os.access(AZURITE_BLOB, os.X_OK)
+    azurite_installed = _azurite_installed()
     if azurite_installed:
         stores.append(("Azurite", (100, 1000) if quick else (100, 1000, 5000)))
     lines = [
@@ -315,12 +315,20 @@ def part_rename_stores(quick: bool) -> list[str]:
     return lines
 
 
+def _azurite_installed() -> bool:
+    try:
+        azurite_binary()
+    except FileNotFoundError:
+        return False
+    return True
+
+
 @contextlib.contextmanager
 def _azurite():
     """An Azurite server of its own, in memory, stopped on exit."""
     with (
         tempfile.TemporaryDirectory(prefix="magicfs-azurite-") as workspace,
-        AzuriteServer(AZURITE_BLOB, pathlib.Path(workspace)) as server,
+        LocalAzurite(pathlib.Path(workspace), log_requests=False) as server,
     ):
         yield server
 

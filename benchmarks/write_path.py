@@ -56,22 +56,16 @@ def _rss_mib() -> float:
 
 def child(method: str, size: int, endpoint: str) -> dict:
     """Run one measurement in this process; returns seconds and peak RSS growth."""
-    import boto3
     import s3fs
 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from magicfs import MagicFileSystem
+    from magicfs.integrations.local_server import s3_boto3_client, s3_storage_options
     from magicfs.records import SinglePendingCommit
 
-    options = {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": endpoint}}
+    options = s3_storage_options(endpoint)
     fs = s3fs.S3FileSystem(**options)
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    client = s3_boto3_client(endpoint)
     fs.ls("bench")  # connect before measuring
     local = tempfile.NamedTemporaryFile(suffix=".bin")  # noqa: SIM115 - lives until exit
     if method == "boto3":

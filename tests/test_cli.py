@@ -686,7 +686,7 @@ def test_success_reads_hadoop_manifest_committer_output_locally(tmp_path):
         (["uploads", "list", "s3://b/x", "--older-than", "5x"], "invalid duration '5x'"),
         (["uploads", "list", "s3://b/x", "--job", "../x"], "invalid job id"),
         (["uploads", "abort", "s3://b/x", "--fail-if-any"], "unrecognized arguments"),
-        (["uploads", "list", "/tmp"], "/tmp: uploads needs an s3:// path"),
+        (["uploads", "list", "/tmp"], "/tmp: uploads lists the pending writes of S3 (s3://)"),
         (["uploads", "list", "nope://b/x"], "nope://b/x: cannot open"),
         (["inspect", "x.pending", "--limit", "-1"], "expected a whole number >= 0"),
         (["inspect", "x.pending", "-o", SECRET], "expected KEY=VALUE"),

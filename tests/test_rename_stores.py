@@ -242,10 +242,11 @@ def test_makedirs_does_not_create_a_container_or_bucket(store: Store):
 _CRASHING_SESSION = """
 import os, pathlib, sys
 sys.path.insert(0, {tests!r})
-from helpers.servers import AZURITE_BLOB, AzuriteServer, GcsEmulatorServer
+from helpers.servers import GcsEmulatorServer
+from magicfs.integrations.azurite import LocalAzurite
 workdir = pathlib.Path({workdir!r})
 if {kind!r} == "abfs":
-    server = AzuriteServer(AZURITE_BLOB, workdir).start()
+    server = LocalAzurite(workdir, log_requests=False).start()
 else:
     server = GcsEmulatorServer(workdir).start()
 print(server.port, server.watchdog_pid, flush=True)

@@ -15,6 +15,7 @@ import pytest
 from helpers import object_keys, pending_uploads, visible_keys
 
 import magicfs
+from magicfs.integrations.local_server import CREDENTIALS
 from magicfs.integrations.spark.options import storage_options
 
 pytestmark = pytest.mark.slow
@@ -48,9 +49,10 @@ def spark():
 
 def s3_writer(frame, server):
     writer = frame.write.format("magicfs")
+    access_key, secret_key = CREDENTIALS
     for key, value in {
-        "key": "testing",
-        "secret": "testing",
+        "key": access_key,
+        "secret": secret_key,
         "client_kwargs.endpoint_url": server.endpoint_url,
     }.items():
         writer = writer.option(f"storage_options.{key}", value)

@@ -33,6 +33,7 @@ from magicfs.errors import (
     StoreUnreachableError,
     UploadsLeftError,
 )
+from magicfs.integrations.local_server import s3_storage_options
 from magicfs.stores.s3.retry import RetryPolicy, error_code
 from magicfs.stores.s3.store import S3Store
 
@@ -49,12 +50,8 @@ def closed_port() -> int:
 
 
 def unreachable_options(port: int) -> dict:
-    return {
-        "key": "testing",
-        "secret": "testing",
-        "client_kwargs": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "us-east-1"},
-        "skip_instance_cache": True,
-    }
+    options = s3_storage_options(f"http://127.0.0.1:{port}", region="us-east-1")
+    return {**options, "skip_instance_cache": True}
 
 
 def write_files(committer, count: int = 3) -> list:

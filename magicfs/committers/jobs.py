@@ -30,7 +30,7 @@ from ..layouts.manifest import ManifestJobLayout
 from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SUFFIX, TEMPORARY
 from ..paths import join
 from ..protocol.committer import OutputCommitter
-from ..stores.capabilities import is_s3
+from ..stores.capabilities import speaks_s3
 from ..stores.s3.failures import listing_error
 from ..stores.s3.store import S3Store, iterate
 from . import committer_for
@@ -86,7 +86,7 @@ def find_jobs(
     probe = committer_for(dest, storage_options=storage_options, fs=fs)
     store_fs, root = probe.store_fs, probe.dest
     store = getattr(probe, "store", None)
-    if is_s3(store_fs) and isinstance(store, S3Store):
+    if speaks_s3(store_fs) and isinstance(store, S3Store):
         bucket, key = store.split(root)
         trees = f"{key}/{MAGIC_JOB_PREFIX}" if key else MAGIC_JOB_PREFIX
         ids = [

@@ -26,7 +26,6 @@ of them gets this flow.
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +36,7 @@ from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..layouts.magic import MagicJobLayout
 from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
+from ..parallel import loop_map
 from ..paths import final_destination, is_deferred_write
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
@@ -149,17 +149,19 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _delete_files(self, paths: list[str]) -> None:
         self.deferred.run(self.deferred.adelete_records(paths))
 
-    def _submit_read(
-        self, path: str, pool: concurrent.futures.Executor
-    ) -> concurrent.futures.Future[bytes]:
-        # A coroutine on the store's IO loop: no thread of `pool` waits for it.
-        async def read() -> bytes:
-            data = await self.deferred.aread_record(path, PendingSet.MAX_BYTES)
-            if data is None:
-                raise FileNotFoundError(path)
-            return data
+    def _read_records(self, paths: list[str]) -> Iterator[bytes]:
+        # Coroutines on the store's IO loop: no thread waits for a read.
+        return loop_map(self.deferred.run_background, self._aread_pendingset, paths, self.threads)
 
-        return self.deferred.run_background(read())
+    def _read_record(self, path: str) -> bytes:
+        return self.deferred.run(self._aread_pendingset(path))
+
+    async def _aread_pendingset(self, path: str) -> bytes:
+        """Read through the adapter: under the store's retry policy and rate control."""
+        data = await self.deferred.aread_record(path, PendingSet.MAX_BYTES)
+        if data is None:
+            raise FileNotFoundError(path)
+        return data
 
     def _saved(self, path: str) -> PendingSet | None:
         """The pendingset saved at ``path``; ``None`` if absent or unreadable."""

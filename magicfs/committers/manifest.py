@@ -50,7 +50,7 @@ from ..protocol.committer import (
 )
 from ..protocol.journal import JournalKeeper
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
-from ..stores.capabilities import is_s3
+from ..stores.capabilities import speaks_s3
 from ..stores.rename import RenameStore
 from ..task_files import TaskFile
 from .manifest_stages import (
@@ -96,7 +96,7 @@ class ManifestCommitter(OutputCommitter):
         **options: Any,
     ):
         super().__init__(dest, **options)
-        if is_s3(self.store_fs):
+        if speaks_s3(self.store_fs):
             raise ValueError(
                 f"{dest}: the manifest committer needs a store with rename; S3 has none "
                 "(use the magic committer)"

@@ -24,15 +24,14 @@ does not grow with the number of files; the disk holds about 0.4 KB per file.
 
 from __future__ import annotations
 
-import collections
-import concurrent.futures
-from collections.abc import Container
+from collections.abc import Container, Iterator
 from typing import Any
 
 import fsspec
 
 from ..errors import InvalidCommitData
 from ..filesystems.originals import store_filesystem
+from ..parallel import thread_map
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt
 from ..records import (
@@ -70,12 +69,11 @@ class PendingsetCommitter(OutputCommitter):
         """The bytes of the task record at ``path`` (``FileNotFoundError`` if none)."""
         raise NotImplementedError
 
-    def _submit_read(
-        self, path: str, pool: concurrent.futures.Executor
-    ) -> concurrent.futures.Future[bytes]:
-        """Start reading the task record at ``path``: :meth:`_read_record` on ``pool``'s
-        threads, unless the committer reads without blocking a thread (magic)."""
-        return pool.submit(self._read_record, path)
+    def _read_records(self, paths: list[str]) -> Iterator[bytes]:
+        """The bytes of each task record, in order, at most :attr:`threads` read at once:
+        :meth:`_read_record` on threads, unless the committer reads without blocking a
+        thread (magic layout)."""
+        return thread_map(self._read_record, paths, self.threads, name="magicfs-load")
 
     def _display(self, path: str) -> str:
         """``path`` as messages name it (with its protocol)."""
@@ -116,7 +114,8 @@ class PendingsetCommitter(OutputCommitter):
     def _recorded_attempt(self, pendingset_path: str) -> str | None:
         """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
         try:
-            pendingset = PendingSet.load(self.store_fs, pendingset_path)
+            data = self._read_record(pendingset_path)
+            pendingset = PendingSet.from_json(data, source=self._display(pendingset_path))
         except (FileNotFoundError, InvalidCommitData):
             return None
         return pendingset.task_attempt_id or None
@@ -126,18 +125,10 @@ class PendingsetCommitter(OutputCommitter):
     def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
         spool = CommitSpool()
         try:
-            with (
-                self.stats.track("committer_load_pendingsets"),
-                concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-load") as pool,
-            ):
-                reads: collections.deque[tuple[str, concurrent.futures.Future[bytes]]]
-                reads = collections.deque()
+            with self.stats.track("committer_load_pendingsets"):
+                reads = self._read_records(records)
                 for path in records:
-                    reads.append((path, self._submit_read(path, pool)))
-                    if len(reads) >= 2 * self.threads:
-                        self._spool(spool, *reads.popleft())
-                while reads:
-                    self._spool(spool, *reads.popleft())
+                    self._spool(spool, path, reads)
         except BaseException:
             spool.discard()
             raise
@@ -145,10 +136,10 @@ class PendingsetCommitter(OutputCommitter):
             list(records), len(spool.records), spool.files, spool.bytes, spool, spool.iostatistics
         )
 
-    def _spool(self, spool: CommitSpool, path: str, read: concurrent.futures.Future[bytes]) -> None:
+    def _spool(self, spool: CommitSpool, path: str, reads: Iterator[bytes]) -> None:
         source = self._display(path)
         try:
-            data = read.result()
+            data = next(reads)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"job {self.job_id}: task record {source} is missing (already committed or "

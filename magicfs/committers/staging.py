@@ -70,7 +70,7 @@ from ..records import (
     PendingSet,
     SinglePendingCommit,
 )
-from ..stores.capabilities import is_s3
+from ..stores.capabilities import speaks_s3
 from ..stores.local import TaskLocalFileSystem
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
@@ -130,7 +130,7 @@ class StagingCommitter(S3PendingsetCommitter):
         **options: Any,
     ):
         super().__init__(dest, **options)
-        if not is_s3(self.store_fs):
+        if not speaks_s3(self.store_fs):
             raise ValueError(f"{dest}: the staging committers need an S3 destination (s3://)")
         #: The uploads' part checksums (:mod:`magicfs.stores.s3.checksums`), or ``None``.
         self.checksum = checked_algorithm(checksum)

@@ -1,6 +1,6 @@
 """The filesystem layer: ``MagicFileSystem`` and its task views (deferred, routed)."""
 
-from ..stores.capabilities import is_s3
+from ..stores.capabilities import speaks_s3
 from .magic import MagicFileSystem
 
-__all__ = ["MagicFileSystem", "is_s3"]
+__all__ = ["MagicFileSystem", "speaks_s3"]

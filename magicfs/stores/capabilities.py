@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Capabilities", "capabilities", "has_block_lists", "is_local", "is_s3", "protocols"]
+__all__ = ["Capabilities", "capabilities", "is_local", "protocols", "speaks_s3"]
 
 from .deferred import DeferredStoreSpec, protocols
 from .registry import deferred_store_for
@@ -58,21 +58,15 @@ def capabilities(fs: Any) -> Capabilities:
     )
 
 
-def is_s3(fs: Any) -> bool:
-    """Is ``fs`` S3's (s3fs), served by the S3 adapter? For the callers that need S3's
-    own requests (the CLI's upload listing, the staging committer): a question of which
-    store, asked of the registry, not a capability."""
-    return _deferred_store_name(fs) == "s3"
+def speaks_s3(fs: Any) -> bool:
+    """Does ``fs`` speak S3's API (s3fs), so :class:`~.s3.store.S3Store` can serve it?
 
-
-def has_block_lists(fs: Any) -> bool:
-    """Is ``fs`` Azure Blob's (adlfs), served by the block-list adapter?"""
-    return _deferred_store_name(fs) == "azure-block-list"
-
-
-def _deferred_store_name(fs: Any) -> str | None:
+    For the callers that send S3's own requests (the CLI's reads, the staging
+    committer) or refuse S3 (the manifest committer needs rename): a question of which
+    store, asked of the registry, not a capability.
+    """
     spec = deferred_store_for(fs)
-    return None if spec is None else spec.name
+    return spec is not None and spec.name == "s3"
 
 
 def is_local(fs: Any) -> bool:

@@ -1,6 +1,6 @@
 """Making pending files visible, or throwing them away: job commit's publish, written once.
 
-Over any store with deferred writes (:class:`~.deferred.DeferredBackend`: S3's
+Over any store with deferred writes (:class:`~.deferred.DeferredStore`: S3's
 multipart uploads, Azure's block lists):
 
 * **complete** every pending commit in parallel (``threads`` at once, as coroutines on
@@ -29,7 +29,7 @@ from ..parallel import loop_map
 from ..progress import batches, progress_bar
 from ..records import SinglePendingCommit
 from ..statistics import IOStatisticsStore
-from .deferred import DeferredBackend
+from .deferred import DeferredStore
 
 log = logging.getLogger("magicfs.s3.commit")
 
@@ -50,7 +50,7 @@ class CommitOperations:
 
     def __init__(
         self,
-        store: DeferredBackend,
+        store: DeferredStore,
         job_id: str,
         stats: IOStatisticsStore,
         threads: int = 8,
@@ -162,7 +162,7 @@ class Progress:
 
     every = 15.0
 
-    def __init__(self, store: DeferredBackend, total: int, job_id: str):
+    def __init__(self, store: DeferredStore, total: int, job_id: str):
         self.store = store
         self.total = total
         self.job_id = job_id

@@ -212,10 +212,6 @@ class DeferredStoreBase:
         return self.url(path)
 
 
-#: The name :mod:`.commit_ops` knows the contract by (its publish-side methods).
-DeferredBackend = DeferredStore
-
-
 class AdapterFactory(Protocol):
     """Make a store's adapter for one job: ``fs`` (the store's fsspec filesystem),
     ``job_id``, ``scratch_dir()`` (a directory in the job's hidden tree where probes may

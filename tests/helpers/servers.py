@@ -4,9 +4,7 @@ Each runs under the watchdog of :mod:`magicfs.integrations.local_server`
 (:class:`~magicfs.integrations.local_server.SupervisedServer`): it stops the emulator's
 process group when the test session ends *or dies* (even by SIGKILL), so no run, however
 it ends, leaves an emulator behind. Azurite's one launcher is
-:class:`magicfs.integrations.azurite.LocalAzurite` (``conftest.py`` starts it directly);
-:class:`AzuriteServer` is the name older callers use for it (the binary first, no request
-log unless ``debug_log`` is given).
+:class:`magicfs.integrations.azurite.LocalAzurite` (``conftest.py`` starts it directly).
 
 Usage (``conftest.py``): ``with GcsEmulatorServer(workdir) as server:`` (or ``start()``
 then ``stop()``).
@@ -19,27 +17,11 @@ import pathlib
 import sys
 import urllib.request
 
-from magicfs.integrations.azurite import LOCAL_BINARY as AZURITE_BLOB
-from magicfs.integrations.azurite import LocalAzurite
 from magicfs.integrations.local_server import LOOPBACK, SupervisedServer, accepts_connections
 
-#: Kept for the callers that import them from here (AZURITE_BLOB: Azurite in ``.ci/node``).
-__all__ = ["AZURITE_BLOB", "AzuriteServer", "GcsEmulatorServer", "accepts_connections"]
+__all__ = ["GcsEmulatorServer", "accepts_connections"]
 
 GCS_PROJECT = "test"
-
-
-class AzuriteServer(LocalAzurite):
-    """:class:`~magicfs.integrations.azurite.LocalAzurite` as the tests start it: the
-    binary first, and a request log (``--debug``) only where ``debug_log`` names one."""
-
-    def __init__(
-        self,
-        binary: pathlib.Path,
-        workdir: pathlib.Path,
-        debug_log: pathlib.Path | None = None,
-    ) -> None:
-        super().__init__(workdir, binary, log_requests=debug_log is not None, debug_log=debug_log)
 
 
 class GcsEmulatorServer(SupervisedServer):

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from ...stores.capabilities import is_s3
+from ...stores.capabilities import speaks_s3
 from ...stores.s3.store import S3Store, iterate
 
 EXIT_OK = 0
@@ -266,7 +266,7 @@ def read_limited(fs: Any, path: str, limit: int, url: str) -> bytes:
     fails with InvalidRange, and a zero-byte ``_SUCCESS`` must be reported as such.
     """
     with store_errors(url):
-        if is_s3(fs):
+        if speaks_s3(fs):
             return _read_s3(S3Store(fs), path, limit, url)
         info = fs.info(path)
         if info.get("type") == "directory":

@@ -49,7 +49,7 @@ from tqdm import tqdm
 from ...layouts.magic import MagicJobLayout, check_job_id
 from ...parallel import loop_map
 from ...progress import batches, progress_bar
-from ...stores.capabilities import has_block_lists, is_s3
+from ...stores.registry import DEFERRED_STORES, deferred_store_for
 from ...stores.s3.store import S3Store, iterate
 from ...stores.s3.sweep import tree_keys
 from ...stores.spool import KeySet
@@ -269,13 +269,18 @@ def cutoff_for(age_seconds: int | None, now: datetime.datetime) -> datetime.date
 
 def run(args: argparse.Namespace) -> int:
     fs, path = open_fs(args.path, args)
-    if has_block_lists(fs):
-        return run_azure(args, fs, path)
-    if not is_s3(fs):
+    spec = deferred_store_for(fs)
+    if spec is None or spec.name not in ("s3", "azure-block-list"):
+        served = ", ".join(store.name for store in DEFERRED_STORES)
         raise CliError(
-            f"{args.path}: uploads needs an s3:// path (or abfs:// for Azure's staged blocks)",
+            f"{args.path}: uploads lists the pending writes of S3 (s3://) or Azure's staged "
+            f"blocks (abfs://); this path is "
+            f"{'not a deferred store' if spec is None else 'served by ' + spec.name} "
+            f"(registered deferred stores: {served})",
             EXIT_USAGE,
         )
+    if spec.name == "azure-block-list":
+        return run_azure(args, fs, path)
     store = S3Store(fs)
     bucket, key = store.split(path)
     if not bucket:

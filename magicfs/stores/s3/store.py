@@ -35,8 +35,6 @@ no rate control), and why:
   the destination (``find``/``ls``/``isdir``) for ``replace`` and visible files, and
   :mod:`magicfs.committers.magic`'s ``find`` of a task's files: the protocol layer is
   written over any fsspec store, not over this one;
-* ``PendingSet.load`` in :mod:`magicfs.committers.pendingsets` (``cat_file``), until that
-  module reads records with :meth:`S3Store.aread`;
 * the manifest and classic committers on S3 (:mod:`magicfs.stores.rename`: ``info``,
   ``find``, ``copy``...): written over any fsspec store; S3 jobs use the magic committer.
 """
