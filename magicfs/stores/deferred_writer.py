@@ -524,3 +524,40 @@ class DeferredWriter(io.BufferedIOBase):
             self.hooks.run_background(self.hooks.adiscard(saved=False)).result()
         finally:
             super().close()
+
+
+class DeferredWritesBase:
+    """What every store's write side shares (a :class:`DeferredWrites`): it keeps the
+    filesystem and the options and builds each writer from the store's :meth:`hooks`.
+
+    A store sets :attr:`rules` and :attr:`words` and writes ``hooks``, ``url``,
+    ``discard`` and ``delete``: the writer itself is never built twice.
+    """
+
+    rules: PartRules
+    words: StoreWords
+
+    def __init__(self, fs: Any, options: WriterOptions):
+        self.fs = fs
+        self.options = options
+
+    def hooks(
+        self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
+    ) -> FileHooks:
+        """The requests of one task file (see :class:`FileHooks`)."""
+        raise NotImplementedError
+
+    def writer(
+        self, path: str, magic_path: MagicPath, mode: str, part_size: int, job_marker: str | None
+    ) -> DeferredWriter:
+        return DeferredWriter(
+            self.hooks(path, magic_path, mode, job_marker),
+            self.rules,
+            path,
+            magic_path,
+            self.options,
+            mode=mode,
+            part_size=part_size,
+            check_job=job_marker is not None,
+            store=self.words.store_name,
+        )

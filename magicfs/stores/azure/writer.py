@@ -44,7 +44,12 @@ from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import BLOCK_LIST_STORE, STORE_KEY
 from ...statistics import IOStatisticsSnapshot
-from ..deferred_writer import DeferredWriter, PartRules, StoreWords, WriterOptions
+from ..deferred_writer import (
+    DeferredWritesBase,
+    PartRules,
+    StoreWords,
+    WriterOptions,
+)
 from .blocks import (
     ID_LENGTH,
     MAX_BLOCK_SIZE,
@@ -84,33 +89,23 @@ WORDS = StoreWords(
 )
 
 
-class BlockListWrites:
+class BlockListWrites(DeferredWritesBase):
     """The write side of an adlfs filesystem ``fs`` (:class:`~..deferred_writer.DeferredWrites`)."""
 
+    rules = RULES
     words = WORDS
 
     def __init__(self, fs: Any, options: WriterOptions):
-        self.fs = fs
-        self.options = options
+        super().__init__(fs, options)
         self.blocks = BlockStore(fs)
 
     def url(self, path: str) -> str:
         return self.blocks.url(path)
 
-    def writer(
-        self, path: str, magic_path: MagicPath, mode: str, part_size: int, job_marker: str | None
-    ) -> DeferredWriter:
-        return DeferredWriter(
-            BlockFileHooks(self.blocks, path, magic_path, mode, job_marker),
-            RULES,
-            path,
-            magic_path,
-            self.options,
-            mode=mode,
-            part_size=part_size,
-            check_job=job_marker is not None,
-            store="Azure",
-        )
+    def hooks(
+        self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
+    ) -> BlockFileHooks:
+        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker)
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         """Nothing possible: staged blocks cannot be deleted alone (so no record is read)."""

@@ -28,7 +28,11 @@ from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import STORE_KEY
 from ...statistics import IOStatisticsSnapshot
-from ..deferred_writer import DeferredWriter, PartRules, StoreWords, WriterOptions
+from ..deferred_writer import (
+    DeferredWritesBase,
+    PartRules,
+    StoreWords,
+)
 from ..s3.conditional import IF_NONE_MATCH_KEY
 from .fs import MemoryDeferredFileSystem
 
@@ -71,33 +75,20 @@ def load_records(fs: MemoryDeferredFileSystem, paths: list[str]) -> list[SingleP
     return found
 
 
-class MemoryWrites:
+class MemoryWrites(DeferredWritesBase):
     """The write side of a ``mem-deferred`` filesystem (a ``DeferredWrites``)."""
 
+    rules = RULES
     words = WORDS
-
-    def __init__(self, fs: MemoryDeferredFileSystem, options: WriterOptions):
-        self.fs = fs
-        self.options = options
+    fs: MemoryDeferredFileSystem
 
     def url(self, path: str) -> str:
         return str(self.fs.unstrip_protocol(path))
 
-    def writer(
-        self, path: str, magic_path: MagicPath, mode: str, part_size: int, job_marker: str | None
-    ) -> DeferredWriter:
-        hooks = MemoryFileHooks(self.fs, path, magic_path, mode, job_marker, self.options.in_memory)
-        return DeferredWriter(
-            hooks,
-            RULES,
-            path,
-            magic_path,
-            self.options,
-            mode=mode,
-            part_size=part_size,
-            check_job=job_marker is not None,
-            store=WORDS.store_name,
-        )
+    def hooks(
+        self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
+    ) -> MemoryFileHooks:
+        return MemoryFileHooks(self.fs, path, magic_path, mode, job_marker, self.options.in_memory)
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         known = [*commits, *load_records(self.fs, records)]

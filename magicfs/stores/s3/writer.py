@@ -38,7 +38,12 @@ from typing import Any, TypeVar
 from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
-from ..deferred_writer import DeferredWriter, PartRules, StoreWords, WriterOptions
+from ..deferred_writer import (
+    DeferredWritesBase,
+    PartRules,
+    StoreWords,
+    WriterOptions,
+)
 from . import checksums
 from .conditional import IF_NONE_MATCH_KEY, aconditional_support
 from .job_check import job_still_active
@@ -75,24 +80,24 @@ WORDS = StoreWords(
 )
 
 
-class S3Writes:
+class S3Writes(DeferredWritesBase):
     """The write side of an s3fs filesystem ``fs`` (:class:`~..deferred_writer.DeferredWrites`)."""
 
+    rules = RULES
     words = WORDS
 
     def __init__(self, fs: Any, options: WriterOptions):
-        self.fs = fs
-        self.options = options
+        super().__init__(fs, options)
         self.store = S3Store(fs, options.retry_policy or DEFAULT_POLICY)
         self.checksum = checksums.checked_algorithm(options.checksum)
 
     def url(self, path: str) -> str:
         return f"s3://{path}"
 
-    def writer(
-        self, path: str, magic_path: MagicPath, mode: str, part_size: int, job_marker: str | None
-    ) -> DeferredWriter:
-        hooks = S3FileHooks(
+    def hooks(
+        self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
+    ) -> S3FileHooks:
+        return S3FileHooks(
             self.store,
             path,
             magic_path,
@@ -100,17 +105,6 @@ class S3Writes:
             job_marker,
             in_memory=self.options.in_memory,
             checksum=self.checksum,
-        )
-        return DeferredWriter(
-            hooks,
-            RULES,
-            path,
-            magic_path,
-            self.options,
-            mode=mode,
-            part_size=part_size,
-            check_job=job_marker is not None,
-            store="S3",
         )
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
