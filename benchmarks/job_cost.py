@@ -167,7 +167,8 @@ def run_once(server: Target, workload: Workload, variant: str, bucket: str) -> R
     names = file_names(workload)
     counted = Counted()
     server.reset_counts()
-    cpu, server_cpu = os.times(), server.cpu_seconds()
+    server_cpu = server.cpu_seconds()  # first: on RGW a walk of /proc, not the job's CPU
+    cpu = os.times()
     start = time.perf_counter()
     if variant == "direct":
         fs = s3fs.S3FileSystem(**storage)

@@ -1,50 +1,62 @@
-"""Write-path benchmark: one large file through magicfs vs plain s3fs vs boto3, same server.
+"""Write-path benchmark: one large file through magicfs vs boto3's ``upload_fileobj``.
 
-    python benchmarks/write_path.py            # 256 MiB and 1 GiB, 3 runs each
-    python benchmarks/write_path.py --quick    # 64 MiB and 128 MiB, 1 run
+    python benchmarks/write_path.py                       # moto and RGW; 64, 128, 256 MiB; 3 runs
+    python benchmarks/write_path.py --quick               # moto, 64 MiB, one run
+    python benchmarks/write_path.py --servers rgw --sizes 128,256 --runs 5
 
-Every measurement runs in a fresh child process so that its peak RSS (``ru_maxrss``
-above the child's baseline after imports) belongs to that writer alone. The data is
-generated 1 MiB at a time, so no writer is handed the whole file at once:
+Both sides are timed **until the bytes are visible** at their final key, with part
+checksums declared, on the same server:
 
-* ``magicfs``: ``MagicFileSystem.open(magic path, "wb")`` + ``close()`` (parts
-  upload in the background, ``.pending`` saved), then the one
-  ``CompleteMultipartUpload`` job commit would make: the time until the bytes are
-  visible, as for the others;
-* ``magicfs-close``: the same, timed only until ``close()`` returns — the writer's own
-  cost; the completion is job commit's (on S3 a metadata operation, while moto copies
-  the whole object in Python: several seconds per GiB in every other row);
-* ``magicfs-close-no-checksum``: ``magicfs-close`` with ``checksum=None``: what the
-  parts' CRC32 checksums (the default, :mod:`magicfs.stores.s3.checksums`) cost the writer;
-* ``s3fs``: plain ``S3FileSystem.open(path, "wb")`` (autocommit; 50 MiB blocks uploaded
-  one after another);
-* ``boto3``: ``upload_fileobj`` reading a file on local disk (written before timing
-  starts), default TransferConfig (8 MiB parts, 10 threads). A seekable source is how
-  it is normally fed; given a non-seekable stream instead, boto3 buffers far ahead
-  (2.7 GiB of RSS for a 1 GiB file in our first run).
+* ``magicfs``: the magic committer, as a job uses it: ``open(task path, "wb")``, 1 MiB
+  ``write()`` calls, ``close()`` (the parts upload in the background while the caller
+  writes; the ``.pending`` record), ``commit_task`` and ``commit_job`` (the completion,
+  with the parts' CRC32 checksums, then ``_SUCCESS`` and the job's clean-up).
+  ``setup_job``/``setup_task`` run before the clock starts (once per job, not per file).
+  Default options: 8 MiB parts, 4 parts in flight, ``checksum="CRC32"``;
+* ``magicfs-close``: the same job, its time until ``close()`` returns: the writer's own
+  cost (task and job commit are then the difference to ``magicfs``);
+* ``boto3``: ``upload_fileobj`` of the same bytes from a file on local disk (written
+  before timing starts: a seekable source is how it is normally fed), the default
+  ``TransferConfig`` (8 MiB parts, 10 threads) and botocore's default
+  ``request_checksum_calculation="when_supported"``, which declares CRC32 on the upload
+  and sends each part's CRC32.
 
-The server is moto in its own process on 127.0.0.1 (reset between runs): absolute
-MB/s measure this machine and moto, the ratios are the result.
+The difference left between the two: magicfs stages 4 parts at once per file (its
+``parts_in_flight``, bounded memory), boto3 10 (``max_concurrency``). Each measurement
+runs in a fresh child process, so its peak RSS (``ru_maxrss`` above the child's
+baseline after imports) belongs to that writer alone; the ``checksums`` column is what
+the child saw on the wire (botocore hooks): the upload's declared algorithm and how many
+parts carried a checksum. Servers: ``moto`` (in its own process, reset between runs)
+and ``rgw`` (Ceph RGW, ``tests/helpers/rgw.py``, a fresh bucket per run and the deleted
+data garbage-collected after it; skipped with a message when Ceph is not installed),
+both on 127.0.0.1 with no added latency: absolute MB/s measure this machine and the
+server, the ratios are the result.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import pathlib
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from typing import Any
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
 CHUNK = MiB
-METHODS = ("magicfs", "magicfs-close", "magicfs-close-no-checksum", "s3fs", "boto3")
+METHODS = ("magicfs", "magicfs-close", "boto3")
 
 
-def _chunks(size: int):
+def _chunks(size: int) -> Iterator[bytes]:
     block = os.urandom(CHUNK)
     for start in range(0, size, CHUNK):
         yield block[: min(CHUNK, size - start)]
@@ -54,108 +66,198 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child(method: str, size: int, endpoint: str) -> dict:
-    """Run one measurement in this process; returns seconds and peak RSS growth."""
-    import s3fs
+class WireChecksums:
+    """What the requests of a botocore client said about checksums (a before-call hook)."""
 
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from magicfs import MagicFileSystem
-    from magicfs.integrations.local_server import s3_boto3_client, s3_storage_options
-    from magicfs.records import SinglePendingCommit
+    def __init__(self) -> None:
+        self.declared: set[str] = set()
+        self.parts = 0
+        self.parts_with_checksum = 0
 
-    options = s3_storage_options(endpoint)
-    fs = s3fs.S3FileSystem(**options)
-    client = s3_boto3_client(endpoint)
-    fs.ls("bench")  # connect before measuring
-    local = tempfile.NamedTemporaryFile(suffix=".bin")  # noqa: SIM115 - lives until exit
-    if method == "boto3":
+    def attach(self, client: Any) -> None:
+        client.meta.events.register("before-call.s3", self._seen)
+
+    def _seen(self, model: Any, params: dict[str, Any], **kwargs: Any) -> None:
+        headers = {k.lower(): v for k, v in params.get("headers", {}).items()}
+        if model.name == "CreateMultipartUpload":
+            self.declared.add(headers.get("x-amz-checksum-algorithm", "none"))
+        if model.name == "UploadPart":
+            # A header set by the caller, or one botocore will add (header or trailer).
+            resolved = (params.get("context", {}).get("checksum") or {}).get("request_algorithm")
+            self.parts += 1
+            self.parts_with_checksum += bool(
+                resolved or any(h.startswith("x-amz-checksum-") for h in headers)
+            )
+
+    def describe(self) -> str:
+        return f"{','.join(sorted(self.declared))}; {self.parts_with_checksum}/{self.parts} parts"
+
+
+def _magicfs(size: int, options: dict[str, Any], stop_at_close: bool, wire: WireChecksums) -> float:
+    from magicfs import committer_for
+
+    committer = committer_for("s3://bench/out", committer="magic", storage_options=options)
+    wire.attach(committer.store_fs.s3)
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    start = time.perf_counter()
+    with committer.fs.open(attempt.path("big.bin"), "wb") as f:
+        for chunk in _chunks(size):
+            f.write(chunk)
+    closed = time.perf_counter()
+    committer.commit_job([committer.commit_task(attempt)])
+    return (closed if stop_at_close else time.perf_counter()) - start
+
+
+def _boto3(size: int, client: Any, wire: WireChecksums) -> float:
+    wire.attach(client)
+    with tempfile.NamedTemporaryFile(suffix=".bin") as local:
         for chunk in _chunks(size):
             local.write(chunk)
         local.flush()
-    baseline = _rss_mib()
-    start = time.perf_counter()
-    if method.startswith("magicfs"):
-        magic = MagicFileSystem(fs=fs, checksum=None if "no-checksum" in method else "CRC32")
-        path = "bench/out/__magic/job-1/task-1/__base/big.bin"
-        with magic.open(path, "wb") as f:
-            for chunk in _chunks(size):
-                f.write(chunk)
-        closed = time.perf_counter()
-        commit = SinglePendingCommit.load(fs, path + ".pending")
-        magic.view.store.run(
-            magic.view.store.acomplete_upload(
-                commit.bucket, commit.destination_key, commit.upload_id, commit.etags
-            )
-        )
-        key = "out/big.bin"
-    elif method == "s3fs":
-        with fs.open("bench/plain/big.bin", "wb") as f:
-            for chunk in _chunks(size):
-                f.write(chunk)
-        key = "plain/big.bin"
-    else:
+        start = time.perf_counter()
         with open(local.name, "rb") as source:
-            client.upload_fileobj(source, "bench", "boto3/big.bin")
-        key = "boto3/big.bin"
-    seconds = (closed if method.startswith("magicfs-close") else time.perf_counter()) - start
-    assert client.head_object(Bucket="bench", Key=key)["ContentLength"] == size
-    return {"seconds": seconds, "peak_rss_mib": _rss_mib() - baseline}
+            client.upload_fileobj(source, "bench", "out/big.bin")
+        return time.perf_counter() - start
 
 
-def measure(method: str, size: int, server) -> dict:
-    server.reset()
-    server.boto3_client().create_bucket(Bucket="bench")
-    result = subprocess.run(
-        [sys.executable, __file__, "--child", method, str(size), server.endpoint_url],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def child(method: str, size: int, endpoint: str, credentials: tuple[str, str]) -> dict[str, Any]:
+    """Run one measurement in this process: seconds, peak RSS growth, checksums sent."""
+    sys.path.insert(0, ROOT)
+    from magicfs.integrations.local_server import s3_boto3_client, s3_storage_options
+
+    options = {**s3_storage_options(endpoint, credentials), "skip_instance_cache": True}
+    client = s3_boto3_client(endpoint, credentials)
+    client.list_objects_v2(Bucket="bench", MaxKeys=1)  # connect before measuring
+    wire = WireChecksums()
+    baseline = _rss_mib()
+    if method == "boto3":
+        seconds = _boto3(size, client, wire)
+    else:
+        seconds = _magicfs(size, options, method == "magicfs-close", wire)
+    assert client.head_object(Bucket="bench", Key="out/big.bin")["ContentLength"] == size
+    return {"seconds": seconds, "peak_rss_mib": _rss_mib() - baseline, "wire": wire.describe()}
+
+
+def measure(method: str, size: int, server: Any) -> dict[str, Any]:
+    """One measurement in a fresh child, on a fresh ``bench`` bucket of ``server``."""
+    client = server.boto3_client()
+    if hasattr(server, "reset"):
+        server.reset()
+    client.create_bucket(Bucket="bench")
+    try:
+        argv = [method, str(size), server.endpoint_url, json.dumps(server.credentials)]
+        result = subprocess.run(
+            [sys.executable, __file__, "--child", *argv], capture_output=True, text=True
+        )
+        if result.returncode:
+            raise SystemExit(f"{method} ({size // MiB} MiB) failed:\n{result.stderr[-3000:]}")
+        return dict(json.loads(result.stdout.strip().splitlines()[-1]))
+    finally:
+        _empty(client)
+        if hasattr(server, "collect_garbage"):
+            server.collect_garbage()
+
+
+def _empty(client: Any) -> None:
+    for upload in client.list_multipart_uploads(Bucket="bench").get("Uploads", []):
+        key, upload_id = upload["Key"], upload["UploadId"]
+        client.abort_multipart_upload(Bucket="bench", Key=key, UploadId=upload_id)
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket="bench"):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket="bench", Delete={"Objects": keys, "Quiet": True})
+    client.delete_bucket(Bucket="bench")
+
+
+@contextlib.contextmanager
+def started(name: str) -> Iterator[Any]:
+    """The server ``name`` on 127.0.0.1, no added latency; ``None`` without Ceph (rgw)."""
+    sys.path.insert(0, ROOT)
+    if name == "moto":
+        from magicfs.integrations.embedded_s3 import EmbeddedS3Server
+
+        with EmbeddedS3Server() as server:
+            yield server
+        return
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from helpers.rgw import RgwServer, missing_programs
+
+    if missing := missing_programs():
+        print(f"rgw: skipped, Ceph is not installed ({', '.join(missing)})", file=sys.stderr)
+        yield None
+        return
+
+    class Rgw(RgwServer):
+        def collect_garbage(self) -> None:
+            """Free the deleted objects' data now: RGW's garbage collection waits hours by
+            default, and the memstore OSD (4 GiB) would fill up and stall the next run."""
+            self._run("radosgw-admin", "gc", "process", "--include-all", timeout=120)
+
+    with (
+        tempfile.TemporaryDirectory(prefix="magicfs-write-path-") as workdir,
+        Rgw(pathlib.Path(workdir), tls=False) as rgw,
+    ):
+        measure("boto3", 16 * MiB, rgw)  # a fresh cluster creates its pools on first use
+        yield rgw
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="64 and 128 MiB, one run")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="moto, 64 MiB, one run")
+    parser.add_argument("--servers", default="moto,rgw", help="comma-separated: moto,rgw")
+    parser.add_argument("--sizes", default="64,128,256", help="MiB, comma-separated")
+    parser.add_argument("--runs", type=int, default=3, help="runs per size and writer (median)")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        method, size, endpoint = args.child
-        print(json.dumps(child(method, int(size), endpoint)))
+        method, size, endpoint, credentials = args.child
+        print(json.dumps(child(method, int(size), endpoint, tuple(json.loads(credentials)))))
         return
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from magicfs.integrations.embedded_s3 import EmbeddedS3Server
-
-    sizes = (64 * MiB, 128 * MiB) if args.quick else (256 * MiB, 1024 * MiB)
+    servers = ["moto"] if args.quick else args.servers.split(",")
+    if unknown := sorted(set(servers) - {"moto", "rgw"}):
+        raise SystemExit(f"--servers: unknown {', '.join(unknown)}; choose from moto, rgw")
+    sizes = [64 * MiB] if args.quick else [int(s) * MiB for s in args.sizes.split(",")]
     runs = 1 if args.quick else args.runs
-    rows = []
-    with EmbeddedS3Server() as server:
-        for size in sizes:
-            results = {m: [measure(m, size, server) for _ in range(runs)] for m in METHODS}
-            for method in METHODS:
-                seconds = statistics.median(r["seconds"] for r in results[method])
-                rss = max(r["peak_rss_mib"] for r in results[method])
-                rows.append((size, method, seconds, rss))
-    print_table(rows, runs)
+    for name in servers:
+        with started(name) as server:
+            if server is None:
+                continue
+            rows = []
+            for size in sizes:
+                results: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+                for _ in range(runs):  # interleaved: a slow moment hits every writer alike
+                    for method in METHODS:
+                        results[method].append(measure(method, size, server))
+                rows += [summary(size, method, results[method]) for method in METHODS]
+            print_table(name, rows, runs)
 
 
-def print_table(rows: list[tuple[int, str, float, float]], runs: int) -> None:
-    print(f"\nwrite path, median of {runs} run(s); moto server on 127.0.0.1 in its own process\n")
-    print(
-        f"{'size':>8} | {'writer':<13} | {'seconds':>8} | {'MB/s':>7} | "
-        f"{'vs s3fs':>7} | {'vs boto3':>8} | {'peak RSS MiB':>12}"
-    )
-    print("-" * 83)
-    by_key = {(size, method): seconds for size, method, seconds, _ in rows}
-    for size, method, seconds, rss in rows:
-        throughput = size / MiB / seconds
-        vs_s3fs = by_key[(size, "s3fs")] / seconds
-        vs_boto3 = by_key[(size, "boto3")] / seconds
+def summary(size: int, method: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+    seconds = [r["seconds"] for r in results]
+    return {
+        "size": size,
+        "method": method,
+        "seconds": statistics.median(seconds),
+        "range": (min(seconds), max(seconds)),
+        "rss": max(r["peak_rss_mib"] for r in results),
+        "wire": results[0]["wire"],
+    }
+
+
+def print_table(server: str, rows: list[dict[str, Any]], runs: int) -> None:
+    print(f"\n### {server}: one file, 1 MiB writes, until visible; median of {runs} run(s)\n")
+    columns = "size | writer | seconds (min-max) | MB/s | x boto3 | peak RSS MiB | checksums"
+    print(f"| {columns} |")
+    print("|---:|---|---:|---:|---:|---:|---|")
+    boto3 = {r["size"]: r["seconds"] for r in rows if r["method"] == "boto3"}
+    for r in rows:
+        low, high = r["range"]
         print(
-            f"{size // MiB:>5}MiB | {method:<13} | {seconds:>8.2f} | {throughput:>7.1f} | "
-            f"{vs_s3fs:>6.2f}x | {vs_boto3:>7.2f}x | {rss:>12.0f}"
+            f"| {r['size'] // MiB} MiB | {r['method']} | {r['seconds']:.2f} ({low:.2f}-{high:.2f}) "
+            f"| {r['size'] / MiB / r['seconds']:.0f} | {boto3[r['size']] / r['seconds']:.2f}x "
+            f"| {r['rss']:.0f} | {r['wire']} |"
         )
 
 

@@ -5,6 +5,8 @@ deferred writes; these tests pin the parts of it no server is needed to observe,
 in-process store, with its staging held at a gate where a test needs a part in flight:
 
 * a task file is staged invisibly on its final name; its record lists the parts in order;
+* a part handed over whole as ``bytes`` reaches the store without a copy; anything the
+  caller may reuse (a ``bytearray``) is copied before ``write()`` returns;
 * the process-wide buffer budget bounds the bytes of parts in flight, across files;
 * opening a path again while its first file is still closing waits for that close, then
   throws the first file away (its upload and its record);
@@ -38,9 +40,11 @@ class GatedStore(MemoryDeferredFileSystem):
     protocol = "mem-deferred-gated"
     gate: ClassVar[threading.Event] = threading.Event()
     staged_at: ClassVar[list[int]] = []  # budget bytes in use at each staging
+    bodies: ClassVar[list[bytes]] = []  # the objects the writer staged, in order
 
     def stage(self, upload_id: str, number: int, body: bytes) -> str:
         self.staged_at.append(deferred_writer.BUFFER_BUDGET.used)
+        self.bodies.append(body)
         assert self.gate.wait(10), "the test never opened the gate"
         return super().stage(upload_id, number, body)
 
@@ -50,6 +54,7 @@ def store(request):
     fs = GatedStore(skip_instance_cache=True)
     GatedStore.gate.set()
     GatedStore.staged_at.clear()
+    GatedStore.bodies.clear()
     root = f"writer-{request.node.name}"[:60]
     yield fs, root
     GatedStore.gate.set()
@@ -86,6 +91,29 @@ def test_a_file_is_staged_invisibly_and_its_record_lists_the_parts(store):
     assert (saved.upload_id, saved.length, len(saved.etags)) == (upload_id, len(data), 8)
     fs.publish(upload_id, saved.etags)
     assert fs.cat_file(f"{root}/out/a.bin") == data
+
+
+def test_a_whole_bytes_part_is_staged_as_it_is_and_reused_buffers_are_copied(store):
+    fs, root = store
+    magic = MagicFileSystem(fs=fs, part_size=PART, check_job_active=False)
+    path = task_path(root, "whole.bin")
+    whole = bytes(range(PART))  # exactly one part, immutable: no copy needed
+    reused = bytearray(b"r" * PART)  # the caller refills it after write() returns
+    with magic.open(path, "wb") as f:
+        f.write(whole)
+        f.write(reused)
+        reused[:] = b"X" * PART
+        f.write(memoryview(b"ab" * PART)[: PART + 3])  # a part and 3 bytes of the next
+        f.write(b"tail")
+    TASK_FILES.settle()
+    first, second, third, last = GatedStore.bodies
+    assert first is whole
+    pattern = b"ab" * PART
+    assert second == b"r" * PART
+    assert (third, last) == (pattern[:PART], pattern[PART : PART + 3] + b"tail")
+    saved = record(fs, path)
+    fs.publish(saved.upload_id, saved.etags)
+    assert fs.cat_file(f"{root}/out/whole.bin") == b"".join(GatedStore.bodies)
 
 
 def test_parts_in_flight_stay_within_the_process_buffer_budget(store, monkeypatch):
