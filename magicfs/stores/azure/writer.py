@@ -7,20 +7,28 @@ buffer budget, background close and supersede included); on Azure Blob
 * **begin**: PUT a zero-byte marker at the task path, so listings of the attempt show
   the file while it is written (as on S3). Nothing else needs creating: blocks are
   staged against a name.
-* **job check** (after the begin): is the job marker still there?
+* **job check** (after the begin): is the job marker still there? One Get Blob
+  Properties, shared by the writers of the process whose checks overlap (S3's
+  :mod:`~magicfs.stores.s3.job_check`: a writer takes the answer of a check that started
+  after it asked, never an older one).
 * **stage**: Put Block against the *final* blob ``out/a.csv``; the part id is the block
   id (:mod:`.blocks`). Staged blocks are invisible: the destination, if it exists, keeps
   its old bytes. The first block settles the ids' length (a blob holding another
   writer's ids of another length makes this writer use that length); the others wait
   for it. Up to 50,000 blocks of at most 4,000 MiB; the size does not grow.
-* **record**: ``<path>.pending``, a Hadoop ``SinglePendingCommit`` whose ``etags`` are
-  the ordered block ids, ``uploadId`` the writer's id prefix and
-  ``extraData["magicfs.store"]`` ``azure-block-list``; job commit publishes the blob
-  with one Put Block List of exactly those ids. An empty file stages nothing: its record
-  lists no block, which publishes a zero-byte blob.
+* **record**: the job checked again (shared, as above), then ``<path>.pending``, a Hadoop
+  ``SinglePendingCommit`` whose ``etags`` are the ordered block ids, ``uploadId`` the
+  writer's id prefix and ``extraData["magicfs.store"]`` ``azure-block-list``; job commit
+  publishes the blob with one Put Block List of exactly those ids. An empty file stages
+  nothing: its record lists no block, which publishes a zero-byte blob. In ``in_memory``
+  mode the record stays in this process (the task must commit here): no ``.pending``.
 * **discard**: delete the marker (and the record, if saved). Azure has no request that
   drops staged blocks alone: they stay invisible until the name's next publish discards
   them, or Azure does after 7 days (docs/stores/azure.md).
+
+Requests for a small file: marker, Put Block, job check, job check, ``.pending`` (five;
+the checks fewer when closes overlap); in ``in_memory`` mode the same but the
+``.pending``. What each pays for: docs/stores/azure.md, "Requests per file".
 
 Decision, ``xb``: what Azure can guarantee is the marker's. It is PUT with
 ``If-None-Match: *`` (Put Blob without overwrite), so a second writer of the task path,
@@ -50,6 +58,7 @@ from ..deferred_writer import (
     StoreWords,
     WriterOptions,
 )
+from ..s3.job_check import job_still_active
 from .blocks import (
     ID_LENGTH,
     MAX_BLOCK_SIZE,
@@ -105,7 +114,10 @@ class BlockListWrites(DeferredWritesBase):
     def hooks(
         self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
     ) -> BlockFileHooks:
-        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker)
+        in_memory = self.options.in_memory and bool(
+            magic_path.job_id and magic_path.task_attempt_id
+        )
+        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker, in_memory)
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         """Nothing possible: staged blocks cannot be deleted alone (so no record is read)."""
@@ -125,6 +137,7 @@ class BlockFileHooks:
         magic_path: MagicPath,
         mode: str,
         job_marker: str | None,
+        in_memory: bool = False,
     ):
         self.blocks = blocks
         self.url = blocks.url(path)
@@ -134,6 +147,8 @@ class BlockFileHooks:
         destination_container, self.blob = blocks.split(magic_path.destination)
         assert destination_container == self.container
         self.job_marker = job_marker
+        #: Keep the record in this process (no ``.pending``): a task file's, on request.
+        self.in_memory = in_memory
         self.token = new_token(ID_LENGTH)
         self.nonce = uuid.uuid4().hex
         self.marker_written = False
@@ -167,7 +182,14 @@ class BlockFileHooks:
         self.blocks.fs.invalidate_cache(self.path)
 
     async def ajob_active(self) -> bool:
-        return bool(await self.blocks.fs._exists(self.job_marker))
+        """One Get Blob Properties of the job marker, shared by overlapping writers."""
+        assert self.job_marker is not None
+        container, marker = self.blocks.split(self.job_marker)
+
+        async def check() -> bool:
+            return await self.blocks.exists(container, marker)
+
+        return await job_still_active(container, marker, check)
 
     async def astage(self, number: int, body: bytes) -> str:
         """Put Block; the first block settles the ids' length first."""
@@ -214,7 +236,7 @@ class BlockFileHooks:
             length=length,
             extra_data={STORE_KEY: BLOCK_LIST_STORE},
             iostatistics=stats,
-            filename=self.blocks.url(pending_path(self.path)),
+            filename=None if self.in_memory else self.blocks.url(pending_path(self.path)),
         )
 
     async def asave(self, record: SinglePendingCommit) -> None:
@@ -223,24 +245,31 @@ class BlockFileHooks:
         S3 checks the job once, after the upload exists, because the job's sweep aborts
         any upload created before it listed them. Azure has no such sweep: a file closed
         after its job ended would leave a record in the dead job's tree that nothing
-        deletes. So the job is checked again just before the record is written.
+        deletes. So the job is checked again just before the record is written (shared
+        with the other writers' checks). In ``in_memory`` mode nothing is written, but the
+        check stays: a file that finds its job gone deletes its marker, which the ended
+        job's clean-up may have missed.
         """
         if self.job_marker is not None and not await self.ajob_active():
             raise JobNotActiveError(
                 f"{self.url}: its job is not active any more (committed or aborted while "
                 "the file was written); this file has been discarded"
             )
+        if self.in_memory:
+            return
         await self.blocks.put(self.container, pending_path(self.marker_blob), record.to_bytes())
 
     async def adiscard(self, saved: bool) -> None:
         """Delete the marker (and the record); staged blocks stay invisible until they expire."""
         doomed = [self.marker_blob] if self.marker_written else []
-        if saved:
+        if saved and not self.in_memory:
             doomed.append(pending_path(self.marker_blob))
         await self.blocks.delete_many([f"{self.container}/{blob}" for blob in doomed])
         self.marker_written = False
 
     async def adrop(self, commit: SinglePendingCommit) -> None:
         """An earlier file of this path closed here: delete its record (so it never commits)."""
+        if self.in_memory:
+            return  # its record is only in this process's registry, which forgets it
         await self.blocks.delete(self.container, pending_path(self.marker_blob))
         self.blocks.fs.invalidate_cache(pending_path(self.path))
