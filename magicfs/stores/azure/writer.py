@@ -189,7 +189,9 @@ class BlockFileHooks:
         async def check() -> bool:
             return await self.blocks.exists(container, marker)
 
-        return await job_still_active(container, marker, check)
+        # Shared by the writers of this account's job marker (never another store's).
+        endpoint = self.blocks.fs.service_client.url
+        return await job_still_active(f"{endpoint}/{container}", marker, check)
 
     async def astage(self, number: int, body: bytes) -> str:
         """Put Block; the first block settles the ids' length first."""
