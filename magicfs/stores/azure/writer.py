@@ -26,9 +26,16 @@ buffer budget, background close and supersede included); on Azure Blob
   drops staged blocks alone: they stay invisible until the name's next publish discards
   them, or Azure does after 7 days (docs/stores/azure.md).
 
-Requests for a small file: marker, Put Block, job check, job check, ``.pending`` (five;
-the checks fewer when closes overlap); in ``in_memory`` mode the same but the
-``.pending``. What each pays for: docs/stores/azure.md, "Requests per file".
+Requests for a small file over a whole job: the marker, a Put Block and the ``.pending``
+while writing, the deletes of the marker and the ``.pending`` at task commit, one Put
+Block List at job commit — six; four in ``in_memory`` mode. The two job checks are shared
+(a few per hundred files when closes overlap; two per file only when none do). What each
+pays for: the marker, that a file opened and never closed refuses its task's commit even
+from another process (and ``xb``, and listings of the attempt); the ``.pending``, that a
+task can commit in another process than its writers'; the checks, that a writer of an
+ended job leaves nothing in its tree; the deletes, that the tree goes (one request per
+blob: Blob Batch would make them one per 256, but Azurite does not serve the SDK's batch
+requests, so it is left out rather than shipped untested).
 
 Decision, ``xb``: what Azure can guarantee is the marker's. It is PUT with
 ``If-None-Match: *`` (Put Blob without overwrite), so a second writer of the task path,
