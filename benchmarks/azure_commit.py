@@ -40,8 +40,8 @@ nothing else; a wrong output fails the run loudly.
 
 ``--phases`` runs one more job per committer (``--files-per-task`` files in
 ``--phase-tasks`` tasks) with barriers between its phases and prints where its requests
-go: requests per file by phase (``write``: ``setup_job``, ``setup_task``, the writes,
-until Azurite is quiet; ``task commit``; ``job commit``, up to and including the
+go: requests per file by phase (``write``: ``setup_job``, ``setup_task``, the writes
+and their background closes; ``task commit``; ``job commit``, up to and including the
 ``_SUCCESS`` Put Blob; ``clean-up``, what ``commit_job`` sends after it) and by purpose
 (:func:`purpose`), in the style of ``benchmarks/job_phases.py``'s S3 table.
 
@@ -72,6 +72,7 @@ import adlfs  # noqa: E402
 
 from magicfs import committer_for  # noqa: E402
 from magicfs.integrations.azurite import LocalAzurite, azurite_binary  # noqa: E402
+from magicfs.task_files import TASK_FILES  # noqa: E402
 
 KiB = 1 << 10
 CONTAINER = "bench"
@@ -233,18 +234,41 @@ def purpose(operation: str, blob: str) -> str:
 
 
 class AzuriteLog:
-    """The requests Azurite logged since :meth:`reset` (once its log is quiet: magicfs
-    finishes a closed file in the background)."""
+    """The requests Azurite logged between two :meth:`boundary` calls.
+
+    Azurite writes its debug log asynchronously and, on a busy machine, seconds late, so
+    a quiet log proves nothing. A boundary is a request of its own (Get Blob Properties of
+    ``_phase/<n>``, which does not exist) sent once the phase's requests have all been
+    answered: Azurite logs in dispatch order, so once the boundary is in the log, every
+    request before it is too. Boundary requests are not counted.
+    """
 
     def __init__(self, azurite: LocalAzurite) -> None:
+        from azure.storage.blob import BlobServiceClient
+
         self.azurite = azurite
-        self.start = 0
+        self.service = BlobServiceClient.from_connection_string(azurite.connection_string)
+        self.count = 0
+        self.start = self._boundary()
 
-    def reset(self) -> None:
-        self.start = len(self.azurite.operations())
+    def _boundary(self) -> int:
+        """Send a boundary request; the log's length once it holds it."""
+        self.count += 1
+        name = f"_phase/{self.count}"
+        if self.service.get_blob_client(CONTAINER, name).exists():  # one request
+            raise AssertionError(f"{name} exists")
+        while True:
+            log = self.azurite.operations()
+            if any(blob == name for _, blob in log):
+                return len(log)
+            time.sleep(0.2)
 
-    def entries(self) -> list[tuple[str, str]]:
-        return self.azurite.operations()[self.start :]
+    def boundary(self) -> list[tuple[str, str]]:
+        """The requests since the last boundary, boundaries left out."""
+        end = self._boundary()
+        log = self.azurite.operations()[self.start : end]
+        self.start = end
+        return [(op, blob) for op, blob in log if not blob.startswith("_phase/")]
 
 
 def split_clean_up(log: list[tuple[str, str]]) -> tuple[list, list]:
@@ -266,17 +290,16 @@ def phased_job(
     ):
         fs, committer = start_job(name, azurite, threads)
         log = AzuriteLog(azurite)
-        log.reset()
         committer.setup_job()
         attempts = write_tasks(committer, names, os.urandom(file_size), executors)
-        logs = {"write": log.entries()}
-        log.reset()
+        for attempt in attempts:  # the files' closes, finishing in the background
+            TASK_FILES.settle(committer.job_id, attempt.attempt_id)
+        logs = {"write": log.boundary()}
         with concurrent.futures.ThreadPoolExecutor(executors) as pool:
             messages = list(pool.map(committer.commit_task, attempts))
-        logs["task commit"] = log.entries()
-        log.reset()
+        logs["task commit"] = log.boundary()
         committer.commit_job(messages)
-        logs["job commit"], logs["clean-up"] = split_clean_up(log.entries())
+        logs["job commit"], logs["clean-up"] = split_clean_up(log.boundary())
         check_output(fs, name, {n for task in names for n in task}, file_size)
     return {phase: Counter(purpose(op, blob) for op, blob in ops) for phase, ops in logs.items()}
 
