@@ -92,7 +92,9 @@ def per_file(log: list[tuple[str, str]], files: list[str]) -> dict[str, Counter]
 
 
 def job_checks(log: list[tuple[str, str]]) -> int:
-    return sum(op == "Blob_GetProperties" and blob.endswith("_magicfs_job.json") for op, blob in log)
+    return sum(
+        op == "Blob_GetProperties" and blob.endswith("_magicfs_job.json") for op, blob in log
+    )
 
 
 # --- the default: a record per file -----------------------------------------------------
