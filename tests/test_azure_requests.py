@@ -5,8 +5,14 @@ Request counts are behaviour (issue 28): each request a file costs pays for a gu
 setup, writes, task commits, job commit, clean-up — and check that what a request saves
 keeps its guarantee:
 
-* a file costs one marker, one Put Block per block, one ``.pending``, one Put Block List
-  and the two deletes of its marker and record; nothing else touches its destination;
+* a file costs one marker, one Put Block per block, one Put Block List and the delete of
+  its marker; nothing else touches its destination. Its record joins the process's
+  writer records of the attempt (``_writer-*.pendingset``): at most one Put Blob per
+  file, fewer when closes overlap, and one delete per writer record at task commit;
+* a task committed by another process reads those (one Get Blob each), takes a record
+  only for the writer its marker names (a file written again and left open is refused,
+  not committed with its predecessor's record), and a task of many files spreads its
+  records over several bounded writer records;
 * writers share job checks: files whose checks overlap send fewer than their two each;
 * ``in_memory=True`` saves the ``.pending`` and its delete; a task committed by another
   process than its writers' is then refused, naming the file, instead of losing it; a
@@ -78,7 +84,8 @@ def run_job(committer, tasks: list[dict[str, bytes]]) -> None:
 
 
 def per_file(log: list[tuple[str, str]], files: list[str]) -> dict[str, Counter]:
-    """For each file: its requests by (operation, which blob: marker, record, destination)."""
+    """For each file: its requests by (operation, which blob: marker, a ``.pending``,
+    destination)."""
     found: dict[str, Counter] = {name: Counter() for name in files}
     for operation, blob in log:
         for name in files:
@@ -91,6 +98,12 @@ def per_file(log: list[tuple[str, str]], files: list[str]) -> dict[str, Counter]
     return found
 
 
+def writer_records(log: list[tuple[str, str]], operation: str) -> list[str]:
+    return [
+        b for op, b in log if op == operation and "/_writer-" in b and b.endswith(".pendingset")
+    ]
+
+
 def job_checks(log: list[tuple[str, str]]) -> int:
     return sum(
         op == "Blob_GetProperties" and blob.endswith("_magicfs_job.json") for op, blob in log
@@ -100,7 +113,7 @@ def job_checks(log: list[tuple[str, str]]) -> int:
 # --- the default: a record per file -----------------------------------------------------
 
 
-def test_each_file_costs_its_marker_block_record_publish_and_two_deletes(
+def test_each_file_costs_its_marker_block_publish_and_one_delete(
     azurite_logged, abfs_logged, logged_container
 ):
     tasks = files_of(3, 4)
@@ -115,14 +128,19 @@ def test_each_file_costs_its_marker_block_record_publish_and_two_deletes(
             {
                 ("BlockBlob_Upload", "marker"): 1,
                 ("Blob_Delete", "marker"): 1,
-                ("BlockBlob_Upload", "record"): 1,
-                ("Blob_Delete", "record"): 1,
                 ("BlockBlob_CommitBlockList", "destination"): 1,
             }
         )
         if blocks[name]:
             expected[("BlockBlob_StageBlock", "destination")] = 1
         assert requests == expected, name
+    # The records: at most a Put Blob per file, in one writer record per task here (this
+    # process, a few small records), deleted once at task commit, never read back.
+    saved = writer_records(log, "BlockBlob_Upload")
+    assert len(tasks) <= len(saved) <= len(names)
+    assert len(set(saved)) == len(tasks)
+    assert sorted(writer_records(log, "Blob_Delete")) == sorted(set(saved))
+    assert writer_records(log, "Blob_Download") == []
     # Two checks per file at most (after the marker, before the record), plus the
     # committer's own: at setup, per task commit, at job commit.
     assert job_checks(log) <= 2 * len(names) + len(tasks) + 3
@@ -130,6 +148,64 @@ def test_each_file_costs_its_marker_block_record_publish_and_two_deletes(
         f"out/{name}": data for files in tasks for name, data in files.items()
     }
     assert job_tree(azurite_logged, logged_container) == []
+
+
+def test_a_task_committed_elsewhere_reads_its_writer_records(
+    azurite_logged, abfs_logged, logged_container
+):
+    """Two hundred files: their records spread over bounded writer records, which a task
+    commit knowing nothing of the files reads, one Get Blob each, and commits in full."""
+    committer = make_committer(abfs_logged, logged_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    files = {f"many/f-{n:03d}.bin": content(str(n), n * 10) for n in range(200)}
+    for name, data in files.items():
+        with committer.fs.open(task.path(name), "wb") as f:
+            f.write(data)
+    as_another_process(committer, task)
+    sizes = {
+        path.split("/", 1)[1]: info["size"]
+        for path, info in reader_for(azurite_logged).find(logged_container, detail=True).items()
+        if "/_writer-" in path
+    }
+    since = len(azurite_logged.requests())
+    message = committer.commit_task(task)
+    log = requests_of(azurite_logged, logged_container, since)
+
+    assert message.files == 200
+    read = writer_records(log, "Blob_Download")
+    assert len(read) >= 2, "200 records fit in one writer record: not bounded"
+    assert sorted(read) == sorted(sizes), "each writer record read once"
+    assert max(sizes.values()) <= 80_000, sizes  # 64 KiB of records and one more
+    committer.commit_job([message])
+    assert published(azurite_logged, logged_container) == {
+        f"out/{name}": data for name, data in files.items()
+    }
+    assert job_tree(azurite_logged, logged_container) == []
+
+
+def test_a_file_written_again_and_left_open_is_refused_not_committed_with_the_old_record(
+    azurite_server, abfs, azure_container
+):
+    """The writer records still hold the first file's record; the marker now names the
+    second writer, which never closed: the task commit must not take the old record."""
+    committer = make_committer(abfs, azure_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    with committer.fs.open(task.path("twice.csv"), "wb") as f:
+        f.write(b"first, closed")
+    as_another_process(committer, task)  # another process writes the file again...
+    second = committer.fs.open(task.path("twice.csv"), "wb")
+    second.write(b"second, never closed")
+    second._start.result(timeout=30)  # ...and its marker is on the store
+    as_another_process(committer, task)  # the task commits elsewhere still
+    with pytest.raises(CommitFailedError, match=r"twice\.csv"):
+        committer.commit_task(task)
+    committer.abort_job()
+    assert published(azurite_server, azure_container) == {}
+    assert job_tree(azurite_server, azure_container) == []
 
 
 def test_writers_whose_checks_overlap_share_them(azurite_logged, abfs_logged, logged_container):
@@ -149,8 +225,7 @@ def test_writers_whose_checks_overlap_share_them(azurite_logged, abfs_logged, lo
     TASK_FILES.settle(committer.job_id, task.attempt_id)
     log = requests_of(azurite_logged, logged_container, since)
 
-    records = [b for op, b in log if op == "BlockBlob_Upload" and b.endswith(".pending")]
-    assert len(records) == 20
+    assert 1 <= len(writer_records(log, "BlockBlob_Upload")) <= 20
     assert 2 <= job_checks(log) <= 20
     committer.commit_job([committer.commit_task(task)])
     assert len(published(azurite_logged, logged_container)) == 20

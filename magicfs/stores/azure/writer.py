@@ -16,26 +16,30 @@ buffer budget, background close and supersede included); on Azure Blob
   its old bytes. The first block settles the ids' length (a blob holding another
   writer's ids of another length makes this writer use that length); the others wait
   for it. Up to 50,000 blocks of at most 4,000 MiB; the size does not grow.
-* **record**: the job checked again (shared, as above), then ``<path>.pending``, a Hadoop
+* **record**: the job checked again (shared, as above), then the record, a Hadoop
   ``SinglePendingCommit`` whose ``etags`` are the ordered block ids, ``uploadId`` the
-  writer's id prefix and ``extraData["magicfs.store"]`` ``azure-block-list``; job commit
-  publishes the blob with one Put Block List of exactly those ids. An empty file stages
-  nothing: its record lists no block, which publishes a zero-byte blob. In ``in_memory``
-  mode the record stays in this process (the task must commit here): no ``.pending``.
-* **discard**: delete the marker (and the record, if saved). Azure has no request that
+  writer's id prefix, ``extraData["magicfs.store"]`` ``azure-block-list`` and
+  ``extraData["magicfs.writer"]`` the marker's nonce; job commit publishes the blob with
+  one Put Block List of exactly those ids. An empty file stages nothing: its record
+  lists no block, which publishes a zero-byte blob. A task file's record joins this
+  process's writer records of its attempt (:mod:`.records`: saves coalesced, a few blobs
+  per attempt); a file outside any attempt saves ``<path>.pending``. In ``in_memory``
+  mode the record stays in this process (the task must commit here).
+* **discard**: delete the marker (and take the record out, if saved). Azure has no request that
   drops staged blocks alone: they stay invisible until the name's next publish discards
   them, or Azure does after 7 days (docs/stores/azure.md).
 
-Requests for a small file over a whole job: the marker, a Put Block and the ``.pending``
-while writing, the deletes of the marker and the ``.pending`` at task commit, one Put
-Block List at job commit — six; four in ``in_memory`` mode. The two job checks are shared
-(a few per hundred files when closes overlap; two per file only when none do). What each
-pays for: the marker, that a file opened and never closed refuses its task's commit even
-from another process (and ``xb``, and listings of the attempt); the ``.pending``, that a
-task can commit in another process than its writers'; the checks, that a writer of an
-ended job leaves nothing in its tree; the deletes, that the tree goes (one request per
-blob: Blob Batch would make them one per 256, but Azurite does not serve the SDK's batch
-requests, so it is left out rather than shipped untested).
+Requests for a small task file over a whole job: the marker and a Put Block while
+writing, the record's share of a writer-record save (at most one, fewer when closes
+overlap), the marker's delete at task commit, one Put Block List at job commit — four
+and a fraction; four in ``in_memory`` mode. The two job checks are shared (a few per
+hundred files when closes overlap; two per file only when none do). What each pays for:
+the marker, that a file opened and never closed refuses its task's commit even from
+another process (and ``xb``, and listings of the attempt); the record on the store,
+that a task can commit in another process than its writers'; the checks, that a writer
+of an ended job leaves nothing in its tree; the delete, that the tree goes (one request
+per blob: Blob Batch would make it one per 256, but Azurite does not serve the SDK's
+batch requests, so it is left out rather than shipped untested).
 
 Decision, ``xb``: what Azure can guarantee is the marker's. It is PUT with
 ``If-None-Match: *`` (Put Blob without overwrite), so a second writer of the task path,
@@ -75,6 +79,7 @@ from .blocks import (
     is_id_length_error,
     new_token,
 )
+from .records import WRITER_FIELD, WriterRecords, writer_records
 
 log = logging.getLogger("magicfs.azure.writer")
 
@@ -121,10 +126,17 @@ class BlockListWrites(DeferredWritesBase):
     def hooks(
         self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
     ) -> BlockFileHooks:
-        in_memory = self.options.in_memory and bool(
-            magic_path.job_id and magic_path.task_attempt_id
-        )
-        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker, in_memory)
+        job_id, attempt_id = magic_path.job_id, magic_path.task_attempt_id
+        in_memory = self.options.in_memory and bool(job_id and attempt_id)
+        records = None
+        if job_id and attempt_id and not in_memory:
+            attempt_dir = "/".join([magic_path.magic_dir, *magic_path.children[:4]])
+            records = writer_records(
+                self.blocks, attempt_dir, job_id, attempt_id, self.options.registry
+            )
+        hooks = BlockFileHooks(self.blocks, path, magic_path, mode, job_marker, in_memory)
+        hooks.records = records
+        return hooks
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         """Nothing possible: staged blocks cannot be deleted alone (so no record is read)."""
@@ -156,6 +168,9 @@ class BlockFileHooks:
         self.job_marker = job_marker
         #: Keep the record in this process (no ``.pending``): a task file's, on request.
         self.in_memory = in_memory
+        #: Where the record goes: this process's records of the attempt (a task file's),
+        #: else (a file outside any attempt) ``<path>.pending``.
+        self.records: WriterRecords | None = None
         self.token = new_token(ID_LENGTH)
         self.nonce = uuid.uuid4().hex
         self.marker_written = False
@@ -243,7 +258,7 @@ class BlockFileHooks:
             destination_key=self.blob,
             etags=part_ids,
             length=length,
-            extra_data={STORE_KEY: BLOCK_LIST_STORE},
+            extra_data={STORE_KEY: BLOCK_LIST_STORE, WRITER_FIELD: self.nonce},
             iostatistics=stats,
             filename=None if self.in_memory else self.blocks.url(pending_path(self.path)),
         )
@@ -266,12 +281,17 @@ class BlockFileHooks:
             )
         if self.in_memory:
             return
+        if self.records is not None:
+            await self.records.add(self.path, record)
+            return
         await self.blocks.put(self.container, pending_path(self.marker_blob), record.to_bytes())
 
     async def adiscard(self, saved: bool) -> None:
         """Delete the marker (and the record); staged blocks stay invisible until they expire."""
         doomed = [self.marker_blob] if self.marker_written else []
-        if saved and not self.in_memory:
+        if saved and self.records is not None:
+            await self.records.remove(self.path)
+        elif saved and not self.in_memory:
             doomed.append(pending_path(self.marker_blob))
         await self.blocks.delete_many([f"{self.container}/{blob}" for blob in doomed])
         self.marker_written = False
@@ -280,5 +300,8 @@ class BlockFileHooks:
         """An earlier file of this path closed here: delete its record (so it never commits)."""
         if self.in_memory:
             return  # its record is only in this process's registry, which forgets it
+        if self.records is not None:
+            await self.records.remove(self.path)
+            return
         await self.blocks.delete(self.container, pending_path(self.marker_blob))
         self.blocks.fs.invalidate_cache(pending_path(self.path))
