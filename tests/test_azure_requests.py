@@ -177,7 +177,7 @@ def test_a_task_committed_elsewhere_reads_its_writer_records(
     read = writer_records(log, "Blob_Download")
     assert len(read) >= 2, "200 records fit in one writer record: not bounded"
     assert sorted(read) == sorted(sizes), "each writer record read once"
-    assert max(sizes.values()) <= 80_000, sizes  # 64 KiB of records and one more
+    assert max(sizes.values()) <= 40_000, sizes  # 32 KiB of records and one more
     committer.commit_job([message])
     assert published(azurite_logged, logged_container) == {
         f"out/{name}": data for name, data in files.items()

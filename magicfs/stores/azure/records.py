@@ -44,7 +44,7 @@ WRITER_PREFIX = "_writer-"
 #: The record's field naming the writer (the nonce in its marker's metadata).
 WRITER_FIELD = "magicfs.writer"
 #: A segment takes new records until its records' JSON reaches this size.
-SEGMENT_BYTES = 64 << 10
+SEGMENT_BYTES = 32 << 10
 
 
 def is_writer_record(path: str) -> bool:
