@@ -134,9 +134,7 @@ class BlockListWrites(DeferredWritesBase):
             records = writer_records(
                 self.blocks, attempt_dir, job_id, attempt_id, self.options.registry
             )
-        hooks = BlockFileHooks(self.blocks, path, magic_path, mode, job_marker, in_memory)
-        hooks.records = records
-        return hooks
+        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker, in_memory, records)
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         """Nothing possible: staged blocks cannot be deleted alone (so no record is read)."""
@@ -157,6 +155,7 @@ class BlockFileHooks:
         mode: str,
         job_marker: str | None,
         in_memory: bool = False,
+        records: WriterRecords | None = None,
     ):
         self.blocks = blocks
         self.url = blocks.url(path)
@@ -166,11 +165,11 @@ class BlockFileHooks:
         destination_container, self.blob = blocks.split(magic_path.destination)
         assert destination_container == self.container
         self.job_marker = job_marker
-        #: Keep the record in this process (no ``.pending``): a task file's, on request.
+        #: Keep the record in this process (nothing saved): a task file's, on request.
         self.in_memory = in_memory
         #: Where the record goes: this process's records of the attempt (a task file's),
         #: else (a file outside any attempt) ``<path>.pending``.
-        self.records: WriterRecords | None = None
+        self.records = records
         self.token = new_token(ID_LENGTH)
         self.nonce = uuid.uuid4().hex
         self.marker_written = False
@@ -264,7 +263,7 @@ class BlockFileHooks:
         )
 
     async def asave(self, record: SinglePendingCommit) -> None:
-        """Check the job again, then Put Blob ``<path>.pending``.
+        """Check the job again, then save the record (writer records, or ``<path>.pending``).
 
         S3 checks the job once, after the upload exists, because the job's sweep aborts
         any upload created before it listed them. Azure has no such sweep: a file closed
