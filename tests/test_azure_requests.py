@@ -303,3 +303,28 @@ def test_in_memory_a_file_closed_after_its_job_ended_leaves_nothing(
     assert path == task.path("late.csv") and isinstance(error, JobNotActiveError)
     assert job_tree(azurite_server, azure_container) == []
     assert published(azurite_server, azure_container) == {}
+
+
+def test_a_file_written_again_after_its_job_ended_elsewhere_leaves_nothing(
+    azurite_server, abfs, azure_container
+):
+    """A zombie writes a file again after another process ended the job (its tree is
+    deleted): dropping the earlier file's record must not save the writer records back
+    into the dead job's tree."""
+    committer = make_committer(abfs, azure_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    with committer.fs.open(task.path("again.csv"), "wb") as f:
+        f.write(b"first")
+    TASK_FILES.settle(committer.job_id, task.attempt_id)
+    other = reader_for(azurite_server)  # the job ends in another process: its tree goes
+    other.rm(job_tree(azurite_server, azure_container))
+    assert job_tree(azurite_server, azure_container) == []
+
+    zombie = committer.fs.open(task.path("again.csv"), "wb")
+    with pytest.raises(JobNotActiveError):
+        zombie._checking.result(timeout=30)
+    zombie.discard()
+    assert job_tree(azurite_server, azure_container) == []
+    assert published(azurite_server, azure_container) == {}

@@ -289,18 +289,29 @@ class BlockFileHooks:
         """Delete the marker (and the record); staged blocks stay invisible until they expire."""
         doomed = [self.marker_blob] if self.marker_written else []
         if saved and self.records is not None:
-            await self.records.remove(self.path)
+            await self._aunrecord()
         elif saved and not self.in_memory:
             doomed.append(pending_path(self.marker_blob))
         await self.blocks.delete_many([f"{self.container}/{blob}" for blob in doomed])
         self.marker_written = False
+
+    async def _aunrecord(self) -> None:
+        """Take this file's record out of the writer records — but save them only while
+        the job is active: an ended job's tree is gone (or going), and a save would put
+        a blob back into it that nothing deletes (a record left behind is harmless then:
+        no task of the job commits any more)."""
+        assert self.records is not None
+        if self.job_marker is not None and not await self.ajob_active():
+            self.records.forget(self.path)
+            return
+        await self.records.remove(self.path)
 
     async def adrop(self, commit: SinglePendingCommit) -> None:
         """An earlier file of this path closed here: delete its record (so it never commits)."""
         if self.in_memory:
             return  # its record is only in this process's registry, which forgets it
         if self.records is not None:
-            await self.records.remove(self.path)
+            await self._aunrecord()
             return
         await self.blocks.delete(self.container, pending_path(self.marker_blob))
         self.blocks.fs.invalidate_cache(pending_path(self.path))
