@@ -2,7 +2,8 @@
 
 On S3 a file's ``.pending`` costs a PUT and, at task commit, a share of one DeleteObjects
 (1,000 keys a request). Azure deletes one blob per request (Blob Batch is not served by
-Azurite: docs/stores/azure.md), so a ``.pending`` per file costs two requests. Instead,
+Azurite to the Python SDK: :mod:`.writer`), so a ``.pending`` per file costs two
+requests. Instead,
 the files this process closes in one attempt keep their records in **writer records**:
 ``<attempt dir>/_writer-<token>-<n>.pendingset``, Hadoop ``PendingSet`` documents that
 name every file this process closed in the attempt (``<token>`` is random per process and
