@@ -130,6 +130,16 @@ class BlockStore:
         async with self.fs.service_client.get_blob_client(container, blob) as client:
             await client.commit_block_list(blocks)
 
+    async def exists(self, container: str, blob: str) -> bool:
+        """Get Blob Properties: is ``blob`` published? (One request, where adlfs's
+        ``_exists`` lists the name as a directory too when there is no blob.)"""
+        async with self.fs.service_client.get_blob_client(container, blob) as client:
+            try:
+                await client.get_blob_properties()
+            except _not_found():
+                return False
+        return True
+
     async def delete(self, container: str, blob: str) -> bool:
         """Delete a published blob; False when there was none."""
         async with self.fs.service_client.get_blob_client(container, blob) as client:

@@ -108,6 +108,18 @@ class BlockListDeferred(DeferredStoreBase):
                     continue  # a directory (adlfs's marker blob, or a walk's prefix)
                 yield f"{container}/{item.name}"
 
+    async def alist_with_metadata(self, directory: str) -> list[tuple[str, dict[str, str]]]:
+        """Every blob below ``directory`` with its metadata (one paged listing): task
+        commit matches writer records to markers by the writer nonce the markers carry."""
+        container, key = self.split(directory.rstrip("/"))
+        found = []
+        async with self.blocks.fs.service_client.get_container_client(container) as client:
+            async for item in client.list_blobs(name_starts_with=f"{key}/", include=["metadata"]):
+                metadata = dict(item.metadata or {})
+                if not item.name.endswith("/") and not metadata.get("hdi_isfolder"):
+                    found.append((f"{container}/{item.name}", metadata))
+        return found
+
     async def adelete_records(self, paths: Sequence[str]) -> int:
         await self.blocks.delete_many(list(paths))
         return len(paths)

@@ -7,20 +7,39 @@ buffer budget, background close and supersede included); on Azure Blob
 * **begin**: PUT a zero-byte marker at the task path, so listings of the attempt show
   the file while it is written (as on S3). Nothing else needs creating: blocks are
   staged against a name.
-* **job check** (after the begin): is the job marker still there?
+* **job check** (after the begin): is the job marker still there? One Get Blob
+  Properties, shared by the writers of the process whose checks overlap (S3's
+  :mod:`~magicfs.stores.s3.job_check`: a writer takes the answer of a check that started
+  after it asked, never an older one).
 * **stage**: Put Block against the *final* blob ``out/a.csv``; the part id is the block
   id (:mod:`.blocks`). Staged blocks are invisible: the destination, if it exists, keeps
   its old bytes. The first block settles the ids' length (a blob holding another
   writer's ids of another length makes this writer use that length); the others wait
   for it. Up to 50,000 blocks of at most 4,000 MiB; the size does not grow.
-* **record**: ``<path>.pending``, a Hadoop ``SinglePendingCommit`` whose ``etags`` are
-  the ordered block ids, ``uploadId`` the writer's id prefix and
-  ``extraData["magicfs.store"]`` ``azure-block-list``; job commit publishes the blob
-  with one Put Block List of exactly those ids. An empty file stages nothing: its record
-  lists no block, which publishes a zero-byte blob.
-* **discard**: delete the marker (and the record, if saved). Azure has no request that
+* **record**: the job checked again (shared, as above), then the record, a Hadoop
+  ``SinglePendingCommit`` whose ``etags`` are the ordered block ids, ``uploadId`` the
+  writer's id prefix, ``extraData["magicfs.store"]`` ``azure-block-list`` and
+  ``extraData["magicfs.writer"]`` the marker's nonce; job commit publishes the blob with
+  one Put Block List of exactly those ids. An empty file stages nothing: its record
+  lists no block, which publishes a zero-byte blob. A task file's record joins this
+  process's writer records of its attempt (:mod:`.records`: saves coalesced, a few blobs
+  per attempt); a file outside any attempt saves ``<path>.pending``. In ``in_memory``
+  mode the record stays in this process (the task must commit here).
+* **discard**: delete the marker (and take the record out, if saved). Azure has no request that
   drops staged blocks alone: they stay invisible until the name's next publish discards
   them, or Azure does after 7 days (docs/stores/azure.md).
+
+Requests for a small task file over a whole job: the marker and a Put Block while
+writing, the record's share of a writer-record save (at most one, fewer when closes
+overlap), the marker's delete at task commit, one Put Block List at job commit — four
+and a fraction; four in ``in_memory`` mode. The two job checks are shared (a few per
+hundred files when closes overlap; two per file only when none do). What each pays for:
+the marker, that a file opened and never closed refuses its task's commit even from
+another process (and ``xb``, and listings of the attempt); the record on the store,
+that a task can commit in another process than its writers'; the checks, that a writer
+of an ended job leaves nothing in its tree; the delete, that the tree goes (one request
+per blob: Blob Batch would make it one per 256, but Azurite does not serve the SDK's
+batch requests, so it is left out rather than shipped untested).
 
 Decision, ``xb``: what Azure can guarantee is the marker's. It is PUT with
 ``If-None-Match: *`` (Put Blob without overwrite), so a second writer of the task path,
@@ -50,6 +69,7 @@ from ..deferred_writer import (
     StoreWords,
     WriterOptions,
 )
+from ..s3.job_check import job_still_active
 from .blocks import (
     ID_LENGTH,
     MAX_BLOCK_SIZE,
@@ -59,6 +79,7 @@ from .blocks import (
     is_id_length_error,
     new_token,
 )
+from .records import WRITER_FIELD, WriterRecords, writer_records
 
 log = logging.getLogger("magicfs.azure.writer")
 
@@ -105,7 +126,15 @@ class BlockListWrites(DeferredWritesBase):
     def hooks(
         self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
     ) -> BlockFileHooks:
-        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker)
+        job_id, attempt_id = magic_path.job_id, magic_path.task_attempt_id
+        in_memory = self.options.in_memory and bool(job_id and attempt_id)
+        records = None
+        if job_id and attempt_id and not in_memory:
+            attempt_dir = "/".join([magic_path.magic_dir, *magic_path.children[:4]])
+            records = writer_records(
+                self.blocks, attempt_dir, job_id, attempt_id, self.options.registry
+            )
+        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker, in_memory, records)
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         """Nothing possible: staged blocks cannot be deleted alone (so no record is read)."""
@@ -125,6 +154,8 @@ class BlockFileHooks:
         magic_path: MagicPath,
         mode: str,
         job_marker: str | None,
+        in_memory: bool = False,
+        records: WriterRecords | None = None,
     ):
         self.blocks = blocks
         self.url = blocks.url(path)
@@ -134,6 +165,11 @@ class BlockFileHooks:
         destination_container, self.blob = blocks.split(magic_path.destination)
         assert destination_container == self.container
         self.job_marker = job_marker
+        #: Keep the record in this process (nothing saved): a task file's, on request.
+        self.in_memory = in_memory
+        #: Where the record goes: this process's records of the attempt (a task file's),
+        #: else (a file outside any attempt) ``<path>.pending``.
+        self.records = records
         self.token = new_token(ID_LENGTH)
         self.nonce = uuid.uuid4().hex
         self.marker_written = False
@@ -167,7 +203,16 @@ class BlockFileHooks:
         self.blocks.fs.invalidate_cache(self.path)
 
     async def ajob_active(self) -> bool:
-        return bool(await self.blocks.fs._exists(self.job_marker))
+        """One Get Blob Properties of the job marker, shared by overlapping writers."""
+        assert self.job_marker is not None
+        container, marker = self.blocks.split(self.job_marker)
+
+        async def check() -> bool:
+            return await self.blocks.exists(container, marker)
+
+        # Shared by the writers of this account's job marker (never another store's).
+        endpoint = self.blocks.fs.service_client.url
+        return await job_still_active(f"{endpoint}/{container}", marker, check)
 
     async def astage(self, number: int, body: bytes) -> str:
         """Put Block; the first block settles the ids' length first."""
@@ -212,35 +257,61 @@ class BlockFileHooks:
             destination_key=self.blob,
             etags=part_ids,
             length=length,
-            extra_data={STORE_KEY: BLOCK_LIST_STORE},
+            extra_data={STORE_KEY: BLOCK_LIST_STORE, WRITER_FIELD: self.nonce},
             iostatistics=stats,
-            filename=self.blocks.url(pending_path(self.path)),
+            filename=None if self.in_memory else self.blocks.url(pending_path(self.path)),
         )
 
     async def asave(self, record: SinglePendingCommit) -> None:
-        """Check the job again, then Put Blob ``<path>.pending``.
+        """Check the job again, then save the record (writer records, or ``<path>.pending``).
 
         S3 checks the job once, after the upload exists, because the job's sweep aborts
         any upload created before it listed them. Azure has no such sweep: a file closed
         after its job ended would leave a record in the dead job's tree that nothing
-        deletes. So the job is checked again just before the record is written.
+        deletes. So the job is checked again just before the record is written (shared
+        with the other writers' checks). In ``in_memory`` mode nothing is written, but the
+        check stays: a file that finds its job gone deletes its marker, which the ended
+        job's clean-up may have missed.
         """
         if self.job_marker is not None and not await self.ajob_active():
             raise JobNotActiveError(
                 f"{self.url}: its job is not active any more (committed or aborted while "
                 "the file was written); this file has been discarded"
             )
+        if self.in_memory:
+            return
+        if self.records is not None:
+            await self.records.add(self.path, record)
+            return
         await self.blocks.put(self.container, pending_path(self.marker_blob), record.to_bytes())
 
     async def adiscard(self, saved: bool) -> None:
         """Delete the marker (and the record); staged blocks stay invisible until they expire."""
         doomed = [self.marker_blob] if self.marker_written else []
-        if saved:
+        if saved and self.records is not None:
+            await self._aunrecord()
+        elif saved and not self.in_memory:
             doomed.append(pending_path(self.marker_blob))
         await self.blocks.delete_many([f"{self.container}/{blob}" for blob in doomed])
         self.marker_written = False
 
+    async def _aunrecord(self) -> None:
+        """Take this file's record out of the writer records — but save them only while
+        the job is active: an ended job's tree is gone (or going), and a save would put
+        a blob back into it that nothing deletes (a record left behind is harmless then:
+        no task of the job commits any more)."""
+        assert self.records is not None
+        if self.job_marker is not None and not await self.ajob_active():
+            self.records.forget(self.path)
+            return
+        await self.records.remove(self.path)
+
     async def adrop(self, commit: SinglePendingCommit) -> None:
         """An earlier file of this path closed here: delete its record (so it never commits)."""
+        if self.in_memory:
+            return  # its record is only in this process's registry, which forgets it
+        if self.records is not None:
+            await self._aunrecord()
+            return
         await self.blocks.delete(self.container, pending_path(self.marker_blob))
         self.blocks.fs.invalidate_cache(pending_path(self.path))

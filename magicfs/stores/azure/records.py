@@ -1,0 +1,159 @@
+"""A writer process's records of one task attempt: a few blobs, not one per file.
+
+On S3 a file's ``.pending`` costs a PUT and, at task commit, a share of one DeleteObjects
+(1,000 keys a request). Azure deletes one blob per request (Blob Batch is not served by
+Azurite to the Python SDK: :mod:`.writer`), so a ``.pending`` per file costs two
+requests. Instead,
+the files this process closes in one attempt keep their records in **writer records**:
+``<attempt dir>/_writer-<token>-<n>.pendingset``, Hadoop ``PendingSet`` documents that
+name every file this process closed in the attempt (``<token>`` is random per process and
+attempt; ``<n>`` counts segments). Task commit reads them (only for files not closed in
+its own process) and deletes one blob per segment.
+
+* **Saves are coalesced.** A file's record joins the current segment, then its close
+  waits for a save (one Put Blob: atomic) that *started after* it joined, so a ``close()``
+  that returned has its record on the store. At most one save of a segment runs; the
+  records added meanwhile go together in the next one. Files closing while a save runs
+  share it, as the job checks are shared.
+* **Bounded bytes.** A segment is rewritten whole at each save, so it is closed once it
+  holds :data:`SEGMENT_BYTES` of records: a task of many files writes O(files) bytes of
+  records, not O(files²). A file written again, or thrown away, leaves its segment
+  (rewritten without it).
+* **A record keeps its ``filename``**: ``<file>.pending``, the name it would have on its
+  own, because job commit checks that a commit's destination is the one its magic path
+  names (:func:`~magicfs.stores.validation.check_commit`); messages name the writer record.
+* **Each record names its writer.** ``extraData["magicfs.writer"]`` is the nonce of the
+  writer's marker (its metadata ``magicfs_writer``): task commit takes a record only for
+  the marker of the same writer, so a record left behind by a file deleted and written
+  again elsewhere never stands for the newer file.
+* **Bounded memory.** The records of attempts that have committed or aborted in this
+  process are dropped when the next attempt's records start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+from ...names import PENDINGSET_SUFFIX
+from ...records import PendingSet, SinglePendingCommit
+from ...task_files import TaskFiles
+from .blocks import BlockStore
+
+#: Writer records are named ``<attempt dir>/_writer-<token>-<n>.pendingset``.
+WRITER_PREFIX = "_writer-"
+#: The record's field naming the writer (the nonce in its marker's metadata).
+WRITER_FIELD = "magicfs.writer"
+#: A segment takes new records until its records' JSON reaches this size.
+SEGMENT_BYTES = 32 << 10
+
+
+def is_writer_record(path: str) -> bool:
+    name = path.rsplit("/", 1)[-1]
+    return name.startswith(WRITER_PREFIX) and name.endswith(PENDINGSET_SUFFIX)
+
+
+class _Segment:
+    """One writer-record blob and its coalesced saves."""
+
+    def __init__(self, blocks: BlockStore, container: str, blob: str, job_id: str):
+        self.blocks, self.container, self.blob, self.job_id = blocks, container, blob, job_id
+        self.records: dict[str, SinglePendingCommit] = {}
+        self.size = 0  # the records' JSON, as added (a close enough measure)
+        self.running: asyncio.Task[None] | None = None
+        self.next: asyncio.Future[None] | None = None
+
+    async def saved(self) -> None:
+        """Return once a save that started after this call has finished."""
+        if self.next is None:
+            self.next = asyncio.get_running_loop().create_future()
+        waiting = self.next
+        if self.running is None:
+            self._start()
+        await asyncio.shield(waiting)
+
+    def _start(self) -> None:
+        waiting, self.next = self.next, None
+        assert waiting is not None
+        self.running = asyncio.ensure_future(self._save())
+
+        def finished(task: asyncio.Task[None]) -> None:
+            self.running = None
+            if task.cancelled():
+                waiting.cancel()
+            elif task.exception() is not None:
+                waiting.set_exception(task.exception())  # type: ignore[arg-type]
+            else:
+                waiting.set_result(None)
+            if self.next is not None:
+                self._start()
+
+        self.running.add_done_callback(finished)
+
+    async def _save(self) -> None:
+        document = PendingSet(job_id=self.job_id, commits=list(self.records.values()))
+        await self.blocks.put(self.container, self.blob, document.to_bytes())
+
+
+class WriterRecords:
+    """This process's records of one attempt's files (see the module docstring)."""
+
+    def __init__(self, blocks: BlockStore, attempt_dir: str, job_id: str):
+        self.blocks = blocks
+        self.container, self.dir_blob = blocks.split(attempt_dir)
+        self.job_id = job_id
+        self.token = secrets.token_hex(8)
+        self.segments: list[_Segment] = []
+        self.where: dict[str, _Segment] = {}
+
+    def _segment(self, size: int) -> _Segment:
+        last = self.segments[-1] if self.segments else None
+        if last is None or (last.records and last.size + size > SEGMENT_BYTES):
+            blob = f"{self.dir_blob}/{WRITER_PREFIX}{self.token}-{len(self.segments)}"
+            last = _Segment(self.blocks, self.container, blob + PENDINGSET_SUFFIX, self.job_id)
+            self.segments.append(last)
+        return last
+
+    async def add(self, path: str, record: SinglePendingCommit) -> None:
+        """Save ``record`` for task file ``path`` (replacing an earlier one of it)."""
+        self.forget(path)
+        segment = self._segment(len(record.to_bytes()))
+        segment.records[path] = record
+        segment.size += len(record.to_bytes())
+        self.where[path] = segment
+        try:
+            await segment.saved()
+        except BaseException:
+            self.forget(path)  # not saved: a later save must not bring it back
+            raise
+
+    async def remove(self, path: str) -> None:
+        """Take ``path``'s record out of the store's copy (if it has one)."""
+        segment = self.where.get(path)
+        if segment is not None:
+            self.forget(path)
+            await segment.saved()
+
+    def forget(self, path: str) -> None:
+        segment = self.where.pop(path, None)
+        if segment is not None and segment.records.pop(path, None) is not None:
+            segment.size = sum(len(r.to_bytes()) for r in segment.records.values())
+
+
+#: Writer records of this process, by (endpoint, attempt directory).
+_OPEN: dict[tuple[str, str], tuple[str, str, WriterRecords]] = {}
+
+
+def writer_records(
+    blocks: BlockStore, attempt_dir: str, job_id: str, attempt_id: str, registry: TaskFiles
+) -> WriterRecords:
+    """This process's :class:`WriterRecords` of an attempt (made on first use; those of
+    attempts finished in this process, as ``registry`` knows, are dropped then)."""
+    key = (str(blocks.fs.service_client.url), attempt_dir)
+    found = _OPEN.get(key)
+    if found is None:
+        for other, (job, attempt, _) in list(_OPEN.items()):
+            if registry.finished(job, attempt):
+                del _OPEN[other]
+        found = _OPEN[key] = (job_id, attempt_id, WriterRecords(blocks, attempt_dir, job_id))
+    return found[2]
