@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
-import os
 import time
 from collections.abc import Container
 from datetime import datetime
@@ -73,7 +72,6 @@ from ..stores.deferred import DeferredStoreSpec, collect
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
 from ..stores.s3.clock import PROBE_NAME, adates_uploads
-from ..stores.s3.job_check import CHECK_LEASE
 from ..stores.s3.store import PendingUpload
 from ..stores.s3.sweep import (
     abort_spared,
@@ -327,25 +325,10 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
 
     # -- clean-up: the uploads sweep --------------------------------------------------------
 
-    def _end_job(self, check: bool = True) -> bool:
-        was_active = super()._end_job(check)
-        self._ended = (os.getpid(), time.monotonic())
-        return was_active
-
-    def _wait_for_check_leases(self) -> None:
-        """Writers may skip their job check for :data:`CHECK_LEASE` after one that found
-        the job active (:mod:`magicfs.stores.s3.job_check`): the uploads listing waits
-        that long after the job's end, so it sees every upload they created."""
-        pid, ended = getattr(self, "_ended", (None, 0.0))
-        since = time.monotonic() - ended if pid == os.getpid() else 0.0
-        if since < CHECK_LEASE:
-            time.sleep(CHECK_LEASE - since)
-
     def _discard_left(self, published: Published | None) -> None:
         """Sweep the job's uploads, keeping the committed ones: every upload on a key the
         job's markers name is aborted. Streamed for jobs of any size: the tree's keys
         wait on local disk."""
-        self._wait_for_check_leases()
         keys = KeySet()
         keys.update([self.store.split(self._clock_probe)[1]])  # a probe cut short by a kill
         unmarked = False
