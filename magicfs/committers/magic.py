@@ -327,8 +327,10 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
 
     def _discard_left(self, published: Published | None) -> None:
         """Sweep the job's uploads, keeping the committed ones: every upload on a key the
-        job's markers name is aborted. Streamed for jobs of any size: the tree's keys
-        wait on local disk."""
+        job's markers name is aborted and, if the tree says the job is unmarked, every
+        upload initiated since it began, but what other jobs' trees may own
+        (:func:`~magicfs.stores.s3.sweep.sweep_job`). Streamed for jobs of any size: the
+        tree's keys wait on local disk."""
         keys = KeySet()
         keys.update([self.store.split(self._clock_probe)[1]])  # a probe cut short by a kill
         unmarked = False

@@ -387,9 +387,11 @@ def recorded_by_job(
 ) -> Iterator[KeySet | UnmarkedJobKeys | None]:
     """The destination keys the job's magic tree names, on disk; ``None`` without a job.
 
-    A job's writers record the key of every upload before creating it (the intent
-    marker), so these keys cover also the uploads of writers that were killed, and the
-    duplicates of lost ``CreateMultipartUpload`` replies. The tree is listed page by page
+    A marked job's writers record the key of every upload before creating it (the
+    intent marker), so these keys cover also the uploads of writers that were killed, and
+    the duplicates of lost ``CreateMultipartUpload`` replies. An unmarked job's tree says
+    so (``_magicfs_unmarked``): its uploads are then also those initiated since it began
+    that no other job's tree may own (:class:`UnmarkedJobKeys`). The tree is listed page by page
     into a :class:`~magicfs.stores.spool.KeySet`, deleted when the block ends.
     """
     if not selection.job:

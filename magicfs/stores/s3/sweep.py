@@ -1,7 +1,7 @@
 """Finding and aborting a job's uploads on S3, from its records (:mod:`.tracking`).
 
-**By key, at job end.** Every upload a job's writers create is on a key named by an
-intent marker (or ``.pending``) in the job's tree, written before the upload existed.
+**By key, at job end.** Every upload a marked job's writers create is on a key named
+by an intent marker (or ``.pending``) in the job's tree, written before the upload existed.
 So when a job ends (commit, abort, clean-up) its sweep lists the job's tree once,
 collects those keys, lists the uploads under the destination once (paged: 1,000 per
 request) and aborts every upload on one of its keys that no committed record names.
