@@ -313,6 +313,36 @@ def test_uploads_older_than_the_job_are_spared(rgw_s3, rgw_client, rgw_bucket):
 
 
 @pytest.mark.rgw
+def test_hidden_names_are_never_swept_by_date_and_keep_their_markers(
+    rgw_s3, rgw_client, rgw_bucket, tmp_path
+):
+    job = committer(rgw_s3, rgw_bucket)
+    job.setup_job()
+    assert job.unmarked
+    # another committer's upload under a hidden name (FileOutputCommitter's _temporary)
+    other = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/_temporary/0/x")
+    failed = job.task_attempt(1)
+    job.setup_task(failed)
+    killed_writer(job, failed, "_meta/killed.csv", rgw_client, rgw_bucket, tmp_path)
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    calls = Calls(rgw_s3)
+    write(job, task, "_meta/kept.csv")
+    TASK_FILES.settle()
+    marker = ("PutObject", job.store.split(task.path("_meta/kept.csv"))[1])
+    assert calls.made.index(marker) < calls.made.index(
+        ("CreateMultipartUpload", "out/_meta/kept.csv")
+    )
+    job.commit_job([job.commit_task(task)])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/_meta/kept.csv"]
+    # the killed writer's upload went by its marker; the other committer's is left
+    assert uploads(rgw_client, rgw_bucket) == [("out/_temporary/0/x", other["UploadId"])]
+    rgw_client.abort_multipart_upload(
+        Bucket=rgw_bucket, Key="out/_temporary/0/x", UploadId=other["UploadId"]
+    )
+
+
+@pytest.mark.rgw
 def test_the_mode_survives_resume(rgw_s3, rgw_client, rgw_bucket):
     job = committer(rgw_s3, rgw_bucket)
     job.setup_job()

@@ -57,7 +57,7 @@ from ...progress import batches, progress_bar
 from ...stores.registry import DEFERRED_STORES, deferred_store_for
 from ...stores.s3.clock import PROBE_NAME
 from ...stores.s3.store import PendingUpload, S3Store, iterate
-from ...stores.s3.sweep import OtherJob, aread_unmarked, other_jobs, tree_keys
+from ...stores.s3.sweep import OtherJob, aread_unmarked, hidden_below, other_jobs, tree_keys
 from ...stores.spool import KeySet
 from .common import (
     EXIT_FAILED,
@@ -359,14 +359,19 @@ class UnmarkedJobKeys:
     """What an unmarked job's uploads are: on its recorded keys, or initiated since it
     began and owned by no other job's tree (looked up once per directory)."""
 
-    def __init__(self, store: S3Store, bucket: str, job: str, keys: KeySet, since: Any):
+    def __init__(
+        self, store: S3Store, bucket: str, dest_key: str, job: str, keys: KeySet, since: Any
+    ):
         self.store, self.bucket, self.job, self.keys, self.since = store, bucket, job, keys, since
+        self.dest_key = dest_key
         self._others: dict[str, list[OtherJob]] = {}
 
     def owns(self, upload: Upload) -> bool:
         if upload.key in self.keys:
             return True
         if upload.initiated is None or upload.initiated < self.since:
+            return False
+        if hidden_below(self.dest_key, upload.key):
             return False
         directory = upload.key.rpartition("/")[0]
         if directory not in self._others:
@@ -408,7 +413,8 @@ def recorded_by_job(
                 selection.job,
                 _iso(unmarked),
             )
-            yield UnmarkedJobKeys(store, selection.bucket, selection.job, keys, unmarked)
+            dest_key = selection.prefix.rstrip("/")
+            yield UnmarkedJobKeys(store, selection.bucket, dest_key, selection.job, keys, unmarked)
     finally:
         keys.discard()
 

@@ -14,7 +14,9 @@ under the destination, never a request per file.
 **By time, for an unmarked job** (:mod:`.tracking`: no other job covered its destination
 at set-up, its writers put no marker): the candidates are also every upload under the
 destination *initiated since the job began* (its unmarked record's ``LastModified``, on
-the store's clock, less :data:`~.tracking.CLOCK_MARGIN`) that no committed record keeps.
+the store's clock, less :data:`~.tracking.CLOCK_MARGIN`) that no committed record keeps,
+but those under a hidden name (:func:`hidden_below`: the job's own files there keep their
+markers).
 An upload older than that is never the job's: its writers learn the mode from the
 committer, after set-up wrote the record. The listing still costs one request per 1,000
 pending uploads; spared candidates are the only extra (below).
@@ -247,7 +249,9 @@ def sweep_job(
     prefix = f"{dest_key}/" if dest_key else ""
     listed = iterate(store, store.alist_uploads(bucket, prefix)) if uploads is None else uploads
     candidates = [
-        u for u in listed if u.upload_id not in keep and (u.key in keys or _since(u, since))
+        u
+        for u in listed
+        if u.upload_id not in keep and (u.key in keys or _since(u, since, dest_key))
     ]
     outcome = SweepOutcome()
     if not candidates:
@@ -298,8 +302,23 @@ def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]
     return {c.upload_id for c in load_pending(store, _pendings_for(store, listing, keys))}
 
 
-def _since(upload: PendingUpload, since: datetime | None) -> bool:
-    return since is not None and upload.initiated is not None and upload.initiated >= since
+def _since(upload: PendingUpload, since: datetime | None, dest_key: str) -> bool:
+    """Is ``upload`` an unmarked job's candidate by date? Never under a hidden name."""
+    if since is None or upload.initiated is None or upload.initiated < since:
+        return False
+    return not hidden_below(dest_key, upload.key)
+
+
+def hidden_below(dest_key: str, key: str) -> bool:
+    """Does ``key`` have an element starting with ``_`` or ``.`` below ``dest_key``?
+
+    Such names are not visible data (the convention of Spark, Hive and pyarrow): the
+    classic committers' ``_temporary/``, Spark's ``.spark-staging-*``. An unmarked job's
+    sweep by date never takes an upload under one (it may be theirs); its own writers
+    keep their intent marker for such a file (:mod:`.writer`), so its sweep finds it by key.
+    """
+    relative = key[len(dest_key) + 1 :] if dest_key else key
+    return any(element.startswith(("_", ".")) for element in relative.split("/"))
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
 * **begin**: PUT the zero-byte **intent marker** at the magic path (job, attempt, writer
   nonce; see :mod:`.tracking`), *then* CreateMultipartUpload for ``out/a.csv``. In an
   *unmarked* job (``intent_markers=False``: the committer found no other job covering
-  the destination, :mod:`.tracking`) only ``xb`` files put a marker; the others go
+  the destination, :mod:`.tracking`) only ``xb`` files and files under a hidden name
+  (``_x/``, ``.x``) put a marker; the others go
   straight to the create, and the job's sweep finds their uploads by time. For
   ``xb`` the marker is PUT with ``If-None-Match: *``, or after a HEAD on a store that
   does not honour it (:mod:`.conditional`), so a second writer of the path gets
@@ -112,7 +113,7 @@ class S3Writes(DeferredWritesBase):
             job_marker,
             in_memory=self.options.in_memory,
             checksum=self.checksum,
-            intent_marker=self.options.intent_markers or "x" in mode,
+            intent_marker=self.options.intent_markers or "x" in mode or _hidden(magic_path),
         )
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
@@ -127,6 +128,12 @@ class S3Writes(DeferredWritesBase):
                 by_bucket.setdefault(bucket, []).append(key)
         for bucket, keys in by_bucket.items():
             self.store.run(self.store.adelete_objects(bucket, keys))
+
+
+def _hidden(magic_path: MagicPath) -> bool:
+    """A file under a hidden name below the destination (``_x/``, ``.x``) keeps its marker
+    in an unmarked job: the sweep by date never takes such uploads (:func:`.sweep.hidden_below`)."""
+    return any(e.startswith(("_", ".")) for e in magic_path.relative_destination)
 
 
 class S3FileHooks:
