@@ -44,6 +44,9 @@ JOURNAL_FILE = "_magicfs_commit.json"
 #: Its delete pages beside it: ``_magicfs_commit.deletes-<5-digit page number>.json``.
 JOURNAL_PAGE_PREFIX = "_magicfs_commit.deletes-"
 JOURNAL_PAGE_SUFFIX = ".json"
+#: In a magic job's tree: the job found no other job covering its destination at set-up,
+#: so its writers put no per-file intent marker (:mod:`magicfs.stores.s3.tracking`).
+UNMARKED_FILE = "_magicfs_unmarked"
 
 
 def journal_page(number: int) -> str:

@@ -4,9 +4,15 @@ Layout: see :mod:`magicfs.layouts.magic`. One job, start to end (the stages are 
 class's, :mod:`magicfs.protocol.committer`):
 
 * ``setup_job``: check the conflict mode, delete an old ``_SUCCESS``, write the job
-  marker (from now on the job accepts writers).
+  marker (from now on the job accepts writers). Then, with ``intent_markers="auto"``,
+  look for other jobs' trees at the destination and above it (one delimited listing
+  per directory level, at once): none found, the job is *unmarked* — it writes its
+  unmarked record in its tree and its writers put no per-file intent marker
+  (:mod:`magicfs.stores.s3.tracking`). Write-then-list: of two jobs whose destinations
+  are the same, or one above the other, at least one sees the other's tree.
 * tasks write through ``committer.fs`` under ``task.path(...)`` (deferred uploads, each
-  recorded by an intent marker and, once closed, a ``.pending``: :mod:`magicfs.stores.s3.writer`).
+  recorded by an intent marker — marked jobs and ``xb`` files — and, once closed, a
+  ``.pending``: :mod:`magicfs.stores.s3.writer`).
 * ``commit_task``: list the attempt's directory (one paged listing), load and validate
   its ``.pending`` files (one GET each; in ``in_memory`` mode the commits come from this
   process), save them as one ``.pendingset`` twice: as ``tasks/<attempt>.pendingset``
@@ -20,13 +26,24 @@ class's, :mod:`magicfs.protocol.committer`):
   journal, apply the conflict mode, complete every upload in parallel, write
   ``_SUCCESS``, clean up.
 * clean-up (after commit or abort): list the job's tree once and sweep the uploads on
-  the keys its markers name (:func:`magicfs.stores.s3.sweep.sweep_job`): everything not
-  committed is aborted — failed, superseded, speculative and unreported attempts,
-  killed writers, lost-reply duplicates. Then delete the tree, journal last.
+  the keys its markers name and, unmarked, on every key initiated since the job began
+  (:func:`magicfs.stores.s3.sweep.sweep_job`): everything not committed is aborted —
+  failed, superseded, speculative and unreported attempts, killed writers, lost-reply
+  duplicates — but what another job's tree may own. Then delete the tree, journal
+  last, and look again at what was left to other jobs (:func:`~magicfs.stores.s3.sweep.
+  abort_spared`).
 
 All but the S3 parts is the magic-layout committer's flow (:mod:`.magic_layout`); this
 class is its S3 configuration: ``in_memory``, checksums, the refusal that tells a file
 written around magicfs from an unclosed one, task abort by records, the uploads sweep.
+
+What an unmarked job gives up: a plain (non-magicfs) multipart upload under the
+destination started during the job is aborted by its sweep (as Hadoop's
+``fs.s3a.committer.abort.pending.uploads``); and task commit refuses files "opened but not
+closed" only when this process opened them (the registry) — an unclosed file of another
+process has no marker to be seen by, so it is not committed and its upload is swept at
+job end. ``intent_markers="always"`` keeps today's markers for destinations shared with
+other writers.
 
 Decision (differs from Hadoop, which deletes the attempt directory at task commit):
 the attempt directory stays until the job ends. It costs nothing extra (the job's
@@ -41,28 +58,34 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Container
+from datetime import datetime
 from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData
+from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
-from ..names import PENDING_SUFFIX
+from ..names import PENDING_SUFFIX, UNMARKED_FILE
 from ..paths import is_deferred_write
 from ..protocol.committer import Published, TaskAttempt, elapsed
 from ..records import IOStatisticsSnapshot, SinglePendingCommit
 from ..stores.deferred import DeferredStoreSpec, collect
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
+from ..stores.s3.clock import PROBE_NAME, adates_uploads
 from ..stores.s3.store import PendingUpload
 from ..stores.s3.sweep import (
+    abort_spared,
     abort_uploads,
+    aread_unmarked,
     load_pending,
+    other_jobs_cover,
     recorded_ids,
     release_command,
     sweep_job,
     tree_keys,
     uploads_of,
 )
-from ..stores.s3.tracking import is_magicfs_marker
+from ..stores.s3.tracking import CLOCK_MARGIN, UnmarkedRecord, is_magicfs_marker
 from ..stores.spool import KeySet
 from ..stores.validation import check_commit
 from ..task_files import TaskFile
@@ -81,10 +104,15 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
     S3 call is retried: :mod:`magicfs.stores.s3.retry`); ``checksum`` (``"CRC32"``: the
     writers' part checksums, verified at job commit; ``None``: none declared or recorded
     (a store that refuses checksum headers also needs ``request_checksum_calculation=
-    "when_required"``): :mod:`magicfs.stores.s3.checksums`).
+    "when_required"``): :mod:`magicfs.stores.s3.checksums`); ``intent_markers``
+    (``"auto"``: a marker per file only when another job's tree covers the destination
+    at set-up; ``"always"``: a marker per file, for destinations that other writers
+    share: see the module docstring); ``clock_margin`` (seconds, 60: how far the store's
+    clocks may disagree, for an unmarked job's sweep by time).
     """
 
     name = "magic"
+    INTENT_MARKERS = ("auto", "always")
 
     def __init__(
         self,
@@ -92,17 +120,30 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         *,
         in_memory: bool = False,
         checksum: str | None = DEFAULT_CHECKSUM,
+        intent_markers: str = "auto",
+        clock_margin: float = CLOCK_MARGIN,
         **options: Any,
     ):
+        if intent_markers not in self.INTENT_MARKERS:
+            raise ValueError(
+                f"intent_markers must be one of {', '.join(self.INTENT_MARKERS)}; "
+                f"got {intent_markers!r}"
+            )
         self.in_memory = in_memory
         self.checksum = checked_algorithm(checksum)
+        self.intent_markers = intent_markers
+        self.clock_margin = float(clock_margin)
+        #: Known to be an unmarked job (set-up decided it, or its tree says so).
+        self.unmarked = False
+        self._spared: list[PendingUpload] = []
         super().__init__(dest, **options)
 
-    def _view_options(self, spec: DeferredStoreSpec) -> dict[str, Any]:
+    def _view_options(self, spec: DeferredStoreSpec | None = None) -> dict[str, Any]:
         return {
             "in_memory": self.in_memory,
             "retry_policy": self.retry_policy,
             "checksum": self.checksum,
+            "intent_markers": not self.unmarked,
         }
 
     def _magic_options(self) -> MagicOptions:
@@ -111,7 +152,52 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
             magic["in_memory"] = True
         if self.checksum != DEFAULT_CHECKSUM:
             magic["checksum"] = self.checksum
+        if self.unmarked:
+            magic["intent_markers"] = False
         return magic
+
+    # -- job set-up: marked or unmarked ---------------------------------------------------
+
+    @property
+    def _unmarked_record(self) -> str:
+        return f"{self.layout.magic_dir}/{UNMARKED_FILE}"
+
+    def _setup_job(self, resume: bool) -> None:
+        """The job marker, then (``"auto"``) whether the job is alone; a resumed job reads
+        its mode back from its tree. Writers learn it from :attr:`fs` and
+        :attr:`storage_options` (a writer that does not know it writes markers: safe)."""
+        super()._setup_job(resume)
+        if resume:
+            self.unmarked = self._read_unmarked() is not None
+        elif self.intent_markers == "auto" and self._store_dates_uploads():
+            others = other_jobs_cover(self.store, self.bucket, self.dest_key, self.job_id)
+            if others:
+                log.info(
+                    "job %s: %d other jobs' trees cover %s (e.g. s3://%s): intent markers on",
+                    self.job_id,
+                    len(others),
+                    self.url,
+                    others[0],
+                )
+            else:
+                document = UnmarkedRecord.document(self.job_id, self.clock_margin)
+                self._put(self._unmarked_record, document)
+                self.unmarked = True
+        if self.unmarked:
+            self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest, **self._view_options())
+
+    def _store_dates_uploads(self) -> bool:
+        """Does the store report real upload times? (probed once per process and bucket,
+        :mod:`magicfs.stores.s3.clock`)"""
+        probe = self.store.split(self._clock_probe)[1]
+        return self.store.run(adates_uploads(self.store, self.bucket, probe, self.clock_margin))
+
+    @property
+    def _clock_probe(self) -> str:
+        return f"{self.layout.magic_dir}/{PROBE_NAME}"
+
+    def _read_unmarked(self) -> UnmarkedRecord | None:
+        return self.store.run(aread_unmarked(self.store, *self.store.split(self._unmarked_record)))
 
     def _store_diagnostics(self) -> dict[str, str]:
         return {"magicfs.in_memory": str(self.in_memory).lower()}
@@ -127,6 +213,10 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
         # Files this process wrote: their commits are known here, nothing to read back.
         known = {f.path: f.commit for f in files if f.commit is not None}
+        unlisted = (pendings | known.keys()) - set(markers)
+        if unlisted and (self.unmarked or self._read_unmarked() is not None):
+            # Unmarked writers put no marker: a file is its .pending, or known here.
+            markers = sorted({*markers, *unlisted})
         if self.in_memory:
             self._refuse_unaccounted(task, [m for m in markers if m not in known], "in_memory")
         else:
@@ -237,9 +327,13 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
 
     def _discard_left(self, published: Published | None) -> None:
         """Sweep the job's uploads, keeping the committed ones: every upload on a key the
-        job's markers name is aborted. Streamed for jobs of any size: the tree's keys
-        wait on local disk."""
+        job's markers name is aborted and, if the tree says the job is unmarked, every
+        upload initiated since it began, but what other jobs' trees may own
+        (:func:`~magicfs.stores.s3.sweep.sweep_job`). Streamed for jobs of any size: the
+        tree's keys wait on local disk."""
         keys = KeySet()
+        keys.update([self.store.split(self._clock_probe)[1]])  # a probe cut short by a kill
+        unmarked = False
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both listings at once
                 prefix = f"{self.dest_key}/" if self.dest_key else ""
@@ -248,13 +342,26 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
                 )
                 for page in self._tree_pages():
                     keys.update(tree_keys(self.store, page))
+                    unmarked = unmarked or self._unmarked_record in page
                 listed = uploads.result()
-            aborted = self._sweep(keys, self.kept_uploads(published), self.progress, listed)
+            record = self._read_unmarked() if unmarked else None
+            since = record.born if record is not None else None
+            kept = self.kept_uploads(published)
+            aborted = self._sweep(keys, kept, self.progress, listed, since)
             if aborted:
                 # An abort racing a part upload can leave the upload alive: look again.
-                self._sweep(keys, self.kept_uploads(published), False)
+                self._sweep(keys, kept, False, None, since)
         finally:
             keys.discard()
+        self.stats.increment("committer_commits_aborted", aborted)
+
+    def _clean_up(self, loaded: Any, published: Published | None) -> None:
+        """The flow's clean-up; then, with the tree gone, the uploads left to other jobs
+        whose trees are gone too are aborted (:func:`~magicfs.stores.s3.sweep.abort_spared`)."""
+        self._spared = []
+        super()._clean_up(loaded, published)
+        spared, self._spared = self._spared, []
+        aborted = abort_spared(self.store, self.bucket, self.dest_key, self.job_id, spared)
         self.stats.increment("committer_commits_aborted", aborted)
 
     def _sweep(
@@ -263,8 +370,9 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         keep: Container[str],
         progress: bool | None,
         uploads: list[PendingUpload] | None = None,
+        since: datetime | None = None,
     ) -> int:
-        return sweep_job(
+        outcome = sweep_job(
             self.store,
             self.bucket,
             self.dest_key,
@@ -274,7 +382,11 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
             lambda shared: recorded_ids(self.store, self._list(self.layout.magic_dir), shared),
             progress,
             uploads,
-        ).aborted
+            since=since,
+        )
+        seen = {u.upload_id for u in self._spared}
+        self._spared += [u for u in outcome.left_for_other_jobs if u.upload_id not in seen]
+        return outcome.aborted
 
     @property
     def _release(self) -> str:

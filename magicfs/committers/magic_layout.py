@@ -35,7 +35,13 @@ from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, No
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..layouts.magic import MagicJobLayout
-from ..names import JOURNAL_FILE, PENDING_SUFFIX, PENDINGSET_SUFFIX, STARTED_SUFFIX
+from ..names import (
+    JOURNAL_FILE,
+    PENDING_SUFFIX,
+    PENDINGSET_SUFFIX,
+    STARTED_SUFFIX,
+    UNMARKED_FILE,
+)
 from ..parallel import loop_map
 from ..paths import final_destination, is_deferred_write
 from ..protocol.attempts import Messages
@@ -494,7 +500,7 @@ def _deletion_order(path: str) -> tuple[int, str]:
     name = path.rsplit("/", 1)[-1]
     if name == JOURNAL_FILE:
         return (3, path)
-    if name.startswith("_magicfs_commit."):
+    if name.startswith("_magicfs_commit.") or name == UNMARKED_FILE:  # the job's mode, kept
         return (2, path)
     if name.endswith(PENDINGSET_SUFFIX) or name.endswith(STARTED_SUFFIX):
         return (1, path)

@@ -6,7 +6,8 @@ DeferredWrites`, declared once in :mod:`magicfs.stores.registry`). A file writte
 task path exists, until job commit, only as data staged against its final name (an
 unfinished multipart upload on S3, uncommitted blocks on Azure), recorded by a
 zero-byte marker at the task path and, once closed, a ``.pending`` record next to it
-(:mod:`magicfs.stores.deferred_writer`). What each filesystem operation does with such a
+(:mod:`magicfs.stores.deferred_writer`; an unmarked S3 job's files have no marker, only
+the record: :mod:`magicfs.stores.s3.tracking`). What each filesystem operation does with such a
 file follows from that:
 
 * **writes** (``open`` ``wb``/``xb``, ``pipe_file``, ``put_file``, ``touch``, ``copy``
@@ -224,7 +225,13 @@ class DeferredTaskView:
             return {"name": path, "size": entry.length, "type": "file"}
         if self.registry.under(path.rstrip("/") + "/"):  # files just written here
             return {"name": path.rstrip("/"), "size": 0, "type": "directory"}
-        found = cast(dict[str, Any], self.fs.info(path, **kwargs))  # a marker, or a directory
+        try:
+            found = cast(dict[str, Any], self.fs.info(path, **kwargs))  # a marker, or a directory
+        except FileNotFoundError:
+            length = self._recorded_length(path)  # no marker: an unmarked job's closed file
+            if length is None:
+                raise
+            return {"name": path, "size": length, "type": "file"}
         if found.get("type") != "file":
             return found
         size = self._recorded_length(path) or 0
@@ -297,6 +304,16 @@ class DeferredTaskView:
             name = entry["name"]
             if name.endswith(PENDING_SUFFIX) and name.removesuffix(PENDING_SUFFIX) in names:
                 continue  # the record of a listed file
+            if name.endswith(PENDING_SUFFIX) and is_deferred_write(name[: -len(PENDING_SUFFIX)]):
+                # A file with no marker (an unmarked job's writer): its record stands for it.
+                name = name.removesuffix(PENDING_SUFFIX)
+                entry = {
+                    **entry,
+                    "name": name,
+                    "size": 0,
+                    **({"Size": 0} if "Size" in entry else {}),
+                }
+                names.add(name)
             if entry.get("type") == "file" and is_deferred_write(name):
                 known = self.registry.get(name)
                 if known is not None:

@@ -33,6 +33,7 @@ _MAGIC_OPTIONS = (
     "background_close",
     "retry_policy",
     "checksum",
+    "intent_markers",
 )
 
 

@@ -92,6 +92,11 @@ class MagicFileSystem(ChainedFileSystem):
       ``.pending`` record and verified at job commit (:mod:`magicfs.stores.s3.checksums`);
       ``None``: none declared or recorded (a store that refuses checksum headers also
       needs ``request_checksum_calculation="when_required"`` in ``config_kwargs``).
+    * ``intent_markers`` (True, S3): PUT the intent marker before each upload. The magic
+      committer sets it False in ``committer.fs`` and ``committer.storage_options`` when
+      its job found no other job covering the destination (``intent_markers="auto"``,
+      :mod:`magicfs.stores.s3.tracking`); do not set it yourself: a job whose tree does
+      not say it is unmarked finds its uploads only by their markers.
 
     Azure Blob (adlfs): ``block_lists`` (False) chooses the view. True: task files are
     blocks staged on their final blob, published by the block-list committer
@@ -136,6 +141,7 @@ class MagicFileSystem(ChainedFileSystem):
         checksum: str | None = DEFAULT_CHECKSUM,
         block_lists: bool = False,
         job_root: str | None = None,
+        intent_markers: bool = True,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -153,6 +159,7 @@ class MagicFileSystem(ChainedFileSystem):
         self.retry_policy = retry_policy
         self.checksum = checked_algorithm(checksum)
         self.block_lists = block_lists
+        self.intent_markers = intent_markers
         self.job_root = job_root.rstrip("/") if job_root else None
         self.view = self._choose_view()
 
@@ -177,6 +184,7 @@ class MagicFileSystem(ChainedFileSystem):
             background_close=self.background_close,
             retry_policy=self.retry_policy,
             checksum=self.checksum,
+            intent_markers=self.intent_markers,
         )
 
     @property

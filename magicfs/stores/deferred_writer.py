@@ -156,6 +156,7 @@ class WriterOptions:
     background_close: bool = True
     retry_policy: Any = None  # S3: a RetryPolicy (None: the default)
     checksum: str | None = None  # S3: the parts' checksum algorithm
+    intent_markers: bool = True  # S3: a marker before each upload (False: set by the committer)
     registry: TaskFiles = TASK_FILES
 
 

@@ -6,7 +6,11 @@ Hadoop's ``hadoop s3guard uploads``, with three differences that make it safer t
   in scripts and shows exactly what ``--force`` would abort);
 * ``--job ID`` narrows the selection to the uploads recorded in that job's magic tree
   (``PATH/__magic_job-<ID>/``), so another job writing to the same destination is never
-  touched — the property the committers keep (each job sweeps only its own uploads);
+  touched — the property the committers keep (each job sweeps only its own uploads).
+  For an *unmarked* job (its tree holds ``_magicfs_unmarked``: no intent markers,
+  :mod:`magicfs.stores.s3.tracking`) that is also every upload initiated since the job
+  began that no other job's tree may own, the rule of its own sweep
+  (:mod:`magicfs.stores.s3.sweep`);
 * every upload is shown with its parked bytes (what S3 bills for until it is aborted).
 
 Only uploads under PATH's prefix are listed, with a ``/`` appended as Hadoop does, so
@@ -47,11 +51,13 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from ...layouts.magic import MagicJobLayout, check_job_id
+from ...names import UNMARKED_FILE
 from ...parallel import loop_map
 from ...progress import batches, progress_bar
 from ...stores.registry import DEFERRED_STORES, deferred_store_for
-from ...stores.s3.store import S3Store, iterate
-from ...stores.s3.sweep import tree_keys
+from ...stores.s3.clock import PROBE_NAME
+from ...stores.s3.store import PendingUpload, S3Store, iterate
+from ...stores.s3.sweep import OtherJob, aread_unmarked, hidden_below, other_jobs, tree_keys
 from ...stores.spool import KeySet
 from .common import (
     EXIT_FAILED,
@@ -306,7 +312,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def select(
-    store: S3Store, selection: Selection, recorded: Container[str] | None = None
+    store: S3Store,
+    selection: Selection,
+    recorded: Container[str] | UnmarkedJobKeys | None = None,
 ) -> Iterator[Upload]:
     """The pending uploads under the prefix that pass the age filter and, with a job, are
     on one of the ``recorded`` keys (:func:`recorded_by_job`); listed page by page as
@@ -336,22 +344,59 @@ def _initiated_by(uploads: Iterable[Upload], cutoff: datetime.datetime) -> Itera
     log.info("%d of them initiated at or before %s", count, _iso(cutoff))
 
 
-def _recorded(uploads: Iterable[Upload], keys: Container[str], job: str) -> Iterator[Upload]:
+def _recorded(
+    uploads: Iterable[Upload], keys: Container[str] | UnmarkedJobKeys, job: str
+) -> Iterator[Upload]:
     count = 0
     for upload in uploads:
-        if upload.key in keys:
+        if _of_job(keys, upload):
             count += 1
             yield upload
     log.info("%d of them recorded by job %s", count, job)
 
 
+class UnmarkedJobKeys:
+    """What an unmarked job's uploads are: on its recorded keys, or initiated since it
+    began and owned by no other job's tree (looked up once per directory)."""
+
+    def __init__(
+        self, store: S3Store, bucket: str, dest_key: str, job: str, keys: KeySet, since: Any
+    ):
+        self.store, self.bucket, self.job, self.keys, self.since = store, bucket, job, keys, since
+        self.dest_key = dest_key
+        self._others: dict[str, list[OtherJob]] = {}
+
+    def owns(self, upload: Upload) -> bool:
+        if upload.key in self.keys:
+            return True
+        if upload.initiated is None or upload.initiated < self.since:
+            return False
+        if hidden_below(self.dest_key, upload.key):
+            return False
+        directory = upload.key.rpartition("/")[0]
+        if directory not in self._others:
+            self._others[directory] = other_jobs(self.store, self.bucket, self.job, {upload.key})
+        listed = PendingUpload(upload.key, upload.upload_id, upload.initiated)
+        return not any(other.may_own(listed) for other in self._others[directory])
+
+
+def _of_job(keys: Container[str] | UnmarkedJobKeys, upload: Upload) -> bool:
+    if isinstance(keys, UnmarkedJobKeys):
+        return keys.owns(upload)
+    return upload.key in keys
+
+
 @contextlib.contextmanager
-def recorded_by_job(store: S3Store, selection: Selection) -> Iterator[KeySet | None]:
+def recorded_by_job(
+    store: S3Store, selection: Selection
+) -> Iterator[KeySet | UnmarkedJobKeys | None]:
     """The destination keys the job's magic tree names, on disk; ``None`` without a job.
 
-    A job's writers record the key of every upload before creating it (the intent
-    marker), so these keys cover also the uploads of writers that were killed, and the
-    duplicates of lost ``CreateMultipartUpload`` replies. The tree is listed page by page
+    A marked job's writers record the key of every upload before creating it (the
+    intent marker), so these keys cover also the uploads of writers that were killed, and
+    the duplicates of lost ``CreateMultipartUpload`` replies. An unmarked job's tree says
+    so (``_magicfs_unmarked``): its uploads are then also those initiated since it began
+    that no other job's tree may own (:class:`UnmarkedJobKeys`). The tree is listed page by page
     into a :class:`~magicfs.stores.spool.KeySet`, deleted when the block ends.
     """
     if not selection.job:
@@ -359,21 +404,36 @@ def recorded_by_job(store: S3Store, selection: Selection) -> Iterator[KeySet | N
         return
     keys = KeySet()
     try:
-        _fill_job_keys(store, selection, selection.job, keys)
-        yield keys
+        unmarked = _fill_job_keys(store, selection, selection.job, keys)
+        if unmarked is None:
+            yield keys
+        else:
+            log.info(
+                "job %s is unmarked: its uploads since %s are its own",
+                selection.job,
+                _iso(unmarked),
+            )
+            dest_key = selection.prefix.rstrip("/")
+            yield UnmarkedJobKeys(store, selection.bucket, dest_key, selection.job, keys, unmarked)
     finally:
         keys.discard()
 
 
-def _fill_job_keys(store: S3Store, selection: Selection, job: str, keys: KeySet) -> None:
+def _fill_job_keys(
+    store: S3Store, selection: Selection, job: str, keys: KeySet
+) -> datetime.datetime | None:
+    """Fill ``keys``; returns since when the job's uploads are its own, if it is unmarked."""
     dest = f"{selection.bucket}/{selection.prefix}".rstrip("/")
     layout = MagicJobLayout(dest, job)
     _, tree = store.split(layout.magic_dir)
+    keys.update([f"{tree}/{PROBE_NAME}"])  # a clock probe cut short (stores/s3/clock.py)
     files = 0
     active = False
+    unmarked = False
     for page in batches(iterate(store, store.alist_keys(selection.bucket, f"{tree}/")), TREE_PAGE):
         files += len(page)
         active = active or layout.job_marker in page
+        unmarked = unmarked or f"{layout.magic_dir}/{UNMARKED_FILE}" in page
         keys.update(tree_keys(store, page))
     if not files:
         log.warning(
@@ -389,6 +449,10 @@ def _fill_job_keys(store: S3Store, selection: Selection, job: str, keys: KeySet)
             layout.job_marker,
         )
     log.info("job %s: %d files in its magic tree name %d keys", job, files, len(keys))
+    if not unmarked:
+        return None
+    record = store.run(aread_unmarked(store, selection.bucket, f"{tree}/{UNMARKED_FILE}"))
+    return record.born if record is not None else None
 
 
 # -- requests, a bounded number in flight (magicfs.parallel) ---------------------------

@@ -1,7 +1,7 @@
 """Finding and aborting a job's uploads on S3, from its records (:mod:`.tracking`).
 
-**By key, at job end.** Every upload a job's writers create is on a key named by an
-intent marker (or ``.pending``) in the job's tree, written before the upload existed.
+**By key, at job end.** Every upload a marked job's writers create is on a key named
+by an intent marker (or ``.pending``) in the job's tree, written before the upload existed.
 So when a job ends (commit, abort, clean-up) its sweep lists the job's tree once,
 collects those keys, lists the uploads under the destination once (paged: 1,000 per
 request) and aborts every upload on one of its keys that no committed record names.
@@ -11,11 +11,34 @@ upload of a ``CreateMultipartUpload`` whose reply was lost and retried; files wr
 twice or after their task committed. It costs one listing per 1,000 pending uploads
 under the destination, never a request per file.
 
-**Other jobs are never touched.** Uploads on keys no marker of this job names are not
-this job's. If another job is active on the same destination *and* has a marker for
-one of the same keys (two jobs writing one file: a conflict in itself), only the
-uploads this job's own ``.pending`` records name are aborted on that key; the others
-are left to that job and reported.
+**By time, for an unmarked job** (:mod:`.tracking`: no other job covered its destination
+at set-up, its writers put no marker): the candidates are also every upload under the
+destination *initiated since the job began* (its unmarked record's ``LastModified``, on
+the store's clock, less :data:`~.tracking.CLOCK_MARGIN`) that no committed record keeps,
+but those under a hidden name (:func:`hidden_below`: the job's own files there keep their
+markers).
+An upload older than that is never the job's: its writers learn the mode from the
+committer, after set-up wrote the record. The listing still costs one request per 1,000
+pending uploads; spared candidates are the only extra (below).
+
+**Other jobs are never touched.** A candidate another job's tree may own is left to
+that job and reported (``left_for_other_jobs``), unless this job's own ``.pending``
+records name its upload id. Another job ``K`` *may own* an upload if K's tree covers its
+key (K's destination is at or above the key) and either K's markers or records name the
+key, or K is unmarked and the upload was initiated since K began. The trees are looked
+for (one listing with delimiter per directory level) at every level from the bucket
+root to each candidate's directory, only when there are candidates: a job at ``out/``
+covers ``out/year=1/``, and a nested job at ``out/year=1/`` covers part of ``out/``.
+
+*Why this is enough* (ordering): the sweep lists the uploads (L1), then the trees (L2).
+An upload ``U`` of another job K that is in L1 was created after K's tree existed (K's
+writers write after K's set-up, or after their marker in K's tree), and K deletes its
+tree only after its own sweep has aborted or its commit completed U. So if K's tree is
+missing from L2, U is already aborted or completed (aborting it again is harmless); if
+it is there, U is spared. Two jobs that could both own an upload can both spare it when
+their sweeps overlap: so a job that spared uploads looks again once its own tree is
+deleted (:func:`abort_spared`) and aborts those no remaining tree may own; the last of
+the two to delete its tree sees the other's gone. What remains parked is reported.
 
 **By record, for one attempt or file.** Task abort and ``rm`` of a task file abort the
 uploads their ``.pending`` records name (a speculative twin of the attempt may be
@@ -28,15 +51,17 @@ import asyncio
 import logging
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from ...errors import InvalidCommitData, StoreCallError, UploadsLeftError
-from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX
+from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
 from ...parallel import loop_map
 from ...paths import final_destination, is_deferred_write, split_magic_path
 from ...progress import progress_bar
 from ...records import SinglePendingCommit
 from .store import PendingUpload, S3Store, iterate
+from .tracking import UnmarkedRecord
 
 log = logging.getLogger("magicfs.s3.sweep")
 
@@ -210,29 +235,35 @@ def sweep_job(
     own_ids: Callable[[set[str]], set[str]],
     progress: bool | None = None,
     uploads: Iterable[PendingUpload] | None = None,
+    *,
+    since: datetime | None = None,
 ) -> SweepOutcome:
-    """Abort every upload on one of the job's ``keys``, except the ids in ``keep``.
+    """Abort every upload of the job, except the ids in ``keep``: those on one of its
+    ``keys`` and, for an unmarked job, those initiated at or after ``since``.
 
     ``keep``: the upload ids this job completed (or must keep). ``own_ids(keys)``: the
     upload ids the job's own records name on those keys (asked only for keys another
-    active job also writes). ``uploads``: the destination's pending uploads, if the
-    caller listed them already. See the module docstring.
+    job's tree may own). ``uploads``: the destination's pending uploads, if the caller
+    listed them already. See the module docstring.
     """
     prefix = f"{dest_key}/" if dest_key else ""
     listed = iterate(store, store.alist_uploads(bucket, prefix)) if uploads is None else uploads
-    candidates = [u for u in listed if u.key in keys and u.upload_id not in keep]
+    candidates = [
+        u
+        for u in listed
+        if u.upload_id not in keep and (u.key in keys or _since(u, since, dest_key))
+    ]
     outcome = SweepOutcome()
     if not candidates:
         return outcome
-    shared = _keys_of_other_jobs(store, bucket, dest_key, job_id) & {u.key for u in candidates}
+    others = other_jobs(store, bucket, job_id, {u.key for u in candidates})
+    shared = [u for u in candidates if any(o.may_own(u) for o in others)]
     if shared:
-        own = own_ids(shared)
-        outcome.left_for_other_jobs = [
-            u for u in candidates if u.key in shared and u.upload_id not in own
-        ]
+        own = own_ids({u.key for u in shared})
+        outcome.left_for_other_jobs = [u for u in shared if u.upload_id not in own]
         for upload in outcome.left_for_other_jobs:
             log.warning(
-                "job %s: leaving upload %s of s3://%s/%s to the other job writing that key",
+                "job %s: leaving upload %s of s3://%s/%s to the other job whose tree covers it",
                 job_id,
                 upload.upload_id,
                 bucket,
@@ -249,24 +280,141 @@ def sweep_job(
     return outcome
 
 
+def abort_spared(
+    store: S3Store, bucket: str, dest_key: str, job_id: str, spared: list[PendingUpload]
+) -> int:
+    """Once the job's own tree is deleted: abort the uploads it left for other jobs that no
+    remaining tree may own now (see the module docstring). Returns the aborts made."""
+    if not spared:
+        return 0
+    others = other_jobs(store, bucket, job_id, {u.key for u in spared})
+    orphaned = [u for u in spared if not any(o.may_own(u) for o in others)]
+    return abort_uploads(
+        store,
+        [RecordedUpload(bucket, u.key, u.upload_id, f"job {job_id}") for u in orphaned],
+        False,
+        release_command(bucket, dest_key, job_id),
+    )
+
+
 def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]:
     """Upload ids named by the ``.pending`` records in ``listing`` whose file lands on ``keys``."""
     return {c.upload_id for c in load_pending(store, _pendings_for(store, listing, keys))}
 
 
-def _keys_of_other_jobs(store: S3Store, bucket: str, dest_key: str, job_id: str) -> set[str]:
-    """Keys named by the markers of other jobs whose magic tree exists under the destination
-    (listed through the store: retried and paced like every other call of the job)."""
-    trees = f"{dest_key}/{MAGIC_JOB_PREFIX}" if dest_key else MAGIC_JOB_PREFIX
-    own = f"{bucket}/{trees}{job_id}/"
-    keys: set[str] = set()
+def _since(upload: PendingUpload, since: datetime | None, dest_key: str) -> bool:
+    """Is ``upload`` an unmarked job's candidate by date? Never under a hidden name."""
+    if since is None or upload.initiated is None or upload.initiated < since:
+        return False
+    return not hidden_below(dest_key, upload.key)
+
+
+def hidden_below(dest_key: str, key: str) -> bool:
+    """Does ``key`` have an element starting with ``_`` or ``.`` below ``dest_key``?
+
+    Such names are not visible data (the convention of Spark, Hive and pyarrow): the
+    classic committers' ``_temporary/``, Spark's ``.spark-staging-*``. An unmarked job's
+    sweep by date never takes an upload under one (it may be theirs); its own writers
+    keep their intent marker for such a file (:mod:`.writer`), so its sweep finds it by key.
+    """
+    relative = key[len(dest_key) + 1 :] if dest_key else key
+    return any(element.startswith(("_", ".")) for element in relative.split("/"))
+
+
+@dataclass(frozen=True)
+class OtherJob:
+    """Another job's tree, as a sweep sees it: what of the destination it may own."""
+
+    tree: str  # bucket/.../__magic_job-<id>/
+    dest_key: str  # the key of its destination ("" for the bucket root)
+    keys: frozenset[str]  # keys its markers and records name
+    since: datetime | None  # unmarked: the uploads it may own were initiated since then
+
+    def may_own(self, upload: PendingUpload) -> bool:
+        if upload.key in self.keys:
+            return True
+        under = not self.dest_key or upload.key.startswith(self.dest_key + "/")
+        return (
+            under
+            and self.since is not None
+            and (upload.initiated is None or upload.initiated >= self.since)
+        )
+
+
+def levels_above(key: str) -> list[str]:
+    """Every directory that may hold a job's tree covering ``key``: the bucket root (``""``)
+    and each directory of ``key``'s path (``out/a.csv``: ``""``, ``out``)."""
+    parts = key.split("/")[:-1]
+    return ["", *("/".join(parts[:n]) for n in range(1, len(parts) + 1))]
+
+
+def trees_at(store: S3Store, bucket: str, levels: Iterable[str]) -> list[str]:
+    """The job trees (``bucket/<level>/__magic_job-<id>/``) directly under each of
+    ``levels``: one delimited listing per level, all at once."""
+
+    async def at(level: str) -> list[str]:
+        prefix = f"{level}/{MAGIC_JOB_PREFIX}" if level else MAGIC_JOB_PREFIX
+        try:
+            return [t async for t in store.alist_prefixes(bucket, prefix)]
+        except FileNotFoundError:
+            return []
+
+    async def every() -> list[list[str]]:
+        return await asyncio.gather(*(at(level) for level in sorted(set(levels))))
+
+    return [tree for found in store.run(every()) for tree in found]
+
+
+def other_jobs_cover(store: S3Store, bucket: str, dest_key: str, job_id: str) -> list[str]:
+    """The other jobs' trees at the destination or above it (set-up's question: is the
+    job alone?). Nested jobs are not seen here: their sweeps see this one."""
+    own = _tree_of(bucket, dest_key, job_id)
+    return [t for t in trees_at(store, bucket, levels_above(f"{dest_key}/x")) if t != own]
+
+
+def other_jobs(store: S3Store, bucket: str, job_id: str, keys: set[str]) -> list[OtherJob]:
+    """The trees of jobs other than ``job_id`` that cover one of ``keys``, each listed
+    (and an unmarked one's record read). Listed through the store: retried and paced."""
+    levels = {level for key in keys for level in levels_above(key)}
+    found = []
+    for tree in trees_at(store, bucket, levels):
+        if tree.rstrip("/").rsplit("/", 1)[-1] == MAGIC_JOB_PREFIX + job_id:
+            continue
+        tree_bucket, tree_key = store.split(tree)
+        listing = list(iterate(store, store.alist_keys(tree_bucket, tree_key)))
+        record = f"{tree_bucket}/{tree_key}{UNMARKED_FILE}"
+        unmarked = (
+            store.run(aread_unmarked(store, tree_bucket, tree_key + UNMARKED_FILE))
+            if record in listing
+            else None
+        )
+        found.append(
+            OtherJob(
+                tree,
+                tree_key.rstrip("/").rpartition("/")[0],
+                frozenset(tree_keys(store, listing)),
+                unmarked.born if unmarked is not None else None,
+            )
+        )
+    return found
+
+
+async def aread_unmarked(store: S3Store, bucket: str, key: str) -> UnmarkedRecord | None:
+    """A job's unmarked record (``None``: there is none, the job writes markers)."""
     try:
-        for tree in iterate(store, store.alist_prefixes(bucket, trees)):
-            if tree != own:
-                keys |= tree_keys(store, iterate(store, store.alist_keys(*store.split(tree))))
+        response = await store.acall("get_object", Bucket=bucket, Key=key)
     except FileNotFoundError:
-        return set()
-    return keys
+        return None
+    try:
+        data: bytes = await response["Body"].read()
+    finally:
+        response["Body"].close()
+    return UnmarkedRecord.parse(data, response["LastModified"])
+
+
+def _tree_of(bucket: str, dest_key: str, job_id: str) -> str:
+    directory = f"{bucket}/{dest_key}" if dest_key else bucket
+    return f"{directory}/{MAGIC_JOB_PREFIX}{job_id}/"
 
 
 def _pendings_for(store: S3Store, listing: list[str], keys: set[str]) -> list[str]:

@@ -4,7 +4,11 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
 (``s3://bkt/out/__magic_job-7/.../__base/a.csv`` -> ``out/a.csv``) its steps are:
 
 * **begin**: PUT the zero-byte **intent marker** at the magic path (job, attempt, writer
-  nonce; see :mod:`.tracking`), *then* CreateMultipartUpload for ``out/a.csv``. For
+  nonce; see :mod:`.tracking`), *then* CreateMultipartUpload for ``out/a.csv``. In an
+  *unmarked* job (``intent_markers=False``: the committer found no other job covering
+  the destination, :mod:`.tracking`) only ``xb`` files and files under a hidden name
+  (``_x/``, ``.x``) put a marker; the others go
+  straight to the create, and the job's sweep finds their uploads by time. For
   ``xb`` the marker is PUT with ``If-None-Match: *``, or after a HEAD on a store that
   does not honour it (:mod:`.conditional`), so a second writer of the path gets
   ``FileExistsError`` from ``open()``; a ``PreconditionFailed`` answering a PUT whose
@@ -15,12 +19,16 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
   but the last, and double after every 1,000 parts (S3 allows 10,000).
 * **record**: ``<path>.pending`` with the upload id, ordered ETags and checksums (in
   ``in_memory`` mode the record stays in this process). Five requests for a small file:
-  marker, create, job check, part, ``.pending`` (an empty file still sends one part).
+  marker, create, job check, part, ``.pending`` (an empty file still sends one part);
+  four in an unmarked job, three in an unmarked in-memory one (the job check is shared
+  by the writers of a process whose closes overlap: :mod:`.job_check`).
 * **discard**: AbortMultipartUpload and delete the marker (and the record, if saved).
 
 Why the marker comes first: an upload must never exist without a record naming its
 key, or a writer killed between the create and its first record (or a create whose
-reply was lost and retried) would leave an upload nobody can find. Why the job check
+reply was lost and retried) would leave an upload nobody can find. (An unmarked job's
+sweep takes every upload under the destination initiated since the job began, so such
+an upload is found without a marker: :mod:`.sweep`.) Why the job check
 comes after the create: a job ends by deleting its job marker and then sweeping the
 uploads on its markers' keys; a writer whose check finds the marker still there
 created its upload before the sweep listed uploads, and a writer whose check finds it
@@ -105,6 +113,7 @@ class S3Writes(DeferredWritesBase):
             job_marker,
             in_memory=self.options.in_memory,
             checksum=self.checksum,
+            intent_marker=self.options.intent_markers or "x" in mode or _hidden(magic_path),
         )
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
@@ -121,6 +130,12 @@ class S3Writes(DeferredWritesBase):
             self.store.run(self.store.adelete_objects(bucket, keys))
 
 
+def _hidden(magic_path: MagicPath) -> bool:
+    """A file under a hidden name below the destination (``_x/``, ``.x``) keeps its marker
+    in an unmarked job: the sweep by date never takes such uploads (:func:`.sweep.hidden_below`)."""
+    return any(e.startswith(("_", ".")) for e in magic_path.relative_destination)
+
+
 class S3FileHooks:
     """One task file's multipart upload (see the module docstring)."""
 
@@ -134,6 +149,7 @@ class S3FileHooks:
         *,
         in_memory: bool,
         checksum: str | None,
+        intent_marker: bool = True,
     ):
         self.store = store
         self.url = f"s3://{path}"
@@ -150,6 +166,8 @@ class S3FileHooks:
         self.checksum = checksum
         self.part_checksums: dict[int, str] = {}
         self.upload_id: str | None = None
+        #: PUT the intent marker before the create (False: an unmarked job's ``wb`` file).
+        self.intent_marker = intent_marker
         self.marker_written = False
 
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -157,7 +175,8 @@ class S3FileHooks:
 
     async def abegin(self) -> None:
         """Intent marker, then the upload: see the module docstring for the order."""
-        await self._aput_marker()
+        if self.intent_marker:
+            await self._aput_marker()
         self.upload_id = await self.store.acreate_upload(
             self.bucket,
             self.destination_key,
@@ -227,7 +246,7 @@ class S3FileHooks:
             counters={
                 "stream_write_bytes": length,
                 "stream_write_block_uploads": len(part_ids),
-                "committer_magic_marker_put": 1,
+                "committer_magic_marker_put": int(self.intent_marker),
             }
         )
         return SinglePendingCommit(

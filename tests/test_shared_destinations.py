@@ -1,0 +1,463 @@
+"""Intent markers only when another job shares the destination (issue 28).
+
+A magic job that finds no other job's tree at its destination or above it at set-up is
+*unmarked*: its writers put no per-file intent marker, and its sweep finds its uploads
+by the store's upload dates instead (``magicfs.stores.s3.tracking``, ``.sweep``). These
+tests run where behaviour is the store's: on Ceph RGW, which dates its uploads, and on
+moto, which does not (one fixed date for every upload: jobs there keep their markers).
+
+Killed writers are real processes killed with SIGKILL once their upload exists: they
+leave an upload that no record names (and, unmarked, no marker either).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+
+import pytest
+from helpers.cli import run_cli
+
+from magicfs.committers.magic import MagicCommitter
+from magicfs.task_files import TASK_FILES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+#: A task writer that opens a file, writes to it and waits to be killed.
+WRITER = textwrap.dedent(
+    """
+    import pickle, sys, time
+    committer, path, mode = pickle.load(open(sys.argv[1], "rb"))
+    try:
+        f = committer.fs.open(path, mode)
+        f.write(b"half a file")
+        print("opened", flush=True)
+    except FileExistsError as refused:
+        print("refused:", refused, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+#: A task writer in another process that writes a file and closes it.
+CLOSER = textwrap.dedent(
+    """
+    import pickle, sys
+    from magicfs.task_files import TASK_FILES
+    committer, path, mode = pickle.load(open(sys.argv[1], "rb"))
+    with committer.fs.open(path, mode) as f:
+        f.write(b"from another process")
+    assert not [error for _, error in TASK_FILES.settle()]
+    """
+)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+
+
+class Calls:
+    """Every S3 call an s3fs instance sends: (operation, key)."""
+
+    def __init__(self, fs) -> None:
+        self.made: list[tuple[str, str]] = []
+        fs.s3.meta.events.register("provide-client-params.s3.*", self._record)
+
+    def _record(self, params, model, **_) -> None:
+        self.made.append((model.name, params.get("Key") or params.get("Prefix") or ""))
+
+    def clear(self) -> None:
+        self.made.clear()
+
+    def counts(self) -> Counter:
+        return Counter(op for op, _ in self.made)
+
+
+def committer(fs, bucket: str, dest: str = "out", **options) -> MagicCommitter:
+    return MagicCommitter(f"s3://{bucket}/{dest}", fs=fs, **options)
+
+
+def write(job: MagicCommitter, task, name: str, data: bytes = b"x,y\n") -> None:
+    with job.fs.open(task.path(name), "wb") as f:
+        f.write(data)
+
+
+def committed_task(job: MagicCommitter, task_id: int, *names: str):
+    task = job.task_attempt(task_id)
+    job.setup_task(task)
+    for name in names:
+        write(job, task, name)
+    return job.commit_task(task)
+
+
+def uploads(client, bucket: str) -> list[tuple[str, str]]:
+    listed = client.list_multipart_uploads(Bucket=bucket).get("Uploads") or []
+    return sorted((u["Key"], u["UploadId"]) for u in listed)
+
+
+def objects(client, bucket: str, prefix: str = "") -> list[str]:
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents") or []
+    return sorted(o["Key"] for o in listed)
+
+
+def visible(client, bucket: str) -> list[str]:
+    return [k for k in objects(client, bucket) if "__magic_job-" not in k]
+
+
+def killed_writer(job, task, name, client, bucket, tmp_path, mode="wb") -> str:
+    """A writer process killed once its upload exists; returns the upload's key."""
+    spec = tmp_path / f"writer-{task.attempt_id}-{name.replace('/', '-')}.pkl"
+    spec.write_bytes(pickle.dumps((job, task.path(name), mode)))
+    process = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(spec)], stdout=subprocess.PIPE, text=True, env=_env()
+    )
+    key = f"{job.dest_key}/{name}"
+    try:
+        deadline = time.monotonic() + 60
+        while not any(k == key for k, _ in uploads(client, bucket)):
+            assert time.monotonic() < deadline, "the writer never created its upload"
+            assert process.poll() is None, "the writer process ended on its own"
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    return key
+
+
+# --- the mode ----------------------------------------------------------------------------
+
+
+@pytest.mark.rgw
+@pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in-memory"])
+def test_a_job_alone_sends_no_marker_per_file(rgw_s3, rgw_client, rgw_bucket, in_memory):
+    job = committer(rgw_s3, rgw_bucket, in_memory=in_memory)
+    job.setup_job()
+    tree = f"out/__magic_job-{job.job_id}/"
+    assert job.unmarked
+    assert f"{tree}_magicfs_unmarked" in objects(rgw_client, rgw_bucket, tree)
+    assert job.storage_options["magic"]["intent_markers"] is False
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    calls = Calls(rgw_s3)
+    write(job, task, "a.csv")
+    TASK_FILES.settle()
+    made = [(op, key) for op, key in calls.made]
+    assert made[0] == ("CreateMultipartUpload", "out/a.csv")  # no marker before it
+    expected = {"CreateMultipartUpload": 1, "UploadPart": 1, "HeadObject": 1}
+    if not in_memory:
+        expected["PutObject"] = 1
+        assert made[-1] == (
+            "PutObject",
+            f"{tree}job-{job.job_id}/00/tasks/{task.attempt_id}/__base/a.csv.pending",
+        )
+    assert calls.counts() == expected
+    message = job.commit_task(task)
+    job.commit_job([message])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/a.csv"]
+    assert objects(rgw_client, rgw_bucket, tree) == []
+    assert uploads(rgw_client, rgw_bucket) == []
+
+
+@pytest.mark.rgw
+def test_a_job_sharing_its_destination_keeps_its_markers(rgw_s3, rgw_client, rgw_bucket):
+    first = committer(rgw_s3, rgw_bucket)
+    first.setup_job()
+    second = committer(rgw_s3, rgw_bucket)
+    calls = Calls(rgw_s3)
+    second.setup_job()
+    assert first.unmarked and not second.unmarked
+    # set-up looked for other jobs' trees at the destination and each level above it
+    assert ("ListObjectsV2", "out/__magic_job-") in calls.made
+    assert ("ListObjectsV2", "__magic_job-") in calls.made
+    assert "intent_markers" not in second.storage_options["magic"]
+    task = second.task_attempt(0)
+    second.setup_task(task)
+    calls.clear()
+    write(second, task, "b.csv")
+    TASK_FILES.settle()
+    marker = second.store.split(task.path("b.csv"))[1]
+    assert calls.made[:2] == [("PutObject", marker), ("CreateMultipartUpload", "out/b.csv")]
+    second.commit_job([second.commit_task(task)])
+    first.commit_job([committed_task(first, 0, "a.csv")])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/a.csv", "out/b.csv"]
+    assert uploads(rgw_client, rgw_bucket) == []
+
+
+@pytest.mark.rgw
+def test_intent_markers_always_keeps_them(rgw_s3, rgw_client, rgw_bucket):
+    job = committer(rgw_s3, rgw_bucket, intent_markers="always")
+    calls = Calls(rgw_s3)
+    job.setup_job()
+    assert not job.unmarked
+    assert not any(op == "ListObjectsV2" for op, _ in calls.made)  # nothing to decide
+    job.commit_job([committed_task(job, 0, "a.csv")])
+    assert calls.counts()["PutObject"] >= 3  # job marker, intent marker, .pending, ...
+    assert uploads(rgw_client, rgw_bucket) == []
+
+
+def test_intent_markers_must_be_auto_or_always():
+    with pytest.raises(ValueError, match="intent_markers must be one of auto, always; got 'never'"):
+        MagicCommitter("s3://b/out", intent_markers="never")
+
+
+def test_a_store_without_real_upload_dates_keeps_markers(s3, s3_client, bucket, request_log):
+    # moto lists every upload as initiated on one fixed day of 2010: a sweep by date
+    # would take the job's own uploads for older than the job.
+    request_log.attach(s3)
+    job = committer(s3, bucket)
+    job.setup_job()
+    assert not job.unmarked
+    probe = ["CreateMultipartUpload", "ListMultipartUploads", "AbortMultipartUpload"]
+    assert [op for op in request_log.operations if "Multipart" in op] == probe
+    request_log.clear()
+    again = committer(s3, bucket)
+    again.setup_job()  # learned once per process and bucket
+    assert not again.unmarked
+    assert not any("Multipart" in op for op in request_log.operations)
+    job.commit_job([committed_task(job, 0, "a.csv")])
+    again.abort_job()
+    assert uploads(s3_client, bucket) == []
+
+
+# --- two jobs on one destination ---------------------------------------------------------
+
+
+@pytest.mark.rgw
+@pytest.mark.parametrize("ends_first", ["alone", "marked"])
+def test_two_jobs_on_one_destination_never_abort_each_others_uploads(
+    rgw_s3, rgw_client, rgw_bucket, tmp_path, ends_first
+):
+    alone = committer(rgw_s3, rgw_bucket)
+    alone.setup_job()
+    marked = committer(rgw_s3, rgw_bucket)
+    marked.setup_job()
+    assert alone.unmarked and not marked.unmarked
+    messages = {
+        "alone": [committed_task(alone, 0, "alone.csv")],
+        "marked": [committed_task(marked, 0, "marked.csv")],
+    }
+    jobs = {"alone": alone, "marked": marked}
+    for name, job in jobs.items():
+        task = job.task_attempt(1)
+        job.setup_task(task)
+        killed_writer(job, task, f"{name}-killed.csv", rgw_client, rgw_bucket, tmp_path)
+    other = "marked" if ends_first == "alone" else "alone"
+    jobs[ends_first].abort_job()
+    left = [key for key, _ in uploads(rgw_client, rgw_bucket)]
+    assert f"out/{other}.csv" in left  # the other job's committed task is untouched
+    assert f"out/{ends_first}.csv" not in left
+    jobs[other].commit_job(messages[other])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", f"out/{other}.csv"]
+    assert uploads(rgw_client, rgw_bucket) == []
+    assert objects(rgw_client, rgw_bucket, "out/__magic_job-") == []
+
+
+@pytest.mark.rgw
+@pytest.mark.parametrize("ends_first", ["outer", "nested"])
+def test_nested_jobs_never_abort_each_others_uploads(
+    rgw_s3, rgw_client, rgw_bucket, tmp_path, ends_first
+):
+    nested = committer(rgw_s3, rgw_bucket, "out/sub")
+    nested.setup_job()
+    outer = committer(rgw_s3, rgw_bucket, "out")
+    outer.setup_job()
+    # Neither sees the other at set-up (a nested tree is below the outer job's listing,
+    # and the nested job looked before the outer one existed): both are unmarked.
+    assert nested.unmarked and outer.unmarked
+    messages = {
+        "outer": [committed_task(outer, 0, "sub/outer.csv", "top.csv")],
+        "nested": [committed_task(nested, 0, "nested.csv")],
+    }
+    jobs = {"outer": outer, "nested": nested}
+    for name, job in jobs.items():
+        task = job.task_attempt(1)
+        job.setup_task(task)
+        relative = f"sub/{name}-killed.csv" if name == "outer" else f"{name}-killed.csv"
+        killed_writer(job, task, relative, rgw_client, rgw_bucket, tmp_path)
+    other = "nested" if ends_first == "outer" else "outer"
+    jobs[ends_first].abort_job()
+    left = {key for key, _ in uploads(rgw_client, rgw_bucket)}
+    kept = {"outer": {"out/sub/outer.csv", "out/top.csv"}, "nested": {"out/sub/nested.csv"}}
+    assert kept[other] <= left
+    assert not kept[ends_first] & left
+    jobs[other].commit_job(messages[other])
+    files = {"outer": ["out/_SUCCESS", "out/sub/outer.csv", "out/top.csv"]}
+    files["nested"] = ["out/sub/_SUCCESS", "out/sub/nested.csv"]
+    assert visible(rgw_client, rgw_bucket) == files[other]
+    assert uploads(rgw_client, rgw_bucket) == []  # the killed writers' too
+
+
+# --- the sweep by date ---------------------------------------------------------------------
+
+
+@pytest.mark.rgw
+def test_uploads_older_than_the_job_are_spared(rgw_s3, rgw_client, rgw_bucket):
+    old = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/old.bin")["UploadId"]
+    time.sleep(2.5)  # the job's margin below is one second
+    job = committer(rgw_s3, rgw_bucket, clock_margin=1)
+    job.setup_job()
+    assert job.unmarked
+    # What the unmarked mode gives up: a plain upload started during the job is its.
+    during = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/during.bin")
+    job.commit_job([committed_task(job, 0, "a.csv")])
+    assert uploads(rgw_client, rgw_bucket) == [("out/old.bin", old)]
+    assert during["UploadId"] not in {u for _, u in uploads(rgw_client, rgw_bucket)}
+    rgw_client.abort_multipart_upload(Bucket=rgw_bucket, Key="out/old.bin", UploadId=old)
+
+
+@pytest.mark.rgw
+def test_hidden_names_are_never_swept_by_date_and_keep_their_markers(
+    rgw_s3, rgw_client, rgw_bucket, tmp_path
+):
+    job = committer(rgw_s3, rgw_bucket)
+    job.setup_job()
+    assert job.unmarked
+    # another committer's upload under a hidden name (FileOutputCommitter's _temporary)
+    other = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/_temporary/0/x")
+    failed = job.task_attempt(1)
+    job.setup_task(failed)
+    killed_writer(job, failed, "_meta/killed.csv", rgw_client, rgw_bucket, tmp_path)
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    calls = Calls(rgw_s3)
+    write(job, task, "_meta/kept.csv")
+    TASK_FILES.settle()
+    marker = ("PutObject", job.store.split(task.path("_meta/kept.csv"))[1])
+    assert calls.made.index(marker) < calls.made.index(
+        ("CreateMultipartUpload", "out/_meta/kept.csv")
+    )
+    job.commit_job([job.commit_task(task)])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/_meta/kept.csv"]
+    # the killed writer's upload went by its marker; the other committer's is left
+    assert uploads(rgw_client, rgw_bucket) == [("out/_temporary/0/x", other["UploadId"])]
+    rgw_client.abort_multipart_upload(
+        Bucket=rgw_bucket, Key="out/_temporary/0/x", UploadId=other["UploadId"]
+    )
+
+
+@pytest.mark.rgw
+def test_the_mode_survives_resume(rgw_s3, rgw_client, rgw_bucket):
+    job = committer(rgw_s3, rgw_bucket)
+    job.setup_job()
+    resumed = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
+    assert not resumed.unmarked  # not known before it reads the store
+    resumed.setup_job(resume=True)
+    assert resumed.unmarked
+    assert resumed.storage_options["magic"]["intent_markers"] is False
+    calls = Calls(rgw_s3)
+    message = committed_task(resumed, 0, "a.csv")
+    assert not any(op == "PutObject" and key.endswith("__base/a.csv") for op, key in calls.made)
+    resumed.commit_job([message])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/a.csv"]
+
+
+@pytest.mark.rgw
+def test_task_commit_finds_the_unmarked_files_of_another_process_by_their_records(
+    rgw_s3, rgw_client, rgw_bucket, tmp_path
+):
+    job = committer(rgw_s3, rgw_bucket)
+    job.setup_job()
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    spec = tmp_path / "closer.pkl"
+    spec.write_bytes(pickle.dumps((job, task.path("a.csv"), "wb")))
+    subprocess.run([sys.executable, "-c", CLOSER, str(spec)], check=True, env=_env())
+    tree = objects(rgw_client, rgw_bucket, f"out/__magic_job-{job.job_id}/")
+    assert [k for k in tree if "/__base/" in k] == [
+        f"{task.path('a.csv').split('/', 1)[1]}.pending"
+    ]
+    elsewhere = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
+    assert not elsewhere.unmarked  # it learns the mode from the tree
+    message = elsewhere.commit_task(elsewhere.task_attempt(0))
+    job.commit_job([message])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/a.csv"]
+    assert uploads(rgw_client, rgw_bucket) == []
+
+
+@pytest.mark.rgw
+def test_create_only_files_keep_their_marker_and_are_refused_across_writers(
+    rgw_s3, rgw_client, rgw_bucket, tmp_path
+):
+    job = committer(rgw_s3, rgw_bucket)
+    job.setup_job()
+    assert job.unmarked
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    calls = Calls(rgw_s3)
+    first = job.fs.open(task.path("once.csv"), "xb")
+    marker = ("PutObject", job.store.split(task.path("once.csv"))[1])
+    assert calls.made.index(marker) < calls.made.index(("CreateMultipartUpload", "out/once.csv"))
+    spec = tmp_path / "second.pkl"
+    spec.write_bytes(pickle.dumps((job, task.path("once.csv"), "xb")))
+    second = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(spec)], stdout=subprocess.PIPE, text=True, env=_env()
+    )
+    try:
+        line = second.stdout.readline()
+    finally:
+        second.kill()
+        second.wait()
+    assert line.startswith("refused:") and "another writer has already opened" in line
+    first.write(b"1")
+    first.close()
+    job.commit_job([job.commit_task(task)])
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/once.csv"]
+
+
+# --- operators: the mode read back from the tree -------------------------------------------
+
+
+@pytest.mark.rgw
+def test_uploads_abort_job_takes_an_unmarked_jobs_killed_writers_only(
+    rgw_server, rgw_s3, rgw_client, rgw_bucket, tmp_path
+):
+    dead = committer(rgw_s3, rgw_bucket)
+    dead.setup_job()
+    live = committer(rgw_s3, rgw_bucket)
+    live.setup_job()
+    assert dead.unmarked and not live.unmarked
+    task = dead.task_attempt(0)
+    dead.setup_task(task)
+    killed_writer(dead, task, "dead.csv", rgw_client, rgw_bucket, tmp_path)
+    live_messages = [committed_task(live, 0, "live.csv")]
+    keys = {
+        "AWS_ACCESS_KEY_ID": rgw_server.storage_options["key"],
+        "AWS_SECRET_ACCESS_KEY": rgw_server.storage_options["secret"],
+    }
+    url = f"s3://{rgw_bucket}/out"
+    aborted = run_cli(
+        "uploads",
+        "abort",
+        "--force",
+        "--job",
+        dead.job_id,
+        url,
+        "--json",
+        "--endpoint-url",
+        rgw_server.endpoint_url,
+        env=keys,
+    )
+    assert aborted.code == 0, aborted.output
+    assert [u["key"] for u in aborted.json()["uploads"]] == ["out/dead.csv"]
+    cleaned = run_cli(
+        "jobs",
+        "cleanup",
+        "--job",
+        dead.job_id,
+        url,
+        "--endpoint-url",
+        rgw_server.endpoint_url,
+        env=keys,
+    )
+    assert cleaned.code == 0, cleaned.output
+    assert objects(rgw_client, rgw_bucket, f"out/__magic_job-{dead.job_id}/") == []
+    live.commit_job(live_messages)
+    assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/live.csv"]
+    assert uploads(rgw_client, rgw_bucket) == []
