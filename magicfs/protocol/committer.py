@@ -115,15 +115,21 @@ class OutputCommitter(TaskLifecycle):
         """Set the job up; refuse a job id that is already in use here (see module docs).
 
         ``resume=True`` continues a job that is still active (another driver set it up).
+        A job id the committer generated itself is not looked up the first time (a fresh
+        UUID is in use nowhere; copies pickled *before* set-up share it, so set up once,
+        then ship the committer).
         """
         start = time.monotonic()
-        state = self.job_state()
+        # A job id this committer drew itself (a fresh UUID) and has not set up yet can be
+        # in use nowhere: no journal, marker or _SUCCESS to look up (three requests).
+        state = None if self._fresh_job_id and not resume else self.job_state()
         self._refuse_job_id_in_use(state, resume)
         if state is None or not resume:
             self._check_no_conflict("job setup")
             if self.success_file:
                 self._delete_files([self.success_path])
         self._setup_job(resume=state == "active")
+        self._fresh_job_id = False  # set up: from now on its id is in use
         log.info(
             "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",
             self.job_id,

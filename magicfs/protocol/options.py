@@ -67,6 +67,8 @@ class CommitterOptions:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         self.job_id = check_job_id(job_id) if job_id is not None else str(uuid.uuid4())
+        #: The id is a UUID drawn here and not set up yet: job setup need not look it up.
+        self._fresh_job_id = job_id is None
         # Hadoop's values: "Generated Locally", "spark.sql.sources.writeJobUUID", "JobID"...
         self.job_id_source = job_id_source or ("job_id" if job_id else "Generated Locally")
         #: The options the store's filesystem was built with (see :attr:`storage_options`).
