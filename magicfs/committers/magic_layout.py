@@ -229,19 +229,9 @@ class MagicLayoutCommitter(PendingsetCommitter):
             self._put(self.layout.job_marker, self._job_marker_document())
 
     def job_active(self) -> bool:
-        """Whether the job marker exists, by a check that starts after this call.
-
-        Shared (:mod:`magicfs.stores.s3.job_check`) with the other task set-ups and
-        commits and the writers of this process that ask meanwhile: tasks committing at
-        once on one driver or executor send one HEAD, not one each. Any check that starts
-        after the caller's last write answers it (the zombie handshake needs no more).
-        """
-        bucket, key = self.deferred.split(self.layout.job_marker)
-
-        async def head() -> bool:
-            return await self.deferred.arecord_info(self.layout.job_marker) is not None
-
-        return self.deferred.run(job_still_active(bucket, key, head))
+        """Whether the job marker exists, by a shared check started after this call
+        (:func:`shared_check`)."""
+        return self.deferred.run(shared_check(self.deferred, self.layout.job_marker))
 
     def _end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
@@ -494,6 +484,20 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _tree_pages(self) -> Iterable[list[str]]:
         """The job's tree, page by page."""
         return self._pages(self.layout.magic_dir)
+
+
+async def shared_check(deferred: DeferredStore, marker: str) -> bool:
+    """Whether ``marker`` exists, by a check that starts after this call, shared
+    (:mod:`magicfs.stores.s3.job_check`) with the task set-ups and commits and the
+    writers of this process that ask meanwhile: tasks committing at once send one HEAD,
+    not one each. Any check that starts after the caller's last write answers it (the
+    zombie handshake needs no more)."""
+    bucket, key = deferred.split(marker)
+
+    async def head() -> bool:
+        return await deferred.arecord_info(marker) is not None
+
+    return await job_still_active(bucket, key, head)
 
 
 def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:
