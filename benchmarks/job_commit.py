@@ -47,7 +47,9 @@ STAGES = ("end_job", "load", "validate", "journal", "publish", "success")
 @dataclass
 class Run:
     floor: float = 0.0
+    floor_cpu: float = 0.0
     commit: float = 0.0
+    commit_cpu: float = 0.0
     cleanup: float = 0.0
     commit_requests: int = 0
     cleanup_requests: int = 0
@@ -71,7 +73,7 @@ class Counting:
         return total
 
 
-def time_floor(target: Target, bucket: str, files: int, threads: int) -> float:
+def time_floor(target: Target, bucket: str, files: int, threads: int) -> tuple[float, float]:
     client = target.boto3_client()
 
     def create(n: int) -> tuple[str, str, str]:
@@ -92,10 +94,10 @@ def time_floor(target: Target, bucket: str, files: int, threads: int) -> float:
             MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]},
         )
 
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with concurrent.futures.ThreadPoolExecutor(threads) as pool:
         list(pool.map(complete, uploads))
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def time_magic(target: Target, bucket: str, args: argparse.Namespace, run: Run) -> None:
@@ -107,6 +109,7 @@ def time_magic(target: Target, bucket: str, args: argparse.Namespace, run: Run) 
         threads=args.threads,
         progress=False,
         cleanup=args.cleanup,
+        **({"checksum": None} if args.no_checksum else {}),
     )
     per_task = args.files // args.tasks
     committer.setup_job()
@@ -123,9 +126,9 @@ def time_magic(target: Target, bucket: str, args: argparse.Namespace, run: Run) 
         messages = list(pool.map(task, range(args.tasks)))
     counting = Counting()
     counting.attach(committer.store_fs)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     summary = committer.commit_job(messages)
-    run.commit = time.perf_counter() - start
+    run.commit, run.commit_cpu = time.perf_counter() - start, time.process_time() - cpu
     run.commit_requests = counting.take()
     start = time.perf_counter()
     committer.wait_cleanup()
@@ -156,7 +159,7 @@ def one_run(target: Target, args: argparse.Namespace, n: int) -> Run:
     floor_bucket, magic_bucket = f"floor-{n}", f"magic-{n}"
     client.create_bucket(Bucket=floor_bucket)
     client.create_bucket(Bucket=magic_bucket)
-    run.floor = time_floor(target, floor_bucket, args.files, args.threads)
+    run.floor, run.floor_cpu = time_floor(target, floor_bucket, args.files, args.threads)
     time_magic(target, magic_bucket, args, run)
     return run
 
@@ -173,14 +176,16 @@ def report(target: Target, runs: list[Run], args: argparse.Namespace) -> list[st
         f"### {target.name}: {target.describe}; {files} files in {args.tasks} tasks, "
         f"{args.threads} threads, clean-up {args.cleanup}, median of {len(runs)}",
         "",
-        "| what | seconds (min-max) | x floor | requests/file |",
-        "|---|---:|---:|---:|",
-        f"| bare completions (floor) | {median(floor)} | 1.00 | 1.00 |",
+        "| what | seconds (min-max) | x floor | requests/file | client CPU ms/file |",
+        "|---|---:|---:|---:|---:|",
+        f"| bare completions (floor) | {median(floor)} | 1.00 | 1.00 | "
+        f"{statistics.median(r.floor_cpu for r in runs) * 1000 / files:.1f} |",
         f"| magic commit_job | {median(commit)} | {statistics.median(ratios):.2f} "
         f"({min(ratios):.2f}-{max(ratios):.2f}) | "
-        f"{statistics.median(r.commit_requests for r in runs) / files:.3f} |",
+        f"{statistics.median(r.commit_requests for r in runs) / files:.3f} | "
+        f"{statistics.median(r.commit_cpu for r in runs) * 1000 / files:.1f} |",
         f"| clean-up after it returned | {median([r.cleanup for r in runs])} | - | "
-        f"{statistics.median(r.cleanup_requests for r in runs) / files:.3f} |",
+        f"{statistics.median(r.cleanup_requests for r in runs) / files:.3f} | - |",
         "",
         "Stages of commit_job, median seconds: "
         + ", ".join(
@@ -199,6 +204,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-checksum", action="store_true", help="checksum=None")
     parser.add_argument("--cleanup", default="background", choices=("background", "inline", "off"))
     args = parser.parse_args()
     out: list[str] = []
