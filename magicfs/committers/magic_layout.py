@@ -17,7 +17,32 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
 * ``commit_job``: the task records listed (or named by the messages), the nothing-to-commit
   refusals, the job commit of :mod:`.pendingsets`, ``_SUCCESS``.
 * clean-up: the job's tree deleted files first, then task records, the journal last
-  (a clean-up cut short never leaves a tree a retried commit reads as fewer tasks).
+  (a clean-up cut short never leaves a tree a retried commit reads as fewer tasks); when,
+  the committer's ``cleanup`` option says (:mod:`magicfs.protocol.cleanup`).
+
+**Requests per task, and why each stays** (issue 28). Set-up: a HEAD of the job marker
+and the started marker's PUT; commit: a listing of the attempt's directory, the started
+marker's HEAD (alongside the listing: no extra round trip), the two pendingset PUTs (at
+once), a HEAD of the job marker. The job checks are shared: task set-ups and commits that
+ask at the same time in one process, and its writers, share one HEAD
+(:meth:`MagicLayoutCommitter.job_active`).
+
+* The started marker is what refuses a commit of an attempt that was aborted — in any
+  process — or never set up (it would save a record of whatever its directory holds, or
+  an empty one, and the job would publish that as the task). The job marker cannot carry
+  it (it is per job), nor the attempt's pendingset (it does not exist before the
+  commit), nor this process's memory (set-up, abort and commit may run in different
+  processes). Hadoop's magic committer pays the same (its task set-up makes the attempt
+  directory).
+* Two pendingsets: the attempt's own (``tasks/<attempt>.pendingset``) is what the task
+  commit message names, so a job commit with messages publishes exactly the attempt the
+  caller chose among speculative ones; the task's (``<task id>.pendingset``) is what a
+  job commit without messages lists, where the store's own last-writer-wins order makes
+  "the last committed attempt wins" exact (HADOOP-17258) — one name cannot serve both,
+  and the task's is Hadoop's layout. Saved at once: one round trip.
+* The job check after saving is the zombie handshake: a task commit either saved its
+  record before the job's end (and is listed or named) or finds the marker gone and
+  withdraws. It must follow the save, so it cannot share the listing before it.
 
 :class:`~.magic.MagicCommitter` (S3) and :class:`~.blocks.BlockListCommitter` (Azure) are
 configurations of it; any store in :mod:`magicfs.stores.registry` whose committer is one
@@ -50,6 +75,7 @@ from ..protocol.journal import JournalKeeper
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
 from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
 from ..stores.registry import committed_by, deferred_store_for
+from ..stores.s3.job_check import job_still_active
 from ..stores.spool import OrderedPaths
 from ..stores.validation import check_commit
 from ..task_files import TaskFile
@@ -209,7 +235,9 @@ class MagicLayoutCommitter(PendingsetCommitter):
             self._put(self.layout.job_marker, self._job_marker_document())
 
     def job_active(self) -> bool:
-        return self._exists(self.layout.job_marker)
+        """Whether the job marker exists, by a shared check started after this call
+        (:func:`shared_check`)."""
+        return self.deferred.run(shared_check(self.deferred, self.layout.job_marker))
 
     def _end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
@@ -462,6 +490,20 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _tree_pages(self) -> Iterable[list[str]]:
         """The job's tree, page by page."""
         return self._pages(self.layout.magic_dir)
+
+
+async def shared_check(deferred: DeferredStore, marker: str) -> bool:
+    """Whether ``marker`` exists, by a check that starts after this call, shared
+    (:mod:`magicfs.stores.s3.job_check`) with the task set-ups and commits and the
+    writers of this process that ask meanwhile: tasks committing at once send one HEAD,
+    not one each. Any check that starts after the caller's last write answers it (the
+    zombie handshake needs no more)."""
+    bucket, key = deferred.split(marker)
+
+    async def head() -> bool:
+        return await deferred.arecord_info(marker) is not None
+
+    return await job_still_active(bucket, key, head)
 
 
 def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:

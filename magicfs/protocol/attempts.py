@@ -147,9 +147,10 @@ def total_rows(messages: Messages | None) -> int | None:
 class JobSummary:
     """What ``commit_job`` did.
 
-    ``cleanup_incomplete`` is ``None`` when the job left nothing behind; otherwise it
-    says what clean-up could not delete and the command that finishes it (the output
-    itself is complete and visible either way).
+    ``cleanup_incomplete`` is ``None`` when the job left nothing behind, or its clean-up
+    still runs in the background (``committer.wait_cleanup()`` then says what it left);
+    otherwise it says what clean-up could not delete, or that clean-up is off, and the
+    command that finishes it (the output itself is complete and visible either way).
     """
 
     job_id: str

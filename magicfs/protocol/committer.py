@@ -11,9 +11,13 @@ shared lives in the store, not in the object.
 load and validate task records, publish, roll back, save ``_SUCCESS``, clean up)::
 
     end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
-            -> success -> cleanup
+            -> success -> (committed) -> cleanup
 
-A failure names its stage and the job (:class:`~magicfs.errors.JobCommitError`).
+A failure names its stage and the job (:class:`~magicfs.errors.JobCommitError`). The
+job is committed once ``_SUCCESS`` and the journal's ``committed`` phase are saved;
+``cleanup`` then runs as the ``cleanup`` option says (:mod:`.cleanup`): inline (the
+default), off the critical path in the background (``wait_cleanup()`` waits for it),
+or not at all.
 
 **Recovery.** The *journal* (:mod:`magicfs.records.journal`) is saved after every task
 record has loaded and validated and before anything becomes visible or is deleted. It
@@ -111,15 +115,21 @@ class OutputCommitter(TaskLifecycle):
         """Set the job up; refuse a job id that is already in use here (see module docs).
 
         ``resume=True`` continues a job that is still active (another driver set it up).
+        A job id the committer generated itself is not looked up the first time (a fresh
+        UUID is in use nowhere; copies pickled *before* set-up share it, so set up once,
+        then ship the committer).
         """
         start = time.monotonic()
-        state = self.job_state()
+        # A job id this committer drew itself (a fresh UUID) and has not set up yet can be
+        # in use nowhere: no journal, marker or _SUCCESS to look up (three requests).
+        state = None if self._fresh_job_id and not resume else self.job_state()
         self._refuse_job_id_in_use(state, resume)
         if state is None or not resume:
             self._check_no_conflict("job setup")
             if self.success_file:
                 self._delete_files([self.success_path])
         self._setup_job(resume=state == "active")
+        self._fresh_job_id = False  # set up: from now on its id is in use
         log.info(
             "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",
             self.job_id,
@@ -171,7 +181,9 @@ class OutputCommitter(TaskLifecycle):
         ``messages`` it lists the committed tasks (the last committed attempt of each
         task wins). Every record is loaded and validated before anything is made
         visible; then the files are published ``threads`` at a time, ``_SUCCESS`` is
-        written and the job's temporary state deleted. Called again with the same job
+        written, the journal marked committed, and the job's temporary state deleted:
+        before this returns, or with ``cleanup="background"`` after, on a thread of its
+        own (:meth:`wait_cleanup` waits for it). Called again with the same job
         id, in any process, it finishes a commit that an earlier driver started.
 
         Args:
@@ -179,7 +191,9 @@ class OutputCommitter(TaskLifecycle):
 
         Returns:
             A :class:`~magicfs.JobSummary`: files, bytes, tasks, seconds, and
-            ``cleanup_incomplete`` if clean-up left something (the output is whole).
+            ``cleanup_incomplete`` if an inline clean-up left something or clean-up is
+            off (the output is whole; a background clean-up reports through
+            :meth:`wait_cleanup`).
 
         Raises:
             magicfs.errors.JobCommitError: a stage failed; the error names the stage and
@@ -187,7 +201,24 @@ class OutputCommitter(TaskLifecycle):
                 says ``recoverable`` (then ``commit_job()`` again finishes the job).
             magicfs.errors.NothingToCommitError: the job was already committed.
         """
+        self.wait_cleanup()  # a clean-up of this job still running here finishes first
         return JobCommit(self, messages).run()
+
+    def wait_cleanup(self, timeout: float | None = None) -> str | None:
+        """Wait for the clean-up of this job still running in the background, if any.
+
+        With ``cleanup="background"``, ``commit_job()`` returns once the job is
+        committed and cleans up on a thread of its own
+        (:mod:`magicfs.protocol.cleanup`). Returns what the clean-up left, with the
+        command that finishes it (``None``: nothing left, or no clean-up ran here).
+
+        Raises:
+            TimeoutError: it is still running after ``timeout`` seconds.
+        """
+        run = self._cleanup_run
+        if run is None:
+            return None
+        return run.wait(timeout)
 
     # -- abort and clean-up ---------------------------------------------------------------------
 
@@ -200,6 +231,7 @@ class OutputCommitter(TaskLifecycle):
         """
         start = time.monotonic()
         TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
+        self.wait_cleanup()
         self._end_job()
         keeper = self._journal()
         journal = keeper.read() if keeper is not None else None
@@ -232,6 +264,7 @@ class OutputCommitter(TaskLifecycle):
         Refused while a commit of the job is unfinished: that needs ``commit_job()`` or
         ``abort_job()``, or the half-published output would lose its only record.
         """
+        self.wait_cleanup()
         keeper = self._journal()
         journal = keeper.read() if keeper is not None else None
         if journal is not None and journal.phase != "committed":

@@ -6,7 +6,10 @@
 Each stage runs once and is timed into the committer's statistics
 (``job_stage_<name>``); a failure names its stage and the job
 (:class:`~magicfs.errors.JobCommitError`) and is handled by the failure policy of
-:mod:`.recovery` (rolled back, or left to be finished).
+:mod:`.recovery` (rolled back, or left to be finished). Once ``success`` has saved
+``_SUCCESS`` and the journal is marked ``committed``, the job is committed: ``cleanup``
+runs as the committer's ``cleanup`` option says (:mod:`.cleanup`: inline, or on a
+thread of its own after ``commit_job()`` has returned, or not at all).
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import concurrent.futures
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ..errors import NothingToCommitError
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsStore
 from ..task_files import TASK_FILES
 from .attempts import JobSummary, Messages, total_rows
+from .cleanup import BackgroundCleanup
 from .hooks import CommitterHooks, Loaded, Published
 from .options import elapsed
 from .recovery import Recovery
@@ -67,22 +71,32 @@ class JobCommit:
                 return self._finish_clean_up(self.journal)
         try:  # the loaded records (on local disk) serve every stage, clean-up included
             published, filenames = self._make_visible(was_active)
-            assert self.loaded is not None
+            loaded = self.loaded
+            assert loaded is not None
             c.stats.increment("committer_jobs_completed")
             if self.journal is not None:
                 self.recovery.mark_committed(
-                    self.journal, published.files, published.bytes, self.loaded.tasks
+                    self.journal, published.files, published.bytes, loaded.tasks
                 )
-            with self.stages("cleanup"):
-                incomplete = try_clean_up(c, self.loaded, published)
             summary = summarise(
-                c, published.files, published.bytes, self.loaded.tasks, self.start, filenames
+                c, published.files, published.bytes, loaded.tasks, self.start, filenames
             )
-            summary.cleanup_incomplete = incomplete
+            self.loaded = None  # the clean-up owns it now (and discards it)
+            summary.cleanup_incomplete = clean_up_committed(
+                c, lambda: self._clean_up(loaded, published)
+            )
             return summary
         finally:
             if self.loaded is not None:
                 self.loaded.discard()
+
+    def _clean_up(self, loaded: Loaded, published: Published) -> str | None:
+        """Stage cleanup (timed, wherever it runs); then the loaded records go."""
+        try:
+            with self.stages("cleanup"):
+                return try_clean_up(self.committer, loaded, published)
+        finally:
+            loaded.discard()
 
     def _end_job(self) -> bool:
         """Stage end_job: end the job while its journal is read (two requests at once)."""
@@ -163,7 +177,7 @@ class JobCommit:
         """A commit that got as far as ``_SUCCESS``: only its clean-up is left to do."""
         c = self.committer
         log.info("job %s: already committed; finishing its clean-up", c.job_id)
-        incomplete = try_clean_up(c, None, Published(0, 0))
+        incomplete = clean_up_committed(c, lambda: try_clean_up(c, None, Published(0, 0)))
         result = journal.result
         summary = summarise(
             c,
@@ -175,6 +189,24 @@ class JobCommit:
         )
         summary.cleanup_incomplete = incomplete
         return summary
+
+
+def clean_up_committed(committer: CommitterHooks, work: Callable[[], str | None]) -> str | None:
+    """Run a committed job's clean-up ``work`` as the committer's ``cleanup`` option says
+    (:mod:`.cleanup`); what it left, as far as known when this returns."""
+    c = committer
+    if c.cleanup == "inline":
+        return work()
+    if c.cleanup == "off":
+        left = (
+            f"clean-up of job {c.job_id} is off (cleanup='off'): the output is complete; "
+            f"its tree and any upload of a failed or speculative attempt stay until "
+            f"cleanup_job() (magicfs jobs cleanup --job {c.job_id} {c.url})"
+        )
+        log.info("job %s: %s", c.job_id, left)
+        return left
+    c._cleanup_run = BackgroundCleanup(c.job_id, work)
+    return None
 
 
 def try_clean_up(

@@ -18,6 +18,7 @@ from ..layouts.magic import check_job_id
 from ..names import SUCCESS_FILE
 from ..paths import join
 from ..statistics import IOStatisticsStore
+from .cleanup import CLEANUP_MODES, BackgroundCleanup
 
 CONFLICT_MODES = ("append", "fail", "replace")
 
@@ -36,6 +37,8 @@ class CommitterOptions:
     """
 
     name: str = "abstract"  # per instance where one class serves several (file-v1/v2)
+    #: The clean-up of this committer's job still running in this process, if any.
+    _cleanup_run: BackgroundCleanup | None = None
 
     def __init__(
         self,
@@ -50,7 +53,13 @@ class CommitterOptions:
         app_attempt: int = 0,
         progress: bool | None = None,
         job_id_source: str | None = None,
+        cleanup: str = "inline",
     ):
+        if cleanup not in CLEANUP_MODES:
+            raise ValueError(
+                f"unknown cleanup {cleanup!r}: use one of {', '.join(CLEANUP_MODES)} "
+                "(see magicfs.protocol.cleanup)"
+            )
         if conflict_mode not in CONFLICT_MODES:
             raise ValueError(
                 f"unknown conflict_mode {conflict_mode!r}: use one of {', '.join(CONFLICT_MODES)}"
@@ -58,6 +67,8 @@ class CommitterOptions:
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
         self.job_id = check_job_id(job_id) if job_id is not None else str(uuid.uuid4())
+        #: The id is a UUID drawn here and not set up yet: job setup need not look it up.
+        self._fresh_job_id = job_id is None
         # Hadoop's values: "Generated Locally", "spark.sql.sources.writeJobUUID", "JobID"...
         self.job_id_source = job_id_source or ("job_id" if job_id else "Generated Locally")
         #: The options the store's filesystem was built with (see :attr:`storage_options`).
@@ -67,6 +78,8 @@ class CommitterOptions:
         self.success_file = success_file
         self.app_attempt = app_attempt
         self.progress = progress
+        #: When a committed job's clean-up runs (:mod:`.cleanup`).
+        self.cleanup = cleanup
         # The store itself, even when install() made its URLs build magic wrappers.
         if fs is not None:
             self.store_fs = unwrapped(fs)
@@ -92,6 +105,7 @@ class CommitterOptions:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state.pop("stats", None)  # per process; holds a lock
+        state.pop("_cleanup_run", None)  # a thread of this process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -15,12 +15,22 @@ visible or the first old file is deleted:
 * ``deletes``: how many old files the delete pages list (:class:`DeletePage`, 1,000
   paths each, beside the journal);
 * phase ``"committed"`` (with ``result``: files, bytes, tasks) once ``_SUCCESS`` is
-  saved: a driver that dies during the clean-up leaves a job that ``commit_job()``
-  finishes by cleaning up, without publishing anything again.
+  saved: the job is committed. What is left is its clean-up, which runs inline, in the
+  background after ``commit_job()`` has returned, or not at all (the committers'
+  ``cleanup`` option, :mod:`magicfs.protocol.cleanup`); a driver that dies before it
+  finished leaves a job that ``commit_job()`` or ``cleanup_job()`` finishes by cleaning
+  up, without publishing anything again.
 
-The journal is deleted last, with the job's tree, once the commit is complete. Its
-presence means "a commit started and did not finish": ``commit_job()`` finishes it,
-``abort_job()`` rolls it back, ``magicfs jobs`` lists it.
+Saved twice, and both are needed: the first save is the crash guarantee (nothing is
+visible before it); the second, ``committed``, is what tells a retry, ``magicfs jobs``
+and ``setup_job`` that only clean-up is left — with ``success_file=False`` nothing else
+says so, and it must follow ``_SUCCESS`` (saved together, a crash could leave a
+"committed" job that never gets its ``_SUCCESS``).
+
+The journal is deleted last, with the job's tree, once the clean-up is complete. Its
+presence means "a commit started and its clean-up did not finish": in phase
+``committed`` ``cleanup_job()`` finishes it; otherwise ``commit_job()`` finishes it and
+``abort_job()`` rolls it back; ``magicfs jobs`` lists it.
 """
 
 from __future__ import annotations

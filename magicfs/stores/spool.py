@@ -43,13 +43,17 @@ BATCH = 1000
 
 
 class _SqliteFile:
-    """A private SQLite file in the temporary directory, deleted by :meth:`discard`."""
+    """A private SQLite file in the temporary directory, deleted by :meth:`discard`.
+
+    Used by one thread at a time, not always the one that made it: a job commit hands
+    its spool to the clean-up thread that runs after it (``cleanup="background"``).
+    """
 
     def __init__(self, prefix: str, schema: str):
         _remove_orphans(prefix)
         handle, self.path = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=".sqlite")
         os.close(handle)
-        self.db = sqlite3.connect(self.path, isolation_level=None)
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         for pragma in (
             "journal_mode = OFF",  # a spool that dies with its process is simply rebuilt
             "synchronous = OFF",

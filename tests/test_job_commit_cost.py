@@ -1,0 +1,178 @@
+"""Job commit at its floor (issue 28): clean-up off the critical path, and job setup's
+requests. What is asserted is what the store shows (objects, uploads, the journal) and
+which requests were sent; the speed itself is measured by ``benchmarks/job_commit.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import object_keys, pending_uploads, visible_keys
+
+from magicfs import MagicCommitter
+from magicfs.errors import JobAlreadyActiveError
+from magicfs.stores.s3.retry import RetryPolicy
+
+SHORT_RETRIES = RetryPolicy(attempts=2, base_delay=0.01)
+
+
+@pytest.fixture
+def front(fault_front):
+    fault_front.clear()
+    yield fault_front
+    fault_front.clear()
+
+
+def committer_at(bucket: str, storage: dict, **options) -> MagicCommitter:
+    return MagicCommitter(
+        f"s3://{bucket}/out",
+        storage_options={**storage, "skip_instance_cache": True},
+        retry_policy=SHORT_RETRIES,
+        **options,
+    )
+
+
+def run_tasks(committer: MagicCommitter) -> list:
+    """Task 0 reports; task 1 commits but its message is lost (its upload is swept)."""
+    committer.setup_job()
+    messages = []
+    for index in (0, 1):
+        task = committer.task_attempt(index)
+        committer.setup_task(task)
+        committer.fs.pipe_file(task.path(f"part-{index}.csv"), f"task {index}".encode())
+        messages.append(committer.commit_task(task))
+    return messages[:1]
+
+
+def journal_of(s3_client, bucket: str, committer: MagicCommitter) -> dict | None:
+    key = f"out/__magic_job-{committer.job_id}/_magicfs_commit.json"
+    try:
+        return json.loads(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except s3_client.exceptions.NoSuchKey:
+        return None
+
+
+def tree_of(s3_client, bucket: str, committer: MagicCommitter) -> list[str]:
+    return [k for k in object_keys(s3_client, bucket) if f"__magic_job-{committer.job_id}" in k]
+
+
+def test_background_clean_up_runs_after_commit_job_returns(front, s3_client, bucket):
+    committer = committer_at(bucket, front.storage_options, cleanup="background")
+    messages = run_tasks(committer)
+    # The sweep's listing of uploads is held 1.5 s: the clean-up cannot finish before.
+    front.add_rule("ListMultipartUploads", "delay", ms=1500)
+    summary = committer.commit_job(messages)
+    # Committed: the output, _SUCCESS and the journal's "committed" phase are saved ...
+    assert summary.files == 1 and summary.cleanup_incomplete is None
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    journal = journal_of(s3_client, bucket, committer)
+    assert journal is not None and journal["phase"] == "committed"
+    assert journal["result"] == {"files": 1, "bytes": 6, "tasks": 1}
+    # ... and the clean-up has not run yet: the tree and the lost task's upload remain.
+    assert tree_of(s3_client, bucket, committer) != []
+    assert [u["Key"] for u in pending_uploads(s3_client, bucket)] == ["out/part-1.csv"]
+    assert committer.job_state() == "committed"
+    # wait_cleanup() returns once it is done: nothing of the job is left.
+    assert committer.wait_cleanup() is None
+    assert tree_of(s3_client, bucket, committer) == []
+    assert pending_uploads(s3_client, bucket) == []
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    assert front.rules()[0]["fired"] >= 1  # the sweep looks again after aborting
+
+
+def test_background_clean_up_times_out_waiting_and_abort_job_waits_for_it(front, s3_client, bucket):
+    committer = committer_at(bucket, front.storage_options, cleanup="background")
+    messages = run_tasks(committer)
+    front.add_rule("ListMultipartUploads", "delay", ms=1500)
+    committer.commit_job(messages)
+    with pytest.raises(TimeoutError, match=f"clean-up of job {committer.job_id}"):
+        committer.wait_cleanup(timeout=0.01)
+    committer.abort_job()  # waits for the clean-up, then keeps the committed output
+    assert tree_of(s3_client, bucket, committer) == []
+    assert pending_uploads(s3_client, bucket) == []
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+
+
+def test_clean_up_off_leaves_the_job_committed_until_cleanup_job(s3_client, bucket, s3_options):
+    committer = committer_at(bucket, s3_options, cleanup="off")
+    summary = committer.commit_job(run_tasks(committer))
+    assert summary.cleanup_incomplete is not None
+    assert "cleanup='off'" in summary.cleanup_incomplete
+    assert f"magicfs jobs cleanup --job {committer.job_id}" in summary.cleanup_incomplete
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    assert journal_of(s3_client, bucket, committer)["phase"] == "committed"
+    assert [u["Key"] for u in pending_uploads(s3_client, bucket)] == ["out/part-1.csv"]
+    # The job id stays taken; another process finishes the clean-up.
+    again = committer_at(bucket, s3_options, job_id=committer.job_id)
+    with pytest.raises(JobAlreadyActiveError, match="already committed"):
+        again.setup_job()
+    again.cleanup_job()
+    assert tree_of(s3_client, bucket, committer) == []
+    assert pending_uploads(s3_client, bucket) == []
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+
+
+def test_unknown_cleanup_mode_is_refused(bucket, s3_options):
+    with pytest.raises(ValueError, match="unknown cleanup 'later': use one of background"):
+        committer_at(bucket, s3_options, cleanup="later")
+
+
+def test_a_process_exiting_right_after_commit_job_finishes_its_clean_up(
+    s3_client, bucket, s3_options
+):
+    """A driver script that ends right after commit_job(): the interpreter waits for the
+    clean-up (no upload of the lost task left parked, the tree gone)."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        from magicfs import MagicCommitter
+        options = json.loads(sys.argv[1])
+        committer = MagicCommitter("s3://{bucket}/out", storage_options=options,
+                                   cleanup="background")
+        committer.setup_job()
+        messages = []
+        for index in (0, 1):
+            task = committer.task_attempt(index)
+            committer.setup_task(task)
+            committer.fs.pipe_file(task.path(f"part-{{index}}.csv"), b"x")
+            messages.append(committer.commit_task(task))
+        committer.commit_job(messages[:1])
+        print(committer.job_id)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(s3_options)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "cannot schedule new futures" not in done.stderr
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    assert [k for k in object_keys(s3_client, bucket) if "__magic_job-" in k] == []
+    assert pending_uploads(s3_client, bucket) == []
+
+
+def test_setup_of_a_fresh_job_id_sends_no_lookups(request_log, bucket, s3_options):
+    committer = committer_at(bucket, s3_options)
+    request_log.attach(committer.store_fs)
+    committer.setup_job()
+    # no GET of a journal or _SUCCESS, no HEAD of a job marker: the old _SUCCESS is
+    # deleted and the job marker written
+    assert request_log.counts() == {"DeleteObjects": 1, "PutObject": 1}
+    request_log.clear()
+    with pytest.raises(JobAlreadyActiveError, match="already active"):
+        committer.setup_job()  # set up once: now its id is looked up
+    assert request_log.counts()["HeadObject"] == 1
+
+
+def test_setup_of_a_given_job_id_looks_it_up(request_log, bucket, s3_options):
+    committer = committer_at(bucket, s3_options, job_id="given-job")
+    request_log.attach(committer.store_fs)
+    committer.setup_job()
+    counts = request_log.counts()
+    assert counts["GetObject"] == 2 and counts["HeadObject"] == 1  # journal, _SUCCESS; marker
