@@ -74,8 +74,8 @@ from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessa
 from ..protocol.journal import JournalKeeper
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
 from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
+from ..stores.job_check import job_still_active
 from ..stores.registry import committed_by, deferred_store_for
-from ..stores.s3.job_check import job_still_active
 from ..stores.spool import OrderedPaths
 from ..stores.validation import check_commit
 from ..task_files import TaskFile
@@ -494,7 +494,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
 
 async def shared_check(deferred: DeferredStore, marker: str) -> bool:
     """Whether ``marker`` exists, by a check that starts after this call, shared
-    (:mod:`magicfs.stores.s3.job_check`) with the task set-ups and commits and the
+    (:mod:`magicfs.stores.job_check`) with the task set-ups and commits and the
     writers of this process that ask meanwhile: tasks committing at once send one HEAD,
     not one each. Any check that starts after the caller's last write answers it (the
     zombie handshake needs no more)."""

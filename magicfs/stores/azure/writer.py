@@ -9,7 +9,7 @@ buffer budget, background close and supersede included); on Azure Blob
   staged against a name.
 * **job check** (after the begin): is the job marker still there? One Get Blob
   Properties, shared by the writers of the process whose checks overlap (S3's
-  :mod:`~magicfs.stores.s3.job_check`: a writer takes the answer of a check that started
+  :mod:`~magicfs.stores.job_check`: a writer takes the answer of a check that started
   after it asked, never an older one).
 * **stage**: Put Block against the *final* blob ``out/a.csv``; the part id is the block
   id (:mod:`.blocks`). Staged blocks are invisible: the destination, if it exists, keeps
@@ -69,7 +69,7 @@ from ..deferred_writer import (
     StoreWords,
     WriterOptions,
 )
-from ..s3.job_check import job_still_active
+from ..job_check import job_still_active
 from .blocks import (
     ID_LENGTH,
     MAX_BLOCK_SIZE,

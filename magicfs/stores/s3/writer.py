@@ -13,7 +13,8 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
   does not honour it (:mod:`.conditional`), so a second writer of the path gets
   ``FileExistsError`` from ``open()``; a ``PreconditionFailed`` answering a PUT whose
   marker carries this writer's nonce was our own request, repeated after a lost reply.
-* **job check** (after the create): one shared HEAD of the job marker (:mod:`.job_check`).
+* **job check** (after the create): one shared HEAD of the job marker
+  (:mod:`magicfs.stores.job_check`).
 * **stage**: UploadPart, with the part's checksum as a header (computed on a worker
   thread: zlib releases the GIL); the part id is its ETag. Parts are at least 5 MiB
   but the last, and double after every 1,000 parts (S3 allows 10,000).
@@ -21,7 +22,7 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
   ``in_memory`` mode the record stays in this process). Five requests for a small file:
   marker, create, job check, part, ``.pending`` (an empty file still sends one part);
   four in an unmarked job, three in an unmarked in-memory one (the job check is shared
-  by the writers of a process whose closes overlap: :mod:`.job_check`).
+  by the writers of a process whose closes overlap: :mod:`magicfs.stores.job_check`).
 * **discard**: AbortMultipartUpload and delete the marker (and the record, if saved).
 
 Why the marker comes first: an upload must never exist without a record naming its
@@ -52,9 +53,9 @@ from ..deferred_writer import (
     StoreWords,
     WriterOptions,
 )
+from ..job_check import job_still_active
 from . import checksums
 from .conditional import IF_NONE_MATCH_KEY, aconditional_support
-from .job_check import job_still_active
 from .retry import DEFAULT_POLICY
 from .store import S3Store, error_code
 from .sweep import abort_uploads, load_pending, uploads_of

@@ -1,15 +1,21 @@
-"""Is the job still active? One HEAD of its marker, shared by the writers of a process.
+"""Is the job still active? One check of its marker, shared by the callers of a process.
 
-Every writer must check, *after* creating its upload, that its job's marker still exists
-(the zombie handshake, :mod:`magicfs.stores.s3.writer`): a check that started after the create
-proves the upload existed before the job's end began. Any check that *starts* after a
-writer's create will do for it — it need not be its own. So the writers of one process
-share checks: a writer joins the next check to start (never one already running, which
-may have started before its create); while one runs, every writer that asks waits for
-the single check that starts when it ends. Writers working one after another still make
-a check each; writers whose closes overlap (background closes, threads) share them.
+Every deferred writer must check, *after* creating its pending write, that its job's
+marker still exists (the zombie handshake: :mod:`magicfs.stores.s3.writer` after the
+create, :mod:`magicfs.stores.azure.writer` after the marker and before the record); task
+set-up and commit ask the same question (:mod:`magicfs.committers.magic_layout`). A check
+that started after the caller's last write proves that write happened before the job's
+end began, and any such check will do — it need not be the caller's own. So the callers
+of one process share checks: a caller joins the next check to start (never one already
+running, which may have started before its write); while one runs, every caller that
+asks waits for the single check that starts when it ends. Callers working one after
+another still make a check each; callers that overlap (background closes, threads,
+tasks) share them.
 
-Runs on s3fs's event loop: no locks, one instance per (loop, bucket, marker key).
+Store-neutral (the check itself is the caller's coroutine: a HEAD on S3, Get Blob
+Properties on Azure). Runs on the store's event loop: no locks, one instance per (loop,
+store key, marker key); a store's writers pass a key that names the store and bucket or
+container, so checks are never shared across stores.
 """
 
 from __future__ import annotations
@@ -61,7 +67,9 @@ async def job_still_active(
 ) -> bool:
     """Whether the job marker exists, by a check started after this call (shared).
 
-    ``head()`` performs one check (True if the marker exists).
+    ``bucket``: where the marker is, as the caller's store names it (S3: the bucket; Azure:
+    the account endpoint and container); ``head()`` performs one check (True if the
+    marker exists).
     """
     key = (id(asyncio.get_running_loop()), bucket, marker_key)
     coalesced = _SHARED.get(key)
