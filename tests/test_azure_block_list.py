@@ -25,6 +25,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -46,7 +47,9 @@ from magicfs.errors import (
     JobCommitError,
     JobNotActiveError,
 )
-from magicfs.task_files import TASK_FILES
+from magicfs.stores.azure.blocks import BlockStore
+from magicfs.stores.azure.records import writer_records
+from magicfs.task_files import TASK_FILES, TaskFiles
 
 #: Small blocks, so that modest files span several (Put Block per block).
 BLOCK = 64 << 10
@@ -734,3 +737,45 @@ def test_a_forked_child_saves_its_records_under_its_own_name(azurite_server, abf
     )
     assert held == [["out/child.csv"], ["out/parent.csv"]]
     committer.abort_job()
+
+
+def test_threads_opening_new_attempts_at_once_all_get_their_writer_records(abfs, azure_container):
+    """Writer records of finished attempts are dropped when a new attempt's start; threads
+    starting new attempts at the same moment (a thread pool of tasks) must not trip over
+    each other dropping the same ones."""
+    blocks = BlockStore(abfs)
+    registry = TaskFiles()
+    for n in range(3000):  # attempts of an earlier job, then finished in this process
+        writer_records(blocks, f"{azure_container}/old/{n}", "old", f"attempt-{n}", registry)
+    for n in range(3000):
+        registry.finish_attempt("old", f"attempt-{n}", "committed")
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+    found: dict[int, object] = {}
+
+    def open_first_file(n: int) -> None:
+        start.wait()
+        try:
+            found[n] = writer_records(
+                blocks, f"{azure_container}/new/{n}", "new", f"a{n}", registry
+            )
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=open_first_file, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(switching)
+    assert errors == []
+    assert len(found) == 8
+    # Each attempt's records are made once: asking again gives the same.
+    assert all(
+        writer_records(blocks, f"{azure_container}/new/{n}", "new", f"a{n}", registry) is found[n]
+        for n in range(8)
+    )
