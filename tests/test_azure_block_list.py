@@ -10,12 +10,14 @@ bytes, Azure's own block lists and Azurite's request log — never by magicfs's 
 * of two attempts of one task, only the committed one's blocks are ever published;
 * a destination blob written by another writer (other block-id lengths) is replaced;
 * tampered task records are refused before anything is published;
+* a file whose record save failed (its close raised) never has its record written;
 * a job commit killed with SIGKILL is finished (or rolled back) exactly by a new
   process; a writer killed mid-write leaves nothing visible.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -23,6 +25,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 
@@ -31,7 +34,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
+from azure.core.pipeline.policies import AsyncHTTPPolicy
 from azure.storage.blob import BlobServiceClient
 from helpers import as_another_process
 from helpers.azure_crash_job import content
@@ -43,7 +47,9 @@ from magicfs.errors import (
     JobCommitError,
     JobNotActiveError,
 )
-from magicfs.task_files import TASK_FILES
+from magicfs.stores.azure.blocks import BlockStore
+from magicfs.stores.azure.records import writer_records
+from magicfs.task_files import TASK_FILES, TaskFiles
 
 #: Small blocks, so that modest files span several (Put Block per block).
 BLOCK = 64 << 10
@@ -635,3 +641,141 @@ def test_a_writer_killed_mid_write_leaves_nothing_visible(
     assert visible_data(reader, logged_container) == {
         f"{logged_container}/out/{relative}": content(relative, BLOCK + 1)
     }
+
+
+class FailFirstWriterRecordSave(AsyncHTTPPolicy):
+    """An Azure SDK pipeline policy: the first Put Blob of a writer record is held for a
+    while (so other files' closes join the next save), then fails without reaching the
+    server, as a dropped connection does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed: list[str] = []
+
+    async def send(self, request):
+        http = request.http_request
+        if http.method == "PUT" and "/_writer-" in http.url and not self.failed:
+            self.failed.append(http.url)
+            await asyncio.sleep(0.5)
+            raise ServiceRequestError("injected: connection dropped before the request was sent")
+        return await self.next.send(request)
+
+
+def test_a_failed_record_save_never_writes_the_record_of_its_file(
+    azurite_server, abfs, azure_container
+):
+    """File A's record save fails (its close raises); file B closes while it runs, so B's
+    save follows. B's save must not carry A's record: the writer record never holds A."""
+    fault = FailFirstWriterRecordSave()
+    policies = abfs.service_client._pipeline._impl_policies  # the SDK's per-client chain
+    fault.next = policies[0]
+    policies.insert(0, fault)
+    committer = make_committer(abfs, azure_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    for name in ("a.csv", "b.csv"):
+        with committer.fs.open(task.path(name), "wb") as f:
+            f.write(name.encode() * 100)
+        if name == "a.csv":
+            time.sleep(0.2)  # A's save is running (held) when B closes
+    [(path, error)] = TASK_FILES.settle(committer.job_id, task.attempt_id)
+    assert path == task.path("a.csv") and isinstance(error, ServiceRequestError)
+    assert len(fault.failed) == 1
+    reader = reader_for(azurite_server)
+    records = [p for p in job_tree(reader, azure_container) if "/_writer-" in p]
+    assert records, "B's record was saved"
+    held = [
+        commit["destinationKey"]
+        for blob in records
+        for commit in json.loads(reader.cat_file(blob))["commits"]
+    ]
+    assert held == ["out/b.csv"]
+    committer.abort_job()
+
+
+def test_a_forked_child_saves_its_records_under_its_own_name(azurite_server, abfs, azure_container):
+    """A process forked after writing in an attempt (a multiprocessing "fork" pool) writes
+    files of the same attempt: its records go to its own writer record, never over the
+    parent's, and its close finishes."""
+    committer = make_committer(abfs, azure_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    with committer.fs.open(task.path("parent.csv"), "wb") as f:
+        f.write(b"written by the parent")
+    TASK_FILES.settle(committer.job_id, task.attempt_id)
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child reports through its exit status)
+        status = 1
+        try:
+            in_child = make_committer(
+                adlfs.AzureBlobFileSystem(
+                    skip_instance_cache=True, **azurite_server.storage_options
+                ),
+                azure_container,
+                job_id=committer.job_id,
+            )
+            with in_child.fs.open(task.path("child.csv"), "wb") as f:
+                f.write(b"written by the child")
+            status = 0 if TASK_FILES.settle(committer.job_id, task.attempt_id) == [] else 2
+        finally:
+            os._exit(status)
+    deadline = time.monotonic() + 60
+    while (waited := os.waitpid(child, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if waited == (0, 0):
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+        pytest.fail("the child's close did not finish within 60 s")
+    assert os.waitstatus_to_exitcode(waited[1]) == 0
+    reader = reader_for(azurite_server)
+    held = sorted(
+        [commit["destinationKey"] for commit in json.loads(reader.cat_file(blob))["commits"]]
+        for blob in job_tree(reader, azure_container)
+        if "/_writer-" in blob
+    )
+    assert held == [["out/child.csv"], ["out/parent.csv"]]
+    committer.abort_job()
+
+
+def test_threads_opening_new_attempts_at_once_all_get_their_writer_records(abfs, azure_container):
+    """Writer records of finished attempts are dropped when a new attempt's start; threads
+    starting new attempts at the same moment (a thread pool of tasks) must not trip over
+    each other dropping the same ones."""
+    blocks = BlockStore(abfs)
+    registry = TaskFiles()
+    for n in range(3000):  # attempts of an earlier job, then finished in this process
+        writer_records(blocks, f"{azure_container}/old/{n}", "old", f"attempt-{n}", registry)
+    for n in range(3000):
+        registry.finish_attempt("old", f"attempt-{n}", "committed")
+    start = threading.Barrier(8)
+    errors: list[BaseException] = []
+    found: dict[int, object] = {}
+
+    def open_first_file(n: int) -> None:
+        start.wait()
+        try:
+            found[n] = writer_records(
+                blocks, f"{azure_container}/new/{n}", "new", f"a{n}", registry
+            )
+        except BaseException as error:  # reported below
+            errors.append(error)
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=open_first_file, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(switching)
+    assert errors == []
+    assert len(found) == 8
+    # Each attempt's records are made once: asking again gives the same.
+    assert all(
+        writer_records(blocks, f"{azure_container}/new/{n}", "new", f"a{n}", registry) is found[n]
+        for n in range(8)
+    )

@@ -7,6 +7,7 @@ in-process store, with its staging held at a gate where a test needs a part in f
 * a task file is staged invisibly on its final name; its record lists the parts in order;
 * a part handed over whole as ``bytes`` reaches the store without a copy; anything the
   caller may reuse (a ``bytearray``) is copied before ``write()`` returns;
+* a part written in small pieces holds about its size in memory, not an object per write;
 * the process-wide buffer budget bounds the bytes of parts in flight, across files;
 * opening a path again while its first file is still closing waits for that close, then
   throws the first file away (its upload and its record);
@@ -19,6 +20,7 @@ import io
 import signal
 import threading
 import time
+import tracemalloc
 from typing import ClassVar
 
 import fsspec
@@ -114,6 +116,24 @@ def test_a_whole_bytes_part_is_staged_as_it_is_and_reused_buffers_are_copied(sto
     saved = record(fs, path)
     fs.publish(saved.upload_id, saved.etags)
     assert fs.cat_file(f"{root}/out/whole.bin") == b"".join(GatedStore.bodies)
+
+
+def test_a_part_written_in_small_pieces_holds_about_its_size():
+    part = 4 << 20
+    buffer = deferred_writer.PartBuffer()
+    tracemalloc.start()
+    try:
+        for i in range(part // 16):
+            piece = bytes([i & 255]) * 16  # a fresh object per write, as a CSV writer makes
+            buffer.add(piece, memoryview(piece), 0, 16)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(buffer) == part
+    assert peak < 1.2 * part, f"{peak / part:.2f}x the part's size"
+    body = buffer.take()
+    assert body == b"".join(bytes([i]) * 16 for i in range(256)) * (part // (16 * 256))
+    assert len(buffer) == 0 and buffer.take() == b""
 
 
 def test_parts_in_flight_stay_within_the_process_buffer_budget(store, monkeypatch):

@@ -15,12 +15,14 @@ tasks) share them.
 Store-neutral (the check itself is the caller's coroutine: a HEAD on S3, Get Blob
 Properties on Azure). Runs on the store's event loop: no locks, one instance per (loop,
 store key, marker key); a store's writers pass a key that names the store and bucket or
-container, so checks are never shared across stores.
+container, so checks are never shared across stores. A forked child starts with no shared
+checks (its parent's run on a loop the child does not run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 
 _SHARED: dict[tuple[int, str, str], _Coalesced] = {}
@@ -80,3 +82,13 @@ async def job_still_active(
     finally:
         if coalesced.running is None and coalesced.next is None:
             _SHARED.pop(key, None)
+
+
+def _forget_all() -> None:
+    """In a forked child: the parent's checks run on the parent's event loop, which does
+    not run in the child; a new loop could even reuse the old one's ``id`` and wait on
+    them forever. The child starts with none."""
+    _SHARED.clear()
+
+
+os.register_at_fork(after_in_child=_forget_all)

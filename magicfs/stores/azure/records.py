@@ -26,14 +26,26 @@ its own process) and deletes one blob per segment.
   writer's marker (its metadata ``magicfs_writer``): task commit takes a record only for
   the marker of the same writer, so a record left behind by a file deleted and written
   again elsewhere never stands for the newer file.
+* **A failed save fails its files.** The files that joined a save that failed get its
+  error from ``close()``, and their records leave the segment before the next save
+  starts, so no later save writes the record of a file whose ``close()`` raised.
 * **Bounded memory.** The records of attempts that have committed or aborted in this
-  process are dropped when the next attempt's records start.
+  process are dropped when the next attempt's records start. A forked child starts with
+  none of its parent's (its own token, its own saves).
+* **The window left open** (``FileHooks.asave`` in :mod:`.writer`): the job is checked
+  before the record joins a segment, and the save may then wait behind one already
+  running, so a writer-record blob can land in an attempt directory that the job's end
+  deleted meanwhile. Such a blob is never committed (its job is gone) and nothing
+  deletes it but a later clean-up of that tree. Re-checking the job after every save
+  would cost a request per close for files closed one after another; not done.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import threading
 
 from ...names import PENDINGSET_SUFFIX
 from ...records import PendingSet, SinglePendingCommit
@@ -59,6 +71,8 @@ class _Segment:
     def __init__(self, blocks: BlockStore, container: str, blob: str, job_id: str):
         self.blocks, self.container, self.blob, self.job_id = blocks, container, blob, job_id
         self.records: dict[str, SinglePendingCommit] = {}
+        #: Paths added since the last save started: the waiters of the next save.
+        self.joined: set[str] = set()
         self.size = 0  # the records' JSON, as added (a close enough measure)
         self.running: asyncio.Task[None] | None = None
         self.next: asyncio.Future[None] | None = None
@@ -75,10 +89,15 @@ class _Segment:
     def _start(self) -> None:
         waiting, self.next = self.next, None
         assert waiting is not None
-        self.running = asyncio.ensure_future(self._save())
+        joined, self.joined = self.joined, set()
+        saving = dict(self.records)
+        self.running = asyncio.ensure_future(self._save(saving))
 
         def finished(task: asyncio.Task[None]) -> None:
             self.running = None
+            if task.cancelled() or task.exception() is not None:
+                # Its waiters' closes fail: their records must not ride on the next save.
+                self._drop(joined, saving)
             if task.cancelled():
                 waiting.cancel()
             elif task.exception() is not None:
@@ -90,8 +109,15 @@ class _Segment:
 
         self.running.add_done_callback(finished)
 
-    async def _save(self) -> None:
-        document = PendingSet(job_id=self.job_id, commits=list(self.records.values()))
+    def _drop(self, paths: set[str], saving: dict[str, SinglePendingCommit]) -> None:
+        """Take out the records of ``paths`` a failed save held (not newer ones of them)."""
+        for path in paths:
+            if path in saving and self.records.get(path) is saving[path]:
+                del self.records[path]
+        self.size = sum(len(r.to_bytes()) for r in self.records.values())
+
+    async def _save(self, records: dict[str, SinglePendingCommit]) -> None:
+        document = PendingSet(job_id=self.job_id, commits=list(records.values()))
         await self.blocks.put(self.container, self.blob, document.to_bytes())
 
 
@@ -119,6 +145,7 @@ class WriterRecords:
         self.forget(path)
         segment = self._segment(len(record.to_bytes()))
         segment.records[path] = record
+        segment.joined.add(path)
         segment.size += len(record.to_bytes())
         self.where[path] = segment
         try:
@@ -140,8 +167,23 @@ class WriterRecords:
             segment.size = sum(len(r.to_bytes()) for r in segment.records.values())
 
 
-#: Writer records of this process, by (endpoint, attempt directory).
+#: Writer records of this process, by (endpoint, attempt directory). Threads opening
+#: files share it (hence the lock); a forked child starts without it (:func:`_forget_all`).
 _OPEN: dict[tuple[str, str], tuple[str, str, WriterRecords]] = {}
+_OPEN_LOCK = threading.Lock()
+
+
+def _forget_all() -> None:
+    """In a forked child: the parent's writer records are not the child's. Sharing them
+    would make the child save under the parent's token (overwriting the parent's
+    ``_writer-<token>-<n>`` blobs) and wait on saves running on the parent's event loop,
+    which never finish in the child."""
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()  # another thread may have held it at the fork
+    _OPEN.clear()
+
+
+os.register_at_fork(after_in_child=_forget_all)
 
 
 def writer_records(
@@ -150,10 +192,12 @@ def writer_records(
     """This process's :class:`WriterRecords` of an attempt (made on first use; those of
     attempts finished in this process, as ``registry`` knows, are dropped then)."""
     key = (str(blocks.fs.service_client.url), attempt_dir)
-    found = _OPEN.get(key)
-    if found is None:
-        for other, (job, attempt, _) in list(_OPEN.items()):
-            if registry.finished(job, attempt):
-                del _OPEN[other]
-        found = _OPEN[key] = (job_id, attempt_id, WriterRecords(blocks, attempt_dir, job_id))
-    return found[2]
+    with _OPEN_LOCK:
+        found = _OPEN.get(key)
+        if found is None:
+            for other, (job, attempt, _) in list(_OPEN.items()):
+                if registry.finished(job, attempt):
+                    _OPEN.pop(other, None)
+            made = WriterRecords(blocks, attempt_dir, job_id)
+            found = _OPEN[key] = (job_id, attempt_id, made)
+        return found[2]
