@@ -294,8 +294,13 @@ def test_an_unreadable_snapshot_spares_what_the_job_does_not_name(
     killed = killed_writer(
         job, failed, "marked.csv", s3_client, bucket, tmp_path, set_up_there=False
     )
+    message = committed_task(job, 0, "a.csv")
+    # the job's commit in another driver (set-up's snapshot is not known there: read back)
+    driver = committer(s3, bucket, job_id=job.job_id)
     with caplog.at_level(logging.WARNING, logger="magicfs.s3.tracking"):
-        job.commit_job([committed_task(job, 0, "a.csv")])
+        driver.setup_job(resume=True)
+        assert driver.unmarked
+        driver.commit_job([message])
     assert f"s3://{bucket}/{record}: unreadable unmarked record" in caplog.text
     assert visible(s3_client, bucket) == ["out/_SUCCESS", "out/a.csv"]
     # the killed writer's upload went by its marker, the plain one is left

@@ -136,6 +136,8 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         self.intent_markers = intent_markers
         #: Known to be an unmarked job (set-up decided it, or its tree says so).
         self.unmarked = False
+        #: The snapshot this committer's set-up took (its sweep then reads no record back).
+        self._snapshot: UnmarkedRecord | None = None
         self._spared: list[PendingUpload] = []
         super().__init__(dest, **options)
 
@@ -169,7 +171,8 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         :attr:`storage_options` (a writer that does not know it writes markers: safe)."""
         super()._setup_job(resume)
         if resume:
-            self.unmarked = self._read_unmarked() is not None
+            self._snapshot = self._read_unmarked()
+            self.unmarked = self._snapshot is not None
         elif self.intent_markers == "auto":
             self.unmarked = self._go_unmarked()
         if self.unmarked:
@@ -199,6 +202,7 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
             )
             return False
         self._put(self._unmarked_record, UnmarkedRecord.document(self.job_id, before))
+        self._snapshot = UnmarkedRecord(frozenset(before))
         return True
 
     def _read_unmarked(self) -> UnmarkedRecord | None:
@@ -348,7 +352,9 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
                     keys.update(tree_keys(self.store, page))
                     unmarked = unmarked or self._unmarked_record in page
                 listed = uploads.result()
-            snapshot = self._read_unmarked() if unmarked else None
+            snapshot = None
+            if unmarked:  # known from set-up, else read back (another process's commit)
+                snapshot = self._snapshot or self._read_unmarked()
             kept = self.kept_uploads(published)
             aborted = self._sweep(keys, kept, self.progress, listed, snapshot)
             if aborted:
