@@ -531,7 +531,8 @@ def test_in_memory_mode_needs_five_requests_per_small_file(
         "UploadPart": 20,
         "CompleteMultipartUpload": 20,
     }
-    # the intent marker and the job check of each writer; no .pending, no GET at task commit
+    # the job check of each writer (and its intent marker in a marked job); no .pending,
+    # no GET at task commit
     assert counts["PutObject"] - 20 <= 8 and counts["HeadObject"] - 20 <= 4
     assert counts["GetObject"] <= 2
     assert sum(counts.values()) - 100 <= 15  # everything else is per task or per job
