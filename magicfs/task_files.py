@@ -16,7 +16,13 @@ processes. This registry adds what only the writing process can know, for free:
 * **the pending commits of in-memory writers** (the magic committer's ``in_memory``
   mode keeps them here until its task commits);
 * **which attempts have finished**: a write to an attempt that has already committed or
-  aborted in this process is refused at ``open()``, before anything is written.
+  aborted in this process is refused at ``open()``, before anything is written;
+* **which attempts were set up here** (:func:`attempt_set_up_here`): an unmarked S3 job's
+  writer skips its intent marker only in the process that set up its attempt, the one
+  whose task commit sees its open files in this registry. A writer in any other process
+  (a forked child included: the process id is recorded) writes its marker, so a task
+  commit refuses its file if that process dies before closing it. Forgotten when the
+  attempt commits or aborts here.
 
 Keys are store paths without protocol (``bkt/out/__magic_job-7/.../a.csv`` on S3, the
 routed working-directory path on rename stores). Entries are dropped when their
@@ -29,6 +35,7 @@ import atexit
 import concurrent.futures
 import concurrent.futures.thread  # registers its exit hook now, before ours (see below)
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -72,6 +79,7 @@ class TaskFiles:
         self._lock = threading.Lock()
         self._files: dict[str, TaskFile] = {}
         self._finished: dict[tuple[str, str], str] = {}
+        self._set_up: dict[tuple[str, str], int] = {}  # attempt -> the process that set it up
 
     # -- writers -------------------------------------------------------------------------
 
@@ -178,6 +186,7 @@ class TaskFiles:
         """
         with self._lock:
             self._finished.pop((job_id, attempt_id), None)
+            self._set_up.pop((job_id, attempt_id), None)
             self._finished[(job_id, attempt_id)] = outcome
             while len(self._finished) > self.MAX_FINISHED:
                 del self._finished[next(iter(self._finished))]
@@ -189,9 +198,17 @@ class TaskFiles:
             return taken
 
     def reopen_attempt(self, job_id: str, attempt_id: str) -> None:
-        """Task setup of an attempt id (again): it may write from now on."""
+        """Task setup of an attempt id (again), in this process: it may write from now on."""
         with self._lock:
             self._finished.pop((job_id, attempt_id), None)
+            self._set_up[(job_id, attempt_id)] = os.getpid()
+
+    def set_up_here(self, job_id: str | None, attempt_id: str | None) -> bool:
+        """Was the attempt set up by this very process (and has not finished since)?"""
+        if not job_id or not attempt_id:
+            return False
+        with self._lock:
+            return self._set_up.get((job_id, attempt_id)) == os.getpid()
 
     def finished(self, job_id: str | None, attempt_id: str | None) -> str | None:
         """``"committed"``/``"aborted"`` if the attempt has finished in this process."""
@@ -203,6 +220,12 @@ class TaskFiles:
 
 #: The registry of this process.
 TASK_FILES = TaskFiles()
+
+
+def attempt_set_up_here(job_id: str | None, attempt_id: str | None) -> bool:
+    """Did this process set up the task attempt (``setup_task``)? See the module docstring."""
+    return TASK_FILES.set_up_here(job_id, attempt_id)
+
 
 log = logging.getLogger("magicfs.task_files")
 

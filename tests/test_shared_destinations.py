@@ -1,17 +1,21 @@
 """Intent markers only when another job shares the destination (issue 28).
 
 A magic job that finds no other job's tree at its destination or above it at set-up is
-*unmarked*: its writers put no per-file intent marker, and its sweep finds its uploads
-by the store's upload dates instead (``magicfs.stores.s3.tracking``, ``.sweep``). These
-tests run where behaviour is the store's: on Ceph RGW, which dates its uploads, and on
-moto, which does not (one fixed date for every upload: jobs there keep their markers).
+*unmarked*: its writers put no per-file intent marker, and its sweep finds their uploads
+as those under the destination that were not pending when the job began (its snapshot,
+``magicfs.stores.s3.tracking``, ``.sweep``); no store clock is read, so moto (which dates
+every upload on one day of 2010) and Ceph RGW behave alike.
 
 Killed writers are real processes killed with SIGKILL once their upload exists: they
-leave an upload that no record names (and, unmarked, no marker either).
+leave an upload that no record names (and no marker either when the killed process set
+up its own task attempt: only then does an unmarked writer skip its marker).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
+import logging
 import os
 import pathlib
 import pickle
@@ -26,6 +30,7 @@ import pytest
 from helpers.cli import run_cli
 
 from magicfs.committers.magic import MagicCommitter
+from magicfs.errors import CommitFailedError
 from magicfs.task_files import TASK_FILES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,7 +39,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 WRITER = textwrap.dedent(
     """
     import pickle, sys, time
-    committer, path, mode = pickle.load(open(sys.argv[1], "rb"))
+    committer, path, mode, task = pickle.load(open(sys.argv[1], "rb"))
+    if task is not None:
+        committer.setup_task(task)  # this process sets up the attempt: no marker, unmarked
     try:
         f = committer.fs.open(path, mode)
         f.write(b"half a file")
@@ -111,10 +118,15 @@ def visible(client, bucket: str) -> list[str]:
     return [k for k in objects(client, bucket) if "__magic_job-" not in k]
 
 
-def killed_writer(job, task, name, client, bucket, tmp_path, mode="wb") -> str:
-    """A writer process killed once its upload exists; returns the upload's key."""
+def killed_writer(
+    job, task, name, client, bucket, tmp_path, mode="wb", *, set_up_there=True
+) -> str:
+    """A writer process killed once its upload exists; returns the upload's key.
+
+    ``set_up_there``: the writer's process sets up the attempt itself (Spark's executor);
+    else the attempt is the one this process set up."""
     spec = tmp_path / f"writer-{task.attempt_id}-{name.replace('/', '-')}.pkl"
-    spec.write_bytes(pickle.dumps((job, task.path(name), mode)))
+    spec.write_bytes(pickle.dumps((job, task.path(name), mode, task if set_up_there else None)))
     process = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(spec)], stdout=subprocess.PIPE, text=True, env=_env()
     )
@@ -207,22 +219,148 @@ def test_intent_markers_must_be_auto_or_always():
         MagicCommitter("s3://b/out", intent_markers="never")
 
 
-def test_a_store_without_real_upload_dates_keeps_markers(s3, s3_client, bucket, request_log):
-    # moto lists every upload as initiated on one fixed day of 2010: a sweep by date
-    # would take the job's own uploads for older than the job.
+def test_set_up_snapshots_the_pending_uploads_and_reads_no_clock(
+    s3, s3_client, bucket, request_log
+):
+    # moto lists every upload as initiated on one fixed day of 2010: no matter, no date
+    # is read. Set-up lists the uploads under the destination once, and keeps their ids.
+    old = s3_client.create_multipart_upload(Bucket=bucket, Key="out/old.bin")["UploadId"]
+    elsewhere = s3_client.create_multipart_upload(Bucket=bucket, Key="other/x.bin")["UploadId"]
     request_log.attach(s3)
     job = committer(s3, bucket)
     job.setup_job()
-    assert not job.unmarked
-    probe = ["CreateMultipartUpload", "ListMultipartUploads", "AbortMultipartUpload"]
-    assert [op for op in request_log.operations if "Multipart" in op] == probe
-    request_log.clear()
-    again = committer(s3, bucket)
-    again.setup_job()  # learned once per process and bucket
-    assert not again.unmarked
-    assert not any("Multipart" in op for op in request_log.operations)
+    assert job.unmarked
+    assert [op for op in request_log.operations if "Multipart" in op] == ["ListMultipartUploads"]
+    record = f"out/__magic_job-{job.job_id}/_magicfs_unmarked"
+    document = json.loads(s3_client.get_object(Bucket=bucket, Key=record)["Body"].read())
+    assert document == {"jobId": job.job_id, "intentMarkers": False, "uploadsBefore": [old]}
     job.commit_job([committed_task(job, 0, "a.csv")])
-    again.abort_job()
+    assert uploads(s3_client, bucket) == [("other/x.bin", elsewhere), ("out/old.bin", old)]
+    for key, upload_id in [("out/old.bin", old), ("other/x.bin", elsewhere)]:
+        s3_client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+
+
+def test_more_than_a_page_of_pending_uploads_keeps_markers(s3, s3_client, bucket, caplog):
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        made = list(
+            pool.map(
+                lambda n: s3_client.create_multipart_upload(Bucket=bucket, Key=f"out/old/{n}")[
+                    "UploadId"
+                ],
+                range(1001),
+            )
+        )
+    job = committer(s3, bucket)
+    with caplog.at_level(logging.INFO, logger="magicfs.committer.magic"):
+        job.setup_job()
+    assert not job.unmarked
+    assert "more than 1000 uploads are pending under s3://" in caplog.text
+    job.commit_job([committed_task(job, 0, "a.csv")])
+    assert sorted(list_all_uploads(s3_client, bucket)) == sorted(made)  # none of them swept
+    assert objects(s3_client, bucket, "out/a.csv") == ["out/a.csv"]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda n: s3_client.abort_multipart_upload(
+                    Bucket=bucket, Key=f"out/old/{n}", UploadId=made[n]
+                ),
+                range(len(made)),
+            )
+        )
+
+
+def list_all_uploads(client, bucket: str) -> list[str]:
+    paginator = client.get_paginator("list_multipart_uploads")
+    return [
+        u["UploadId"]
+        for page in paginator.paginate(Bucket=bucket)
+        for u in page.get("Uploads") or []
+    ]
+
+
+def test_an_unreadable_snapshot_spares_what_the_job_does_not_name(
+    s3, s3_client, bucket, tmp_path, caplog
+):
+    job = committer(s3, bucket)
+    job.setup_job()
+    assert job.unmarked
+    record = f"out/__magic_job-{job.job_id}/_magicfs_unmarked"
+    s3_client.put_object(Bucket=bucket, Key=record, Body=b"{tampered")
+    # a plain upload started during the job: unmarked, the job would take it; unreadable
+    # snapshot, it cannot tell it from one that was pending before, so it spares it
+    plain = s3_client.create_multipart_upload(Bucket=bucket, Key="out/plain.bin")["UploadId"]
+    failed = job.task_attempt(1)
+    job.setup_task(failed)
+    killed = killed_writer(
+        job, failed, "marked.csv", s3_client, bucket, tmp_path, set_up_there=False
+    )
+    message = committed_task(job, 0, "a.csv")
+    # the job's commit in another driver (set-up's snapshot is not known there: read back)
+    driver = committer(s3, bucket, job_id=job.job_id)
+    with caplog.at_level(logging.WARNING, logger="magicfs.s3.tracking"):
+        driver.setup_job(resume=True)
+        assert driver.unmarked
+        driver.commit_job([message])
+    assert f"s3://{bucket}/{record}: unreadable unmarked record" in caplog.text
+    assert visible(s3_client, bucket) == ["out/_SUCCESS", "out/a.csv"]
+    # the killed writer's upload went by its marker, the plain one is left
+    assert uploads(s3_client, bucket) == [("out/plain.bin", plain)]
+    assert killed == "out/marked.csv"
+    s3_client.abort_multipart_upload(Bucket=bucket, Key="out/plain.bin", UploadId=plain)
+
+
+# --- writers in another process than the attempt's set-up ---------------------------------
+
+
+def test_a_writer_in_the_set_up_process_sends_no_marker(s3, bucket, request_log):
+    job = committer(s3, bucket)
+    job.setup_job()
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    request_log.attach(s3)
+    write(job, task, "a.csv")
+    TASK_FILES.settle()
+    assert request_log.counts() == {
+        "CreateMultipartUpload": 1,
+        "UploadPart": 1,
+        "HeadObject": 1,
+        "PutObject": 1,  # the .pending, no marker
+    }
+    job.commit_job([job.commit_task(task)])
+
+
+@pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in-memory"])
+def test_a_writer_killed_in_another_process_is_refused_at_task_commit(
+    s3, s3_client, bucket, tmp_path, in_memory
+):
+    job = committer(s3, bucket, in_memory=in_memory)
+    job.setup_job()
+    assert job.unmarked
+    task = job.task_attempt(0)
+    job.setup_task(task)  # here; the writer below runs in another process
+    write(job, task, "done.csv")
+    killed_writer(job, task, "killed.csv", s3_client, bucket, tmp_path, set_up_there=False)
+    with pytest.raises(CommitFailedError) as refused:
+        job.commit_task(task)
+    assert f"s3://{task.path('killed.csv')}" in str(refused.value)
+    why = "were not written by this process" if in_memory else "opened but not closed"
+    assert why in str(refused.value), str(refused.value)
+    job.abort_job()
+    assert uploads(s3_client, bucket) == []
+    assert visible(s3_client, bucket) == []
+
+
+def test_an_in_memory_file_closed_in_another_process_is_refused(s3, s3_client, bucket, tmp_path):
+    job = committer(s3, bucket, in_memory=True)
+    job.setup_job()
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    spec = tmp_path / "closer.pkl"
+    spec.write_bytes(pickle.dumps((job, task.path("a.csv"), "wb")))
+    subprocess.run([sys.executable, "-c", CLOSER, str(spec)], check=True, env=_env())
+    with pytest.raises(CommitFailedError, match=r"a\.csv: in in_memory mode a task must commit"):
+        job.commit_task(task)
+    job.abort_job()
     assert uploads(s3_client, bucket) == []
 
 
@@ -294,14 +432,13 @@ def test_nested_jobs_never_abort_each_others_uploads(
     assert uploads(rgw_client, rgw_bucket) == []  # the killed writers' too
 
 
-# --- the sweep by date ---------------------------------------------------------------------
+# --- the sweep by snapshot -----------------------------------------------------------------
 
 
 @pytest.mark.rgw
 def test_uploads_older_than_the_job_are_spared(rgw_s3, rgw_client, rgw_bucket):
     old = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/old.bin")["UploadId"]
-    time.sleep(2.5)  # the job's margin below is one second
-    job = committer(rgw_s3, rgw_bucket, clock_margin=1)
+    job = committer(rgw_s3, rgw_bucket)  # at once: no clock, no margin
     job.setup_job()
     assert job.unmarked
     # What the unmarked mode gives up: a plain upload started during the job is its.
@@ -313,7 +450,7 @@ def test_uploads_older_than_the_job_are_spared(rgw_s3, rgw_client, rgw_bucket):
 
 
 @pytest.mark.rgw
-def test_hidden_names_are_never_swept_by_date_and_keep_their_markers(
+def test_hidden_names_are_never_swept_by_snapshot_and_keep_their_markers(
     rgw_s3, rgw_client, rgw_bucket, tmp_path
 ):
     job = committer(rgw_s3, rgw_bucket)
@@ -370,9 +507,9 @@ def test_task_commit_finds_the_unmarked_files_of_another_process_by_their_record
     spec.write_bytes(pickle.dumps((job, task.path("a.csv"), "wb")))
     subprocess.run([sys.executable, "-c", CLOSER, str(spec)], check=True, env=_env())
     tree = objects(rgw_client, rgw_bucket, f"out/__magic_job-{job.job_id}/")
-    assert [k for k in tree if "/__base/" in k] == [
-        f"{task.path('a.csv').split('/', 1)[1]}.pending"
-    ]
+    file = task.path("a.csv").split("/", 1)[1]
+    # not the process that set up the attempt: that writer kept its marker
+    assert [k for k in tree if "/__base/" in k] == [file, f"{file}.pending"]
     elsewhere = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
     assert not elsewhere.unmarked  # it learns the mode from the tree
     message = elsewhere.commit_task(elsewhere.task_attempt(0))
@@ -395,7 +532,7 @@ def test_create_only_files_keep_their_marker_and_are_refused_across_writers(
     marker = ("PutObject", job.store.split(task.path("once.csv"))[1])
     assert calls.made.index(marker) < calls.made.index(("CreateMultipartUpload", "out/once.csv"))
     spec = tmp_path / "second.pkl"
-    spec.write_bytes(pickle.dumps((job, task.path("once.csv"), "xb")))
+    spec.write_bytes(pickle.dumps((job, task.path("once.csv"), "xb", None)))
     second = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(spec)], stdout=subprocess.PIPE, text=True, env=_env()
     )

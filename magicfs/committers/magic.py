@@ -8,8 +8,11 @@ class's, :mod:`magicfs.protocol.committer`):
   look for other jobs' trees at the destination and above it (one delimited listing
   per directory level, at once): none found, the job is *unmarked* — it writes its
   unmarked record in its tree and its writers put no per-file intent marker
-  (:mod:`magicfs.stores.s3.tracking`). Write-then-list: of two jobs whose destinations
-  are the same, or one above the other, at least one sees the other's tree.
+  (:mod:`magicfs.stores.s3.tracking`). Before writing that record it lists the uploads
+  already pending under the destination (one request per 1,000; more than 1,000 and
+  the job stays marked) and keeps their ids in it, the job's *snapshot*: none of them is
+  ever the job's. Write-then-list: of two jobs whose destinations are the same, or one
+  above the other, at least one sees the other's tree.
 * tasks write through ``committer.fs`` under ``task.path(...)`` (deferred uploads, each
   recorded by an intent marker — marked jobs and ``xb`` files — and, once closed, a
   ``.pending``: :mod:`magicfs.stores.s3.writer`).
@@ -26,7 +29,7 @@ class's, :mod:`magicfs.protocol.committer`):
   journal, apply the conflict mode, complete every upload in parallel, write
   ``_SUCCESS``, clean up.
 * clean-up (after commit or abort): list the job's tree once and sweep the uploads on
-  the keys its markers name and, unmarked, on every key initiated since the job began
+  the keys its markers name and, unmarked, every upload under the destination not in its snapshot
   (:func:`magicfs.stores.s3.sweep.sweep_job`): everything not committed is aborted —
   failed, superseded, speculative and unreported attempts, killed writers, lost-reply
   duplicates — but what another job's tree may own. Then delete the tree, journal
@@ -39,11 +42,13 @@ written around magicfs from an unclosed one, task abort by records, the uploads 
 
 What an unmarked job gives up: a plain (non-magicfs) multipart upload under the
 destination started during the job is aborted by its sweep (as Hadoop's
-``fs.s3a.committer.abort.pending.uploads``); and task commit refuses files "opened but not
-closed" only when this process opened them (the registry) — an unclosed file of another
-process has no marker to be seen by, so it is not committed and its upload is swept at
-job end. ``intent_markers="always"`` keeps today's markers for destinations shared with
-other writers.
+``fs.s3a.committer.abort.pending.uploads``). Writers skip the marker only in the process
+that set up their task attempt (:func:`magicfs.task_files.attempt_set_up_here`), so a
+task commit there still refuses a file that another process opened and never closed
+(its marker). What remains: if the attempt's own set-up process is killed mid-write and
+another process commits the attempt, that process's unclosed file has no marker and is
+not seen: it is left out of the commit and its upload is swept at job end.
+``intent_markers="always"`` keeps markers for destinations shared with other writers.
 
 Decision (differs from Hadoop, which deletes the attempt directory at task commit):
 the attempt directory stays until the job ends. It costs nothing extra (the job's
@@ -58,7 +63,6 @@ import concurrent.futures
 import logging
 import time
 from collections.abc import Container
-from datetime import datetime
 from typing import Any
 
 from ..errors import CommitFailedError, InvalidCommitData
@@ -71,12 +75,12 @@ from ..records import IOStatisticsSnapshot, SinglePendingCommit
 from ..stores.deferred import DeferredStoreSpec, collect
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
-from ..stores.s3.clock import PROBE_NAME, adates_uploads
 from ..stores.s3.store import PendingUpload
 from ..stores.s3.sweep import (
     abort_spared,
     abort_uploads,
     aread_unmarked,
+    asnapshot,
     load_pending,
     other_jobs_cover,
     recorded_ids,
@@ -85,7 +89,7 @@ from ..stores.s3.sweep import (
     tree_keys,
     uploads_of,
 )
-from ..stores.s3.tracking import CLOCK_MARGIN, UnmarkedRecord, is_magicfs_marker
+from ..stores.s3.tracking import SNAPSHOT_LIMIT, UnmarkedRecord, is_magicfs_marker
 from ..stores.spool import KeySet
 from ..stores.validation import check_commit
 from ..task_files import TaskFile
@@ -107,8 +111,7 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
     "when_required"``): :mod:`magicfs.stores.s3.checksums`); ``intent_markers``
     (``"auto"``: a marker per file only when another job's tree covers the destination
     at set-up; ``"always"``: a marker per file, for destinations that other writers
-    share: see the module docstring); ``clock_margin`` (seconds, 60: how far the store's
-    clocks may disagree, for an unmarked job's sweep by time).
+    share: see the module docstring).
     """
 
     name = "magic"
@@ -121,7 +124,6 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         in_memory: bool = False,
         checksum: str | None = DEFAULT_CHECKSUM,
         intent_markers: str = "auto",
-        clock_margin: float = CLOCK_MARGIN,
         **options: Any,
     ):
         if intent_markers not in self.INTENT_MARKERS:
@@ -132,9 +134,10 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         self.in_memory = in_memory
         self.checksum = checked_algorithm(checksum)
         self.intent_markers = intent_markers
-        self.clock_margin = float(clock_margin)
         #: Known to be an unmarked job (set-up decided it, or its tree says so).
         self.unmarked = False
+        #: The snapshot this committer's set-up took (its sweep then reads no record back).
+        self._snapshot: UnmarkedRecord | None = None
         self._spared: list[PendingUpload] = []
         super().__init__(dest, **options)
 
@@ -168,33 +171,39 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         :attr:`storage_options` (a writer that does not know it writes markers: safe)."""
         super()._setup_job(resume)
         if resume:
-            self.unmarked = self._read_unmarked() is not None
-        elif self.intent_markers == "auto" and self._store_dates_uploads():
-            others = other_jobs_cover(self.store, self.bucket, self.dest_key, self.job_id)
-            if others:
-                log.info(
-                    "job %s: %d other jobs' trees cover %s (e.g. s3://%s): intent markers on",
-                    self.job_id,
-                    len(others),
-                    self.url,
-                    others[0],
-                )
-            else:
-                document = UnmarkedRecord.document(self.job_id, self.clock_margin)
-                self._put(self._unmarked_record, document)
-                self.unmarked = True
+            self._snapshot = self._read_unmarked()
+            self.unmarked = self._snapshot is not None
+        elif self.intent_markers == "auto":
+            self.unmarked = self._go_unmarked()
         if self.unmarked:
             self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest, **self._view_options())
 
-    def _store_dates_uploads(self) -> bool:
-        """Does the store report real upload times? (probed once per process and bucket,
-        :mod:`magicfs.stores.s3.clock`)"""
-        probe = self.store.split(self._clock_probe)[1]
-        return self.store.run(adates_uploads(self.store, self.bucket, probe, self.clock_margin))
-
-    @property
-    def _clock_probe(self) -> str:
-        return f"{self.layout.magic_dir}/{PROBE_NAME}"
+    def _go_unmarked(self) -> bool:
+        """Alone on the destination with at most :data:`SNAPSHOT_LIMIT` pending uploads
+        under it: write the unmarked record with their ids (the snapshot)."""
+        others = other_jobs_cover(self.store, self.bucket, self.dest_key, self.job_id)
+        if others:
+            log.info(
+                "job %s: %d other jobs' trees cover %s (e.g. s3://%s): intent markers on",
+                self.job_id,
+                len(others),
+                self.url,
+                others[0],
+            )
+            return False
+        before = self.store.run(asnapshot(self.store, self.bucket, self.dest_key, SNAPSHOT_LIMIT))
+        if before is None:
+            log.info(
+                "job %s: more than %d uploads are pending under %s: intent markers on "
+                "(abort stale ones with 'magicfs uploads abort')",
+                self.job_id,
+                SNAPSHOT_LIMIT,
+                self.url,
+            )
+            return False
+        self._put(self._unmarked_record, UnmarkedRecord.document(self.job_id, before))
+        self._snapshot = UnmarkedRecord(frozenset(before))
+        return True
 
     def _read_unmarked(self) -> UnmarkedRecord | None:
         return self.store.run(aread_unmarked(self.store, *self.store.split(self._unmarked_record)))
@@ -328,11 +337,10 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
     def _discard_left(self, published: Published | None) -> None:
         """Sweep the job's uploads, keeping the committed ones: every upload on a key the
         job's markers name is aborted and, if the tree says the job is unmarked, every
-        upload initiated since it began, but what other jobs' trees may own
+        upload under the destination not in its snapshot, but what other jobs' trees may own
         (:func:`~magicfs.stores.s3.sweep.sweep_job`). Streamed for jobs of any size: the
         tree's keys wait on local disk."""
         keys = KeySet()
-        keys.update([self.store.split(self._clock_probe)[1]])  # a probe cut short by a kill
         unmarked = False
         try:
             with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both listings at once
@@ -344,13 +352,14 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
                     keys.update(tree_keys(self.store, page))
                     unmarked = unmarked or self._unmarked_record in page
                 listed = uploads.result()
-            record = self._read_unmarked() if unmarked else None
-            since = record.born if record is not None else None
+            snapshot = None
+            if unmarked:  # known from set-up, else read back (another process's commit)
+                snapshot = self._snapshot or self._read_unmarked()
             kept = self.kept_uploads(published)
-            aborted = self._sweep(keys, kept, self.progress, listed, since)
+            aborted = self._sweep(keys, kept, self.progress, listed, snapshot)
             if aborted:
                 # An abort racing a part upload can leave the upload alive: look again.
-                self._sweep(keys, kept, False, None, since)
+                self._sweep(keys, kept, False, None, snapshot)
         finally:
             keys.discard()
         self.stats.increment("committer_commits_aborted", aborted)
@@ -370,7 +379,7 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         keep: Container[str],
         progress: bool | None,
         uploads: list[PendingUpload] | None = None,
-        since: datetime | None = None,
+        snapshot: UnmarkedRecord | None = None,
     ) -> int:
         outcome = sweep_job(
             self.store,
@@ -382,7 +391,7 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
             lambda shared: recorded_ids(self.store, self._list(self.layout.magic_dir), shared),
             progress,
             uploads,
-            since=since,
+            snapshot=snapshot,
         )
         seen = {u.upload_id for u in self._spared}
         self._spared += [u for u in outcome.left_for_other_jobs if u.upload_id not in seen]

@@ -8,8 +8,9 @@ Hadoop's ``hadoop s3guard uploads``, with three differences that make it safer t
   (``PATH/__magic_job-<ID>/``), so another job writing to the same destination is never
   touched — the property the committers keep (each job sweeps only its own uploads).
   For an *unmarked* job (its tree holds ``_magicfs_unmarked``: no intent markers,
-  :mod:`magicfs.stores.s3.tracking`) that is also every upload initiated since the job
-  began that no other job's tree may own, the rule of its own sweep
+  :mod:`magicfs.stores.s3.tracking`) that is also every upload under its destination not
+  in its snapshot (the uploads pending when it began) that no other job's tree may own,
+  the rule of its own sweep
   (:mod:`magicfs.stores.s3.sweep`);
 * every upload is shown with its parked bytes (what S3 bills for until it is aborted).
 
@@ -55,9 +56,9 @@ from ...names import UNMARKED_FILE
 from ...parallel import loop_map
 from ...progress import batches, progress_bar
 from ...stores.registry import DEFERRED_STORES, deferred_store_for
-from ...stores.s3.clock import PROBE_NAME
 from ...stores.s3.store import PendingUpload, S3Store, iterate
 from ...stores.s3.sweep import OtherJob, aread_unmarked, hidden_below, other_jobs, tree_keys
+from ...stores.s3.tracking import UnmarkedRecord
 from ...stores.spool import KeySet
 from .common import (
     EXIT_FAILED,
@@ -356,20 +357,28 @@ def _recorded(
 
 
 class UnmarkedJobKeys:
-    """What an unmarked job's uploads are: on its recorded keys, or initiated since it
-    began and owned by no other job's tree (looked up once per directory)."""
+    """What an unmarked job's uploads are: on its recorded keys, or not in its snapshot
+    and owned by no other job's tree (looked up once per directory). An unreadable
+    snapshot: only its recorded keys."""
 
     def __init__(
-        self, store: S3Store, bucket: str, dest_key: str, job: str, keys: KeySet, since: Any
+        self,
+        store: S3Store,
+        bucket: str,
+        dest_key: str,
+        job: str,
+        keys: KeySet,
+        snapshot: UnmarkedRecord,
     ):
-        self.store, self.bucket, self.job, self.keys, self.since = store, bucket, job, keys, since
+        self.store, self.bucket, self.job, self.keys = store, bucket, job, keys
+        self.snapshot = snapshot
         self.dest_key = dest_key
         self._others: dict[str, list[OtherJob]] = {}
 
     def owns(self, upload: Upload) -> bool:
         if upload.key in self.keys:
             return True
-        if upload.initiated is None or upload.initiated < self.since:
+        if not self.snapshot.may_own(upload.upload_id):
             return False
         if hidden_below(self.dest_key, upload.key):
             return False
@@ -395,7 +404,7 @@ def recorded_by_job(
     A marked job's writers record the key of every upload before creating it (the
     intent marker), so these keys cover also the uploads of writers that were killed, and
     the duplicates of lost ``CreateMultipartUpload`` replies. An unmarked job's tree says
-    so (``_magicfs_unmarked``): its uploads are then also those initiated since it began
+    so (``_magicfs_unmarked``): its uploads are then also those not in its snapshot
     that no other job's tree may own (:class:`UnmarkedJobKeys`). The tree is listed page by page
     into a :class:`~magicfs.stores.spool.KeySet`, deleted when the block ends.
     """
@@ -409,9 +418,10 @@ def recorded_by_job(
             yield keys
         else:
             log.info(
-                "job %s is unmarked: its uploads since %s are its own",
+                "job %s is unmarked: the uploads under its destination not in its snapshot "
+                "(%s uploads pending when it began) are its own",
                 selection.job,
-                _iso(unmarked),
+                "?" if unmarked.before is None else f"{len(unmarked.before):,}",
             )
             dest_key = selection.prefix.rstrip("/")
             yield UnmarkedJobKeys(store, selection.bucket, dest_key, selection.job, keys, unmarked)
@@ -421,12 +431,11 @@ def recorded_by_job(
 
 def _fill_job_keys(
     store: S3Store, selection: Selection, job: str, keys: KeySet
-) -> datetime.datetime | None:
-    """Fill ``keys``; returns since when the job's uploads are its own, if it is unmarked."""
+) -> UnmarkedRecord | None:
+    """Fill ``keys``; returns the job's unmarked record (its snapshot), if it is unmarked."""
     dest = f"{selection.bucket}/{selection.prefix}".rstrip("/")
     layout = MagicJobLayout(dest, job)
     _, tree = store.split(layout.magic_dir)
-    keys.update([f"{tree}/{PROBE_NAME}"])  # a clock probe cut short (stores/s3/clock.py)
     files = 0
     active = False
     unmarked = False
@@ -451,8 +460,7 @@ def _fill_job_keys(
     log.info("job %s: %d files in its magic tree name %d keys", job, files, len(keys))
     if not unmarked:
         return None
-    record = store.run(aread_unmarked(store, selection.bucket, f"{tree}/{UNMARKED_FILE}"))
-    return record.born if record is not None else None
+    return store.run(aread_unmarked(store, selection.bucket, f"{tree}/{UNMARKED_FILE}"))
 
 
 # -- requests, a bounded number in flight (magicfs.parallel) ---------------------------

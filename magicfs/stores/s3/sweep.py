@@ -11,34 +11,40 @@ upload of a ``CreateMultipartUpload`` whose reply was lost and retried; files wr
 twice or after their task committed. It costs one listing per 1,000 pending uploads
 under the destination, never a request per file.
 
-**By time, for an unmarked job** (:mod:`.tracking`: no other job covered its destination
-at set-up, its writers put no marker): the candidates are also every upload under the
-destination *initiated since the job began* (its unmarked record's ``LastModified``, on
-the store's clock, less :data:`~.tracking.CLOCK_MARGIN`) that no committed record keeps,
-but those under a hidden name (:func:`hidden_below`: the job's own files there keep their
-markers).
-An upload older than that is never the job's: its writers learn the mode from the
-committer, after set-up wrote the record. The listing still costs one request per 1,000
-pending uploads; spared candidates are the only extra (below).
+**By snapshot, for an unmarked job** (:mod:`.tracking`: no other job covered its
+destination at set-up, its writers put no marker): the candidates are also every upload
+under the destination that is *not in the job's snapshot* (the upload ids its unmarked
+record lists: those pending under the destination at set-up) and that no committed
+record keeps, but those under a hidden name (:func:`hidden_below`: the job's own files
+there keep their markers). An upload in the snapshot is never the job's: its writers
+learn the mode from the committer, after set-up listed the snapshot and wrote the
+record. No clock is read. A record that cannot be parsed (tampered with) makes the job
+fall back to the marked rule: only keys its markers and records name (a warning names
+the record). The listing still costs one request per 1,000 pending uploads; spared
+candidates are the only extra (below).
 
 **Other jobs are never touched.** A candidate another job's tree may own is left to
 that job and reported (``left_for_other_jobs``), unless this job's own ``.pending``
 records name its upload id. Another job ``K`` *may own* an upload if K's tree covers its
 key (K's destination is at or above the key) and either K's markers or records name the
-key, or K is unmarked and the upload was initiated since K began. The trees are looked
-for (one listing with delimiter per directory level) at every level from the bucket
-root to each candidate's directory, only when there are candidates: a job at ``out/``
-covers ``out/year=1/``, and a nested job at ``out/year=1/`` covers part of ``out/``.
+key, or K is unmarked and the upload is under K's destination and not in K's snapshot
+(an unreadable snapshot: K may own every upload under its destination). The trees are
+looked for (one listing with delimiter per directory level) at every level from the
+bucket root to each candidate's directory, only when there are candidates: a job at
+``out/`` covers ``out/year=1/``, and a nested job at ``out/year=1/`` covers part of ``out/``.
 
-*Why this is enough* (ordering): the sweep lists the uploads (L1), then the trees (L2).
-An upload ``U`` of another job K that is in L1 was created after K's tree existed (K's
-writers write after K's set-up, or after their marker in K's tree), and K deletes its
-tree only after its own sweep has aborted or its commit completed U. So if K's tree is
-missing from L2, U is already aborted or completed (aborting it again is harmless); if
-it is there, U is spared. Two jobs that could both own an upload can both spare it when
-their sweeps overlap: so a job that spared uploads looks again once its own tree is
-deleted (:func:`abort_spared`) and aborts those no remaining tree may own; the last of
-the two to delete its tree sees the other's gone. What remains parked is reported.
+*Why this is enough* (ordering): a job's set-up writes its job marker, lists the other
+trees covering its destination and, alone, lists its snapshot and writes its unmarked
+record, all before any writer of the job starts. The sweep lists the uploads (L1), then
+the trees (L2). An upload ``U`` of another job K that is in L1 was created after K's
+tree existed (K's writers write after K's set-up, or after their marker in K's tree),
+and so after K's snapshot: U is never in it. K deletes its tree only after its own
+sweep has aborted or its commit completed U. So if K's tree is missing from L2, U is
+already aborted or completed (aborting it again is harmless); if it is there, U is
+spared. Two jobs that could both own an upload can both spare it when their sweeps
+overlap: so a job that spared uploads looks again once its own tree is deleted
+(:func:`abort_spared`) and aborts those no remaining tree may own; the last of the two
+to delete its tree sees the other's gone. What remains parked is reported.
 
 **By record, for one attempt or file.** Task abort and ``rm`` of a task file abort the
 uploads their ``.pending`` records name (a speculative twin of the attempt may be
@@ -51,7 +57,6 @@ import asyncio
 import logging
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from ...errors import InvalidCommitData, StoreCallError, UploadsLeftError
@@ -236,10 +241,11 @@ def sweep_job(
     progress: bool | None = None,
     uploads: Iterable[PendingUpload] | None = None,
     *,
-    since: datetime | None = None,
+    snapshot: UnmarkedRecord | None = None,
 ) -> SweepOutcome:
     """Abort every upload of the job, except the ids in ``keep``: those on one of its
-    ``keys`` and, for an unmarked job, those initiated at or after ``since``.
+    ``keys`` and, for an unmarked job (``snapshot``: its record), those under the
+    destination not in its snapshot.
 
     ``keep``: the upload ids this job completed (or must keep). ``own_ids(keys)``: the
     upload ids the job's own records name on those keys (asked only for keys another
@@ -251,7 +257,7 @@ def sweep_job(
     candidates = [
         u
         for u in listed
-        if u.upload_id not in keep and (u.key in keys or _since(u, since, dest_key))
+        if u.upload_id not in keep and (u.key in keys or _unmarked_candidate(u, snapshot, dest_key))
     ]
     outcome = SweepOutcome()
     if not candidates:
@@ -302,9 +308,12 @@ def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]
     return {c.upload_id for c in load_pending(store, _pendings_for(store, listing, keys))}
 
 
-def _since(upload: PendingUpload, since: datetime | None, dest_key: str) -> bool:
-    """Is ``upload`` an unmarked job's candidate by date? Never under a hidden name."""
-    if since is None or upload.initiated is None or upload.initiated < since:
+def _unmarked_candidate(
+    upload: PendingUpload, snapshot: UnmarkedRecord | None, dest_key: str
+) -> bool:
+    """Is ``upload`` an unmarked job's candidate (not in its snapshot)? Never under a
+    hidden name, never with an unreadable snapshot."""
+    if snapshot is None or not snapshot.may_own(upload.upload_id):
         return False
     return not hidden_below(dest_key, upload.key)
 
@@ -314,7 +323,7 @@ def hidden_below(dest_key: str, key: str) -> bool:
 
     Such names are not visible data (the convention of Spark, Hive and pyarrow): the
     classic committers' ``_temporary/``, Spark's ``.spark-staging-*``. An unmarked job's
-    sweep by date never takes an upload under one (it may be theirs); its own writers
+    sweep never takes an upload under one by snapshot (it may be theirs); its own writers
     keep their intent marker for such a file (:mod:`.writer`), so its sweep finds it by key.
     """
     relative = key[len(dest_key) + 1 :] if dest_key else key
@@ -328,17 +337,17 @@ class OtherJob:
     tree: str  # bucket/.../__magic_job-<id>/
     dest_key: str  # the key of its destination ("" for the bucket root)
     keys: frozenset[str]  # keys its markers and records name
-    since: datetime | None  # unmarked: the uploads it may own were initiated since then
+    #: Unmarked: its snapshot (the uploads under its destination that are never its own;
+    #: ``before=None``, unreadable: it may own any). ``None``: a marked job.
+    snapshot: UnmarkedRecord | None
 
     def may_own(self, upload: PendingUpload) -> bool:
         if upload.key in self.keys:
             return True
         under = not self.dest_key or upload.key.startswith(self.dest_key + "/")
-        return (
-            under
-            and self.since is not None
-            and (upload.initiated is None or upload.initiated >= self.since)
-        )
+        if not under or self.snapshot is None:
+            return False
+        return self.snapshot.before is None or upload.upload_id not in self.snapshot.before
 
 
 def levels_above(key: str) -> list[str]:
@@ -393,9 +402,21 @@ def other_jobs(store: S3Store, bucket: str, job_id: str, keys: set[str]) -> list
                 tree,
                 tree_key.rstrip("/").rpartition("/")[0],
                 frozenset(tree_keys(store, listing)),
-                unmarked.born if unmarked is not None else None,
+                unmarked,
             )
         )
+    return found
+
+
+async def asnapshot(store: S3Store, bucket: str, dest_key: str, limit: int) -> list[str] | None:
+    """The ids of the uploads pending under ``dest_key`` (an unmarked job's snapshot), or
+    ``None`` when there are more than ``limit``: one request (two when a page is full)."""
+    prefix = f"{dest_key}/" if dest_key else ""
+    found: list[str] = []
+    async for upload in store.alist_uploads(bucket, prefix):
+        found.append(upload.upload_id)
+        if len(found) > limit:
+            return None
     return found
 
 
@@ -409,7 +430,7 @@ async def aread_unmarked(store: S3Store, bucket: str, key: str) -> UnmarkedRecor
         data: bytes = await response["Body"].read()
     finally:
         response["Body"].close()
-    return UnmarkedRecord.parse(data, response["LastModified"])
+    return UnmarkedRecord.parse(data, f"s3://{bucket}/{key}")
 
 
 def _tree_of(bucket: str, dest_key: str, job_id: str) -> str:

@@ -16,16 +16,24 @@ magicfs job writing under the same destination. A job that finds, at set-up, no 
 job's tree covering its destination (:func:`magicfs.stores.s3.sweep.other_jobs_cover`)
 is *unmarked*: it records that in its tree (:data:`~magicfs.names.UNMARKED_FILE`, a small
 JSON document that stays until the tree's last delete) and its writers PUT no marker
-(``xb`` files keep theirs: it is the create-only mechanism). Its sweep then finds its
-uploads by time instead: every upload under the destination initiated since the job
-began, on the store's clock, less a margin, that no committed record keeps and no other
+(``xb`` files keep theirs: it is the create-only mechanism). Before that, set-up lists
+the uploads already pending under the destination (one page, at most
+:data:`SNAPSHOT_LIMIT`; more, and the job stays marked) and keeps their ids in the record
+(``uploadsBefore``): the job's *snapshot*. Its writers start only after set-up returns,
+so no upload of the job is in it. Its sweep then also takes every upload under the
+destination that is not in the snapshot, that no committed record keeps and no other
 job's tree may own (:func:`magicfs.stores.s3.sweep.sweep_job` states and proves the
-rule). What that gives up: a plain (non-magicfs) multipart upload under the destination
-started during the job is aborted by its sweep, as Hadoop's committers do with
-``fs.s3a.committer.abort.pending.uploads``; ``intent_markers="always"`` keeps markers
-for destinations shared with other writers. A writer that does not know the mode
-(``intent_markers=True``, the default of :class:`~magicfs.filesystems.MagicFileSystem`)
-writes markers: that is always safe.
+rule); no clock is read. What that gives up: a plain (non-magicfs) multipart upload
+under the destination started during the job is aborted by its sweep, as Hadoop's
+committers do with ``fs.s3a.committer.abort.pending.uploads``; ``intent_markers="always"``
+keeps markers for destinations shared with other writers. A writer that does not know
+the mode (``intent_markers=True``, the default of :class:`~magicfs.filesystems.MagicFileSystem`)
+writes markers, and so does a writer in a process that did not set up its task attempt
+(:func:`magicfs.task_files.attempt_set_up_here`): a task commit in the set-up process
+must see its file even if the writer's process dies before closing it. What remains
+unseen: a file whose writer ran in the set-up process, when that process is killed
+mid-write and *another* process commits the attempt (its upload is
+swept at job end). Markers are always safe.
 
 **The ``.pending`` names the upload** once the file is closed (Hadoop's
 ``SinglePendingCommit``). In ``in_memory`` mode (HADOOP-19047) the commit data stays in
@@ -33,7 +41,7 @@ the writing process (:data:`magicfs.task_files.TASK_FILES`) instead; in a marked
 marker is still written, because it is what finds the upload of a writer whose process
 dies. Decision (differs from Hadoop, whose in-memory mode writes no marker): one PUT per
 file buys the guarantee that no upload is ever parked unrecorded; an unmarked job gets
-the same guarantee from its sweep by time, with no PUT.
+the same guarantee from its snapshot sweep, with no PUT.
 
 Uploads carry the job id and task attempt in their own metadata, which the completed
 object keeps: a retried job commit recognises its own completed files by it.
@@ -42,8 +50,10 @@ object keeps: a retried job commit recognises its own completed files by it.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+
+log = logging.getLogger("magicfs.s3.tracking")
 
 META_JOB_ID = "magicfs-job-id"
 META_TASK_ATTEMPT = "magicfs-task-attempt-id"
@@ -76,35 +86,47 @@ def _ascii(value: str) -> str:
     return value.encode("ascii", "backslashreplace").decode("ascii")
 
 
-#: How far the store's clocks may disagree (seconds): an unmarked job's uploads are those
-#: initiated since its tree's unmarked record was written, less this margin. Cost: plain
-#: uploads started this long before the job are in its window too.
-CLOCK_MARGIN = 60.0
+#: Pending uploads an unmarked job's snapshot may hold: one page of ListMultipartUploads.
+#: More under the destination at set-up, and the job stays marked.
+SNAPSHOT_LIMIT = 1000
 
 
 @dataclass(frozen=True)
 class UnmarkedRecord:
-    """An unmarked job's record (:data:`~magicfs.names.UNMARKED_FILE`): since when the job
-    may own uploads, on the store's clock."""
+    """An unmarked job's record (:data:`~magicfs.names.UNMARKED_FILE`): the uploads that
+    were pending under its destination before the job began (its *snapshot*).
 
-    written: datetime  # the record's LastModified (the store's clock)
-    margin: float  # seconds
+    ``before`` is ``None`` when the record could not be read (tampered with): the job's
+    uploads cannot be told from older ones, so its sweep spares every upload under the
+    destination that no marker or record of the job names (the marked rule)."""
 
-    @property
-    def born(self) -> datetime:
-        """Uploads initiated before this are never the job's."""
-        return self.written - timedelta(seconds=self.margin)
+    before: frozenset[str] | None
+
+    def may_own(self, upload_id: str) -> bool:
+        """Could the job own an upload found under its destination (not by key)?"""
+        return self.before is not None and upload_id not in self.before
 
     @staticmethod
-    def document(job_id: str, margin: float) -> bytes:
-        return json.dumps({"jobId": job_id, "intentMarkers": False, "clockMargin": margin}).encode()
+    def document(job_id: str, before: list[str]) -> bytes:
+        return json.dumps(
+            {"jobId": job_id, "intentMarkers": False, "uploadsBefore": sorted(before)}
+        ).encode()
 
     @classmethod
-    def parse(cls, data: bytes, written: datetime) -> UnmarkedRecord:
-        """The record read back; an unreadable body keeps the default margin (the record's
-        presence is what matters: the job is unmarked)."""
+    def parse(cls, data: bytes, source: str) -> UnmarkedRecord:
+        """The record read back; an unreadable one (``before=None``) is logged, naming it."""
         try:
-            margin = float(json.loads(data).get("clockMargin", CLOCK_MARGIN))
-        except (ValueError, TypeError, AttributeError):
-            margin = CLOCK_MARGIN
-        return cls(written, max(margin, 0.0))
+            ids = json.loads(data)["uploadsBefore"]
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise TypeError("uploadsBefore is not a list of upload ids")
+            return cls(frozenset(ids))
+        except (ValueError, TypeError, KeyError) as error:
+            log.warning(
+                "%s: unreadable unmarked record (%s: %s): its job's sweep takes only the "
+                "uploads its markers and records name; abort the others with "
+                "'magicfs uploads abort' once no job writes there",
+                source,
+                type(error).__name__,
+                error,
+            )
+            return cls(None)

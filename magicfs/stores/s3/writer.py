@@ -6,9 +6,11 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
 * **begin**: PUT the zero-byte **intent marker** at the magic path (job, attempt, writer
   nonce; see :mod:`.tracking`), *then* CreateMultipartUpload for ``out/a.csv``. In an
   *unmarked* job (``intent_markers=False``: the committer found no other job covering
-  the destination, :mod:`.tracking`) only ``xb`` files and files under a hidden name
-  (``_x/``, ``.x``) put a marker; the others go
-  straight to the create, and the job's sweep finds their uploads by time. For
+  the destination, :mod:`.tracking`) only ``xb`` files, files under a hidden name
+  (``_x/``, ``.x``) and writers in a process that did not set up their task attempt
+  (:func:`magicfs.task_files.attempt_set_up_here`: a task commit must see a file another
+  process opened and never closed) put a marker; the others go straight to the create,
+  and the job's sweep finds their uploads by its snapshot. For
   ``xb`` the marker is PUT with ``If-None-Match: *``, or after a HEAD on a store that
   does not honour it (:mod:`.conditional`), so a second writer of the path gets
   ``FileExistsError`` from ``open()``; a ``PreconditionFailed`` answering a PUT whose
@@ -28,8 +30,8 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
 Why the marker comes first: an upload must never exist without a record naming its
 key, or a writer killed between the create and its first record (or a create whose
 reply was lost and retried) would leave an upload nobody can find. (An unmarked job's
-sweep takes every upload under the destination initiated since the job began, so such
-an upload is found without a marker: :mod:`.sweep`.) Why the job check
+sweep takes every upload under the destination that was not pending before the job
+began, so such an upload is found without a marker: :mod:`.sweep`.) Why the job check
 comes after the create: a job ends by deleting its job marker and then sweeping the
 uploads on its markers' keys; a writer whose check finds the marker still there
 created its upload before the sweep listed uploads, and a writer whose check finds it
@@ -47,6 +49,7 @@ from typing import Any, TypeVar
 from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
+from ...task_files import attempt_set_up_here
 from ..deferred_writer import (
     DeferredWritesBase,
     PartRules,
@@ -114,7 +117,10 @@ class S3Writes(DeferredWritesBase):
             job_marker,
             in_memory=self.options.in_memory,
             checksum=self.checksum,
-            intent_marker=self.options.intent_markers or "x" in mode or _hidden(magic_path),
+            intent_marker=self.options.intent_markers
+            or "x" in mode
+            or _hidden(magic_path)
+            or not attempt_set_up_here(magic_path.job_id, magic_path.task_attempt_id),
         )
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
@@ -133,7 +139,8 @@ class S3Writes(DeferredWritesBase):
 
 def _hidden(magic_path: MagicPath) -> bool:
     """A file under a hidden name below the destination (``_x/``, ``.x``) keeps its marker
-    in an unmarked job: the sweep by date never takes such uploads (:func:`.sweep.hidden_below`)."""
+    in an unmarked job: its sweep by snapshot never takes such uploads
+    (:func:`.sweep.hidden_below`)."""
     return any(e.startswith(("_", ".")) for e in magic_path.relative_destination)
 
 
