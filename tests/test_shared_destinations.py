@@ -598,3 +598,118 @@ def test_uploads_abort_job_takes_an_unmarked_jobs_killed_writers_only(
     live.commit_job(live_messages)
     assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/live.csv"]
     assert uploads(rgw_client, rgw_bucket) == []
+
+
+# --- review findings: nested open files, hidden names, xb against unmarked wb --------------
+
+
+#: A writer in another process (which did not set up the attempt) opening a path "xb".
+CREATOR = textwrap.dedent(
+    """
+    import pickle, sys
+    from magicfs.task_files import TASK_FILES
+    committer, path = pickle.load(open(sys.argv[1], "rb"))
+    try:
+        with committer.fs.open(path, "xb") as f:
+            f.write(b"the create-only writer")
+    except FileExistsError as refused:
+        print("refused:", refused, flush=True)
+    else:
+        assert not [error for _, error in TASK_FILES.settle()]
+        print("created", flush=True)
+    """
+)
+
+
+def create_elsewhere(job, path: str, tmp_path) -> str:
+    spec = tmp_path / "creator.pkl"
+    spec.write_bytes(pickle.dumps((job, path)))
+    done = subprocess.run(
+        [sys.executable, "-c", CREATOR, str(spec)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=True,
+        timeout=120,
+    )
+    return done.stdout
+
+
+@pytest.mark.rgw
+def test_an_outer_jobs_sweep_spares_a_nested_jobs_file_no_record_names(
+    rgw_s3, rgw_client, rgw_bucket
+):
+    nested = committer(rgw_s3, rgw_bucket, "out/sub", in_memory=True)
+    nested.setup_job()
+    outer = committer(rgw_s3, rgw_bucket, "out")
+    outer.setup_job()
+    assert nested.unmarked and outer.unmarked
+    task = nested.task_attempt(0)
+    nested.setup_task(task)
+    write(nested, task, "nested.csv")  # closed: its record lives in this process only
+    TASK_FILES.settle()
+    outer.commit_job([committed_task(outer, 0, "top.csv")])
+    # the outer job found the nested one's tree unmarked: its upload is not the outer's
+    assert [k for k, _ in uploads(rgw_client, rgw_bucket)] == ["out/sub/nested.csv"]
+    nested.commit_job([nested.commit_task(task)])
+    assert "out/sub/nested.csv" in visible(rgw_client, rgw_bucket)
+    assert uploads(rgw_client, rgw_bucket) == []
+
+
+@pytest.mark.rgw
+def test_a_hidden_upload_one_job_spares_is_not_left_parked_by_the_other(
+    rgw_s3, rgw_client, rgw_bucket, tmp_path
+):
+    first = committer(rgw_s3, rgw_bucket)
+    first.setup_job()
+    second = committer(rgw_s3, rgw_bucket)
+    second.setup_job()
+    assert first.unmarked and not second.unmarked
+    task = second.task_attempt(0)
+    second.setup_task(task)
+    killed_writer(second, task, "_meta/killed.csv", rgw_client, rgw_bucket, tmp_path)
+    # the unmarked job never takes hidden names by snapshot, so it may not own this one:
+    # the marked job, whose marker names it, aborts it
+    second.abort_job()
+    assert uploads(rgw_client, rgw_bucket) == []
+    first.commit_job([committed_task(first, 0, "a.csv")])
+    assert uploads(rgw_client, rgw_bucket) == []
+
+
+def test_xb_elsewhere_is_refused_when_an_unmarked_writer_closed_the_path(
+    s3, s3_client, bucket, tmp_path
+):
+    job = committer(s3, bucket)
+    job.setup_job()
+    assert job.unmarked
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    write(job, task, "a.csv", b"first")  # this process set up the attempt: no marker
+    TASK_FILES.settle()
+    answer = create_elsewhere(job, task.path("a.csv"), tmp_path)
+    assert answer.startswith("refused:") and "another writer has already written" in answer
+    job.commit_job([job.commit_task(task)])
+    body = s3_client.get_object(Bucket=bucket, Key="out/a.csv")["Body"].read()
+    assert body == b"first"
+    assert uploads(s3_client, bucket) == []
+
+
+@pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in-memory"])
+def test_a_path_written_here_unmarked_and_elsewhere_is_refused_at_task_commit(
+    s3, s3_client, bucket, tmp_path, in_memory
+):
+    job = committer(s3, bucket, in_memory=in_memory)
+    job.setup_job()
+    assert job.unmarked
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    mine = job.fs.open(task.path("a.csv"), "wb")  # still open: nothing on the store for xb
+    mine.write(b"first")
+    assert create_elsewhere(job, task.path("a.csv"), tmp_path).startswith("created")
+    mine.close()
+    TASK_FILES.settle()
+    with pytest.raises(CommitFailedError, match="written both by this process and by another"):
+        job.commit_task(task)
+    job.abort_job()
+    assert visible(s3_client, bucket) == []
+    assert uploads(s3_client, bucket) == []

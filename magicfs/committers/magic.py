@@ -42,13 +42,20 @@ written around magicfs from an unclosed one, task abort by records, the uploads 
 
 What an unmarked job gives up: a plain (non-magicfs) multipart upload under the
 destination started during the job is aborted by its sweep (as Hadoop's
-``fs.s3a.committer.abort.pending.uploads``). Writers skip the marker only in the process
-that set up their task attempt (:func:`magicfs.task_files.attempt_set_up_here`), so a
-task commit there still refuses a file that another process opened and never closed
-(its marker). What remains: if the attempt's own set-up process is killed mid-write and
-another process commits the attempt, that process's unclosed file has no marker and is
-not seen: it is left out of the commit and its upload is swept at job end.
-``intent_markers="always"`` keeps markers for destinations shared with other writers.
+``fs.s3a.committer.abort.pending.uploads``), as are those of a staging committer's job
+writing to the same destination at the same time (it keeps no tree here to be seen by).
+``xb`` keeps its promise across processes: its writer keeps a marker and, in an unmarked
+job, also looks for a ``.pending`` at the path (a file closed there by an unmarked
+writer); a task commit refuses a path this process wrote without a marker when another
+process's marker is there too (the same path written twice in one attempt).
+
+Writers skip the marker only in the process that set up their task attempt
+(:func:`magicfs.task_files.attempt_set_up_here`), so a task commit there still refuses a
+file that another process opened and never closed (its marker). What remains: if the
+attempt's own set-up process is killed mid-write and another process commits the
+attempt, that process's unclosed file has no marker and is not seen: it is left out of
+the commit and its upload is swept at job end. ``intent_markers="always"`` keeps markers
+for destinations shared with other writers.
 
 Decision (differs from Hadoop, which deletes the attempt directory at task commit):
 the attempt directory stays until the job ends. It costs nothing extra (the job's
@@ -222,6 +229,7 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
         pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
         # Files this process wrote: their commits are known here, nothing to read back.
         known = {f.path: f.commit for f in files if f.commit is not None}
+        self._refuse_doubled(task, known, set(markers))
         unlisted = (pendings | known.keys()) - set(markers)
         if unlisted and (self.unmarked or self._read_unmarked() is not None):
             # Unmarked writers put no marker: a file is its .pending, or known here.
@@ -245,6 +253,21 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
             self._operations().abort([known[marker]])
         stats = self._checked_task_commits(task, commits, [sources[id(c)] for c in commits])
         return commits, stats
+
+    def _refuse_doubled(
+        self, task: TaskAttempt, known: dict[str, SinglePendingCommit], markers: set[str]
+    ) -> None:
+        """An unmarked writer of this process put no marker: a marker at its path is another
+        process's writer of the same path in this attempt (an ``xb`` writer let in, say).
+        Which file the job should publish is unknown: refuse, naming it."""
+        doubled = sorted(p for p, c in known.items() if p in markers and not _wrote_marker(c))
+        if doubled:
+            raise CommitFailedError(
+                f"task attempt {task.attempt_id}: {len(doubled)} files were written both by "
+                f"this process and by another process, e.g. s3://{doubled[0]}: which one to "
+                "publish is unknown, and a create-only ('xb') writer may have been let in. "
+                "Write each file of an attempt from one process (the attempt has been aborted)"
+            )
 
     def _refuse_unaccounted(self, task: TaskAttempt, markers: list[str], mode: str) -> None:
         """Files of the attempt that cannot be committed: say exactly why (one HEAD each)."""
@@ -406,3 +429,8 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
 def _marker_of(record: str) -> str:
     """The marker path of a ``.pending`` record's location (``s3://bkt/...x.pending``)."""
     return record.removeprefix("s3://").removesuffix(PENDING_SUFFIX)
+
+
+def _wrote_marker(commit: SinglePendingCommit) -> bool:
+    """Did the file's writer put an intent marker? (its record's own counter says)"""
+    return commit.iostatistics.counters.get("committer_magic_marker_put", 1) != 0

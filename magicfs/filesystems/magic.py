@@ -96,7 +96,9 @@ class MagicFileSystem(ChainedFileSystem):
       committer sets it False in ``committer.fs`` and ``committer.storage_options`` when
       its job found no other job covering the destination (``intent_markers="auto"``,
       :mod:`magicfs.stores.s3.tracking`); do not set it yourself: a job whose tree does
-      not say it is unmarked finds its uploads only by their markers.
+      not say it is unmarked finds its uploads only by their markers. False is honoured
+      only in the process that set up the file's task attempt (and never for ``xb`` files
+      or hidden names): elsewhere a writer always puts its marker.
 
     Azure Blob (adlfs): ``block_lists`` (False) chooses the view. True: task files are
     blocks staged on their final blob, published by the block-list committer

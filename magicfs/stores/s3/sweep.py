@@ -23,12 +23,18 @@ fall back to the marked rule: only keys its markers and records name (a warning 
 the record). The listing still costs one request per 1,000 pending uploads; spared
 candidates are the only extra (below).
 
-**Other jobs are never touched.** A candidate another job's tree may own is left to
+**Other magicfs jobs of the magic layout are never touched** (what an unmarked job's sweep
+*does* take from others is stated where the user chooses it: :mod:`.tracking` —
+a plain multipart upload under the destination started during the job, and the uploads
+of a staging committer's job writing to the same destination, which keeps no tree
+here; ``intent_markers="always"`` is the setting for destinations shared that way).
+A candidate another job's tree may own is left to
 that job and reported (``left_for_other_jobs``), unless this job's own ``.pending``
 records name its upload id. Another job ``K`` *may own* an upload if K's tree covers its
 key (K's destination is at or above the key) and either K's markers or records name the
-key, or K is unmarked and the upload is under K's destination and not in K's snapshot
-(an unreadable snapshot: K may own every upload under its destination). The trees are
+key, or K is unmarked and the upload is under K's destination, not under a hidden name
+and not in K's snapshot (an unreadable snapshot: any such upload) — exactly what K's own
+sweep may take, or an upload both spare would stay parked. The trees are
 looked for (one listing with delimiter per directory level) at every level from the
 bucket root to each candidate's directory, only when there are candidates: a job at
 ``out/`` covers ``out/year=1/``, and a nested job at ``out/year=1/`` covers part of ``out/``.
@@ -342,10 +348,14 @@ class OtherJob:
     snapshot: UnmarkedRecord | None
 
     def may_own(self, upload: PendingUpload) -> bool:
+        """Exactly what that job's own sweep may take (else an upload both spare is parked
+        for good): keys its markers and records name; unmarked, uploads under its
+        destination not in its snapshot and not under a hidden name (an unreadable snapshot:
+        any such upload, spared rather than taken from a job that may be writing it)."""
         if upload.key in self.keys:
             return True
         under = not self.dest_key or upload.key.startswith(self.dest_key + "/")
-        if not under or self.snapshot is None:
+        if not under or self.snapshot is None or hidden_below(self.dest_key, upload.key):
             return False
         return self.snapshot.before is None or upload.upload_id not in self.snapshot.before
 
@@ -390,6 +400,7 @@ def other_jobs(store: S3Store, bucket: str, job_id: str, keys: set[str]) -> list
         if tree.rstrip("/").rsplit("/", 1)[-1] == MAGIC_JOB_PREFIX + job_id:
             continue
         tree_bucket, tree_key = store.split(tree)
+        tree_key = tree_key.rstrip("/") + "/"  # split() drops it: `job-1/` must not list `job-10`
         listing = list(iterate(store, store.alist_keys(tree_bucket, tree_key)))
         record = f"{tree_bucket}/{tree_key}{UNMARKED_FILE}"
         unmarked = (

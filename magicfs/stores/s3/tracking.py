@@ -10,30 +10,33 @@ one id). ListMultipartUploads shows keys, never metadata, so the key is what tie
 upload to a job: the job's sweep (:mod:`.sweep`) aborts every upload on a key named by
 one of its markers that no committed record names.
 
-**The marker is needed only where another job may share the keys.** What the sweep
-gets from markers is ownership by key, so that it never aborts the uploads of another
-magicfs job writing under the same destination. A job that finds, at set-up, no other
-job's tree covering its destination (:func:`magicfs.stores.s3.sweep.other_jobs_cover`)
-is *unmarked*: it records that in its tree (:data:`~magicfs.names.UNMARKED_FILE`, a small
+**The marker is needed only where another job may share the keys.** What the sweep gets
+from markers is ownership by key, so that it never aborts the uploads of another magicfs
+job writing under the same destination. A job that finds, at set-up, no other job's tree
+covering its destination (:func:`magicfs.stores.s3.sweep.other_jobs_cover`) is
+*unmarked*: it records that in its tree (:data:`~magicfs.names.UNMARKED_FILE`, a small
 JSON document that stays until the tree's last delete) and its writers PUT no marker
 (``xb`` files keep theirs: it is the create-only mechanism). Before that, set-up lists
 the uploads already pending under the destination (one page, at most
-:data:`SNAPSHOT_LIMIT`; more, and the job stays marked) and keeps their ids in the record
-(``uploadsBefore``): the job's *snapshot*. Its writers start only after set-up returns,
-so no upload of the job is in it. Its sweep then also takes every upload under the
-destination that is not in the snapshot, that no committed record keeps and no other
+:data:`SNAPSHOT_LIMIT`; more, and the job stays marked) and keeps their ids in the
+record (``uploadsBefore``): the job's *snapshot*. Its writers start only after set-up
+returns, so no upload of the job is in it. Its sweep then also takes every upload under
+the destination that is not in the snapshot, that no committed record keeps and no other
 job's tree may own (:func:`magicfs.stores.s3.sweep.sweep_job` states and proves the
 rule); no clock is read. What that gives up: a plain (non-magicfs) multipart upload
 under the destination started during the job is aborted by its sweep, as Hadoop's
-committers do with ``fs.s3a.committer.abort.pending.uploads``; ``intent_markers="always"``
-keeps markers for destinations shared with other writers. A writer that does not know
-the mode (``intent_markers=True``, the default of :class:`~magicfs.filesystems.MagicFileSystem`)
-writes markers, and so does a writer in a process that did not set up its task attempt
+committers do with ``fs.s3a.committer.abort.pending.uploads``, and so are the in-flight
+uploads of a *staging* committer's job (``committer="directory"``: it keeps no tree in
+the destination for a magic job to see) writing to the same destination at the same
+time; ``intent_markers="always"`` keeps markers for destinations shared with such
+writers. A writer that does not know the mode (``intent_markers=True``, the default of
+:class:`~magicfs.filesystems.MagicFileSystem`) writes markers, and so does a writer in a
+process that did not set up its task attempt
 (:func:`magicfs.task_files.attempt_set_up_here`): a task commit in the set-up process
 must see its file even if the writer's process dies before closing it. What remains
 unseen: a file whose writer ran in the set-up process, when that process is killed
-mid-write and *another* process commits the attempt (its upload is
-swept at job end). Markers are always safe.
+mid-write and *another* process commits the attempt (its upload is swept at job end).
+Markers are always safe.
 
 **The ``.pending`` names the upload** once the file is closed (Hadoop's
 ``SinglePendingCommit``). In ``in_memory`` mode (HADOOP-19047) the commit data stays in

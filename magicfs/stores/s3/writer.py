@@ -121,6 +121,7 @@ class S3Writes(DeferredWritesBase):
             or "x" in mode
             or _hidden(magic_path)
             or not attempt_set_up_here(magic_path.job_id, magic_path.task_attempt_id),
+            unmarked_job=not self.options.intent_markers,
         )
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
@@ -158,6 +159,7 @@ class S3FileHooks:
         in_memory: bool,
         checksum: str | None,
         intent_marker: bool = True,
+        unmarked_job: bool = False,
     ):
         self.store = store
         self.url = f"s3://{path}"
@@ -176,6 +178,9 @@ class S3FileHooks:
         self.upload_id: str | None = None
         #: PUT the intent marker before the create (False: an unmarked job's ``wb`` file).
         self.intent_marker = intent_marker
+        #: The job writes no markers (``wb`` files of its set-up processes): ``xb`` also
+        #: looks for a closed file's ``.pending`` (:meth:`_arefuse_closed_file`).
+        self.unmarked_job = unmarked_job
         self.marker_written = False
 
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
@@ -185,6 +190,8 @@ class S3FileHooks:
         """Intent marker, then the upload: see the module docstring for the order."""
         if self.intent_marker:
             await self._aput_marker()
+        if "x" in self.mode and self.unmarked_job:
+            await self._arefuse_closed_file()
         self.upload_id = await self.store.acreate_upload(
             self.bucket,
             self.destination_key,
@@ -219,6 +226,22 @@ class S3FileHooks:
                 ) from None
             # A lost reply: our own conditional PUT had succeeded, botocore repeated it.
         self.marker_written = True
+
+    async def _arefuse_closed_file(self) -> None:
+        """``xb`` in an unmarked job: a ``wb`` file of the set-up process has no marker for
+        the conditional PUT to meet, but once closed it has its ``.pending`` (one HEAD; a
+        ``wb`` file still open, or closed in ``in_memory`` mode, is caught at task commit:
+        the path then has a marker of another process, :mod:`magicfs.committers.magic`)."""
+        record = pending_path(self.marker_key)
+        if await self.store.ahead_object(self.bucket, record) is None:
+            return
+        if self.marker_written:
+            await self.store.adelete_objects(self.bucket, [self.marker_key])
+            self.marker_written = False
+        raise FileExistsError(
+            f"{self.url}: another writer has already written this path ('xb'): "
+            f"its record s3://{self.bucket}/{record} exists"
+        )
 
     async def ajob_active(self) -> bool:
         marker = self.job_marker_key
@@ -299,5 +322,8 @@ class S3FileHooks:
     async def adrop(self, commit: SinglePendingCommit) -> None:
         """An earlier file of this path closed here: abort its upload, delete its record."""
         await self.store.aabort_upload(commit.bucket, commit.destination_key, commit.upload_id)
-        if not self.in_memory:
-            await self.store.adelete_objects(self.bucket, [pending_path(self.marker_key)])
+        doomed = [] if self.in_memory else [pending_path(self.marker_key)]
+        if not self.intent_marker:  # the earlier file's marker (xb, say) is not this file's
+            doomed.append(self.marker_key)
+        if doomed:
+            await self.store.adelete_objects(self.bucket, doomed)
