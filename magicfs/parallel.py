@@ -118,7 +118,12 @@ def _in_order(
                 pending.append(start(item))  # type: ignore[arg-type]
             if not pending:
                 return
-            concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            # Wait for a call still running: a done one behind an unfinished head would
+            # make the wait return at once, and this thread spin (taking the GIL from
+            # the IO loop it waits for). Wakes once per completion, failures included.
+            running = [f for f in pending if not f.done()]
+            if running:
+                concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
             if stop.is_set():
                 concurrent.futures.wait(pending)
                 raise _first_failure(pending)

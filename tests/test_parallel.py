@@ -111,3 +111,25 @@ def test_leaving_early_waits_for_the_running_calls(mapper: Mapper) -> None:
         if result == 20:
             break
     assert probe.running == 0 and len(probe.started) < 100
+
+
+def test_a_slow_first_call_is_waited_for_without_spinning(mapper: Mapper) -> None:
+    """Later calls done behind a slow first one: the caller sleeps until the first ends
+    (it used to spin, taking the GIL from the threads or IO loop doing the work)."""
+
+    class SlowFirst(Probe):
+        def blocking(self, item: int) -> int:
+            self.enter(item)
+            time.sleep(0.5 if item == 0 else 0)
+            return self.leave(item)
+
+        async def coroutine(self, item: int) -> int:
+            self.enter(item)
+            await asyncio.sleep(0.5 if item == 0 else 0)
+            return self.leave(item)
+
+    probe = SlowFirst()
+    cpu = time.thread_time()
+    assert list(mapper(probe, range(8), 4)) == [n * 10 for n in range(8)]
+    # a spinning caller burns about the 0.5 s it waits; a waiting one next to nothing
+    assert time.thread_time() - cpu < 0.1
