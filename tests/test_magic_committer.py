@@ -297,6 +297,8 @@ def test_task_cannot_start_in_a_job_that_was_not_set_up(make_committer, s3_clien
     task = other.task_attempt(0)
     with pytest.raises(JobNotActiveError, match="not active"):
         other.setup_task(task)
+    # the started marker, saved alongside the check, is deleted again
+    assert [k for k in object_keys(s3_client, bucket) if other.job_id in k] == []
     other.abort_task(task)  # still allowed
     with pytest.raises(ValueError, match="belongs to job"):
         committer.commit_task(task)

@@ -51,6 +51,7 @@ of them gets this flow.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -251,8 +252,21 @@ class MagicLayoutCommitter(PendingsetCommitter):
     # -- tasks ----------------------------------------------------------------------------
 
     def _setup_task(self, task: TaskAttempt) -> None:
-        self._require_active_job(task)
-        self._put(self.layout.started_marker(task.attempt_id), task.attempt_id.encode())
+        """The job check and the started marker's save at once: one round trip, not two.
+        An attempt the check refuses has its marker deleted again, so an ended job's tree
+        never keeps one (the check is no guarantee by itself: a job may end right after
+        it, and the task's commit, which checks again after its save, refuses then)."""
+        started = self.layout.started_marker(task.attempt_id)
+        save = self.deferred.run_background(
+            self.deferred.awrite_record(started, task.attempt_id.encode())
+        )
+        try:
+            self._require_active_job(task)
+        except BaseException:
+            concurrent.futures.wait([save])  # the delete must follow the save
+            self._delete_files([started])
+            raise
+        save.result()
 
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
