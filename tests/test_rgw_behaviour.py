@@ -3,8 +3,9 @@
 One magic job runs over HTTPS with the settings the documentation gives for RGW with a
 private certificate (``client_kwargs={"verify": <CA file>}`` and botocore's checksums
 ``when_required``). The other tests pin down, with plain boto3 and s3fs, each behaviour
-of RGW that magicfs must not assume away (docs/_drafts/rgw-tests.md lists them): should a
-Ceph upgrade change one, its test fails and the table is updated with it.
+of RGW that magicfs must not assume away (the table in docs/s3-compatible-stores.md, "Ceph
+RGW", lists them): should a Ceph upgrade change one, its test fails and the table is
+updated with it.
 """
 
 from __future__ import annotations
