@@ -430,7 +430,6 @@ def test_validation_during_job_commit(store):
 def test_cleanup_outcomes(store):
     committer = store.committer()
     context = stage_context(committer)
-    assert cleanup(context, enabled=False).outcome is Outcome.DISABLED
     assert cleanup(context).outcome is Outcome.NOTHING_TO_CLEAN_UP
     run_tasks(committer, {t: ["a"] for t in range(3)})
     result = cleanup(context)
@@ -440,3 +439,26 @@ def test_cleanup_outcomes(store):
     store.fs.fail("rm", when=lambda path: True)
     failed = cleanup(context)
     assert failed.outcome is Outcome.FAILURE and "injected" in str(failed.error)
+
+
+@pytest.mark.parametrize("option", ["off", False, "background", "inline", True])
+def test_the_cleanup_option_means_what_it_means_for_every_committer(store, option):
+    """The manifest committer takes every committer's cleanup values (its own booleans
+    too): "off" leaves the job's tree and says how to finish; "background" finishes it
+    once wait_cleanup() returns."""
+    committer = store.committer(cleanup=option)
+    summary = committer.commit_job(run_tasks(committer, {0: ["a"], 1: ["b"]}))
+    assert store.visible() == ["a", "b"]
+    if option in ("off", False):
+        assert f"magicfs jobs cleanup --job {committer.job_id}" in summary.cleanup_incomplete
+        assert any(f.startswith("_temporary/") for f in store.files())
+        committer.cleanup_job()
+    else:
+        assert summary.cleanup_incomplete is None
+        assert committer.wait_cleanup() is None
+    assert store.files() == ["_SUCCESS", "a", "b"]
+
+
+def test_an_unknown_cleanup_value_is_refused(store):
+    with pytest.raises(ValueError, match="unknown cleanup 'later'"):
+        store.committer(cleanup="later")

@@ -79,7 +79,10 @@ class ManifestCommitter(OutputCommitter):
     ``delete_target_files`` (False): delete an existing destination file before
     renaming onto it (for stores whose rename does not overwrite); ``report_dir``: also
     write the job summary (even for a failed job) to ``<report_dir>/summary-<job>.json``;
-    ``save_attempts`` (5): tries to save a task manifest; ``cleanup`` (True).
+    ``save_attempts`` (5): tries to save a task manifest. ``cleanup`` takes every
+    committer's values (``"inline"``, ``"background"``, ``"off"``: when the job's
+    ``_temporary/<job>`` tree is deleted after a commit, :mod:`magicfs.protocol.cleanup`);
+    its older booleans stay accepted: ``True`` is ``"inline"``, ``False`` is ``"off"``.
     """
 
     name = "manifest"
@@ -92,10 +95,12 @@ class ManifestCommitter(OutputCommitter):
         delete_target_files: bool = False,
         report_dir: str | None = None,
         save_attempts: int = 5,
-        cleanup: bool = True,
+        cleanup: bool | str = "inline",
         **options: Any,
     ):
-        super().__init__(dest, **options)
+        if isinstance(cleanup, bool):  # this committer's option before every committer had it
+            cleanup = "inline" if cleanup else "off"
+        super().__init__(dest, cleanup=cleanup, **options)
         if speaks_s3(self.store_fs):
             raise ValueError(
                 f"{dest}: the manifest committer needs a store with rename; S3 has none "
@@ -105,7 +110,6 @@ class ManifestCommitter(OutputCommitter):
         self.delete_target_files = delete_target_files
         self.report_dir = report_dir
         self.save_attempts = save_attempts
-        self.cleanup_enabled = cleanup
         self.layout = ManifestJobLayout(self.dest, self.job_id, self.app_attempt)
         self.store = RenameStore(self.store_fs, self.threads)
         # job_root: writes to the destination outside task paths are refused.
@@ -346,9 +350,9 @@ class ManifestCommitter(OutputCommitter):
     # -- clean-up ----------------------------------------------------------------------------------
 
     def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
-        """Delete the job's temporary tree (after a commit only if ``cleanup`` is on)."""
-        enabled = self.cleanup_enabled or published is None
-        outcome = cleanup(self._context(), enabled)
+        """Delete the job's temporary tree (after a commit, when the ``cleanup`` option
+        says: :func:`magicfs.protocol.job_commit.clean_up_committed`)."""
+        outcome = cleanup(self._context())
         if outcome.outcome is Outcome.FAILURE:
             job_dir = self.store_fs.unstrip_protocol(self.layout.job_dir)
             raise CommitFailedError(

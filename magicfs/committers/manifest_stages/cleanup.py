@@ -19,7 +19,6 @@ from .context import StageContext
 
 
 class Outcome(enum.Enum):
-    DISABLED = "disabled"
     NOTHING_TO_CLEAN_UP = "nothing to clean up"
     PARALLEL_DELETE = "parallel delete"
     DELETED = "deleted"
@@ -33,10 +32,9 @@ class CleanupOutcome:
     error: BaseException | None = None
 
 
-def cleanup(context: StageContext, enabled: bool = True) -> CleanupOutcome:
-    """Delete the job directory; errors are returned in the outcome, not raised."""
-    if not enabled:
-        return CleanupOutcome(Outcome.DISABLED)
+def cleanup(context: StageContext) -> CleanupOutcome:
+    """Delete the job directory; errors are returned in the outcome, not raised. (When it
+    runs after a commit, the committers' ``cleanup`` option says.)"""
     store, layout = context.store, context.layout
     with context.stats.track("job_stage_cleanup"):
         if not store.fs.exists(layout.job_dir):
