@@ -25,6 +25,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 import inspect
 import json
 import pathlib
+import re
 import signal
 import sys
 import time
@@ -185,13 +186,20 @@ def committed_attempts(fs: fsspec.AbstractFileSystem, root: str) -> list[str]:
 
 
 def wait_for_attempt_file(fs: fsspec.AbstractFileSystem, root: str, task: int) -> None:
-    """Until a file of an attempt of write task ``task`` exists (S3: its upload marker)."""
+    """Until a file of an attempt of write task ``task`` exists: on S3 its upload (a job
+    alone on its destination puts no marker), elsewhere its file in the attempt's tree."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         fs.invalidate_cache()
         files = fs.find(root) if fs.exists(root) else []
         if any(f"_m_{task:06d}_" in f and f.endswith(".parquet") for f in files):
             return
+        if hasattr(fs, "list_multipart_uploads"):  # s3fs
+            bucket, prefix = root.split("/", 1)
+            keys = [u["Key"] for u in fs.list_multipart_uploads(bucket)]
+            names = [k.rsplit("/", 1)[-1] for k in keys if k.startswith(prefix + "/")]
+            if any(re.match(rf"part-0*{task}-.*\.parquet$", n) for n in names):
+                return
         time.sleep(0.05)
     raise AssertionError(f"no file of write task {task} appeared under {root}")
 

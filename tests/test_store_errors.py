@@ -135,7 +135,7 @@ def test_store_errors_keep_their_classes_and_codes(s3, bucket):
 # --- a bucket that does not exist -----------------------------------------------------------
 
 
-def test_missing_bucket_names_the_bucket_and_the_job(s3_options):
+def test_missing_bucket_names_the_bucket_and_the_key(s3_options):
     committer = magicfs.committer_for(
         "s3://no-such-bucket-b/out", storage_options={**s3_options, "skip_instance_cache": True}
     )
@@ -143,9 +143,19 @@ def test_missing_bucket_names_the_bucket_and_the_job(s3_options):
         committer.setup_job()
     message = str(failure.value)
     assert "HTTP 404 NoSuchBucket: bucket no-such-bucket-b does not exist" in message
-    assert f"s3://no-such-bucket-b/out/__magic_job-{committer.job_id}/" in message
+    # a fresh job's first request deletes the destination's old _SUCCESS: named in full
+    assert message.startswith("DeleteObjects s3://no-such-bucket-b/out/_SUCCESS: ")
     assert not isinstance(failure.value, FileNotFoundError)  # never "nothing there yet"
     assert error_code(failure.value) == "NoSuchBucket"
+
+
+def test_a_failed_batch_delete_names_its_first_key_and_how_many_more(s3):
+    store = S3Store(s3)
+    with pytest.raises(MissingBucketError) as failure:
+        store.run(store.adelete_objects("no-such-bucket-d", ["out/a", "out/b", "out/c"]))
+    assert str(failure.value).startswith(
+        "DeleteObjects s3://no-such-bucket-d/out/a (and 2 more keys): HTTP 404 NoSuchBucket"
+    )
 
 
 def test_write_job_to_a_missing_bucket(s3_options):
@@ -168,7 +178,7 @@ def test_closed_port_fails_setup_fast_naming_the_endpoint():
     assert time.monotonic() - start < UNREACHABLE_BOUND
     message = str(failure.value)
     assert f"no answer from the store at http://127.0.0.1:{port}: connection refused" in message
-    assert message.startswith("GetObject s3://bkt/out/__magic_job-")
+    assert message.startswith("DeleteObjects s3://bkt/out/_SUCCESS: ")
     assert isinstance(failure.value, ConnectionError) and failure.value.attempts == 1
 
 

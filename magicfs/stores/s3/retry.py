@@ -194,13 +194,18 @@ def is_transient(error: BaseException) -> bool:
 
 
 def describe(operation: str, params: dict[str, Any]) -> str:
-    """``PutObject s3://bkt/key`` (upload ids and part numbers where they apply).
+    """``PutObject s3://bkt/key`` (upload ids and part numbers where they apply; a batch
+    delete names its first key and how many more, a listing its prefix).
 
     ``operation`` may be s3fs's method name (``put_object``): S3's own name is shown.
     """
     if "_" in operation or operation.islower():
         operation = "".join(word.capitalize() for word in operation.split("_"))
-    where = f"s3://{params.get('Bucket', '?')}/{params.get('Key', '')}".rstrip("/")
+    batch = (params.get("Delete") or {}).get("Objects") or [{}]
+    key = params.get("Key") or batch[0].get("Key") or params.get("Prefix") or ""
+    where = f"s3://{params.get('Bucket', '?')}/{key}".rstrip("/")
+    if len(batch) > 1:
+        where += f" (and {len(batch) - 1} more keys)"
     extra = ""
     if "UploadId" in params:
         extra = f" (upload {params['UploadId']}"
