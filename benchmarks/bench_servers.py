@@ -95,6 +95,9 @@ class Target:
     def reset_counts(self) -> None:
         """Zero the server-side counters (and log) before a run."""
 
+    def free_deleted(self) -> None:
+        """Give back the memory of deleted objects (after a run has emptied its bucket)."""
+
     def server_counts(self) -> Counter[str] | None:
         return None
 
@@ -167,6 +170,9 @@ class RgwTarget(Target):
 
     def reset_counts(self) -> None:
         self.front.reset_stats()
+
+    def free_deleted(self) -> None:
+        self.rgw.collect_garbage()  # else the 4 GiB memstore fills up and RGW stalls
 
     def server_counts(self) -> Counter[str]:
         return Counter({op: entry["requests"] for op, entry in self.front.stats().items()})

@@ -122,7 +122,14 @@ def workloads(quick: bool, executors: int) -> dict[str, Workload]:
         "large": Workload("large", 32 // scale, 8 * MiB, 8 // scale, executors),
         "one-executor": Workload("one-executor", 128 // scale, 256 * KiB, 16 // scale, 1),
         "many": Workload("many", 1000 // scale, 16 * KiB, 100 // scale, executors),
+        # Not run by default (``--only wide``): per-task and per-job requests spread over
+        # 128 files per task, what requests per file tend to as tasks grow.
+        "wide": Workload("wide", 512 // scale, 16 * KiB, 4, executors),
     }
+
+
+#: The workloads run unless ``--only`` names others.
+DEFAULT_WORKLOADS = ("small", "large", "one-executor", "many")
 
 
 @dataclass
@@ -337,6 +344,7 @@ def measure(
             client.create_bucket(Bucket=bucket)
             runs[variant].append(run_once(server, workload, variant, bucket))
             empty_bucket(client, bucket)
+            server.free_deleted()
     return runs
 
 
@@ -458,7 +466,9 @@ def rss_rows(server: EmbeddedS3Server, counts: list[int]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller workloads, one run each")
-    parser.add_argument("--only", help="workloads, comma-separated: small,large,one-executor,many")
+    parser.add_argument(
+        "--only", help="workloads, comma-separated: small,large,one-executor,many (default), wide"
+    )
     parser.add_argument(
         "--servers", default=",".join(SERVERS), help="comma-separated: moto,stub,rgw"
     )
@@ -480,9 +490,11 @@ def main() -> None:
         rss_child(args.rss_child[0], int(args.rss_child[1]))
         return
     repeat = args.repeat or (1 if args.quick else 3)
-    chosen = workloads(args.quick, args.executors)
-    if args.only:
-        chosen = {name: chosen[name] for name in args.only.split(",")}
+    every = workloads(args.quick, args.executors)
+    names = args.only.split(",") if args.only else DEFAULT_WORKLOADS
+    if set(names) - set(every):
+        raise SystemExit(f"--only: unknown {', '.join(sorted(set(names) - set(every)))}")
+    chosen = {name: every[name] for name in names}
     variants = args.variants.split(",")
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:

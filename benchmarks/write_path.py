@@ -189,15 +189,9 @@ def started(name: str) -> Iterator[Any]:
         yield None
         return
 
-    class Rgw(RgwServer):
-        def collect_garbage(self) -> None:
-            """Free the deleted objects' data now: RGW's garbage collection waits hours by
-            default, and the memstore OSD (4 GiB) would fill up and stall the next run."""
-            self._run("radosgw-admin", "gc", "process", "--include-all", timeout=120)
-
     with (
         tempfile.TemporaryDirectory(prefix="magicfs-write-path-") as workdir,
-        Rgw(pathlib.Path(workdir), tls=False) as rgw,
+        RgwServer(pathlib.Path(workdir), tls=False) as rgw,
     ):
         measure("boto3", 16 * MiB, rgw)  # a fresh cluster creates its pools on first use
         yield rgw

@@ -187,8 +187,18 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
 
     def _go_unmarked(self) -> bool:
         """Alone on the destination with at most :data:`SNAPSHOT_LIMIT` pending uploads
-        under it: write the unmarked record with their ids (the snapshot)."""
-        others = other_jobs_cover(self.store, self.bucket, self.dest_key, self.job_id)
+        under it: write the unmarked record with their ids (the snapshot).
+
+        The snapshot is taken alongside the listing of other jobs' trees (one round trip,
+        not two): what makes it sound is only that it follows the job marker's save and
+        precedes the job's first writer (:mod:`magicfs.stores.s3.sweep`)."""
+        snapshot = self.store.run_background(
+            asnapshot(self.store, self.bucket, self.dest_key, SNAPSHOT_LIMIT)
+        )
+        try:
+            others = other_jobs_cover(self.store, self.bucket, self.dest_key, self.job_id)
+        finally:
+            concurrent.futures.wait([snapshot])
         if others:
             log.info(
                 "job %s: %d other jobs' trees cover %s (e.g. s3://%s): intent markers on",
@@ -198,7 +208,7 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
                 others[0],
             )
             return False
-        before = self.store.run(asnapshot(self.store, self.bucket, self.dest_key, SNAPSHOT_LIMIT))
+        before = snapshot.result()
         if before is None:
             log.info(
                 "job %s: more than %d uploads are pending under %s: intent markers on "

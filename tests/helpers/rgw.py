@@ -157,6 +157,12 @@ class RgwServer(S3Endpoint):
                     raise
         raise AssertionError("unreachable")
 
+    def collect_garbage(self) -> None:
+        """Free deleted objects' data now: RGW's garbage collection waits hours by default,
+        and the memstore OSD (:attr:`memstore_bytes`) fills up and stalls a benchmark
+        that writes and deletes more than that."""
+        self._run("radosgw-admin", "gc", "process", "--include-all", timeout=120)
+
     def stop(self) -> None:
         """Stop the daemons by their PIDs: radosgw, the OSD, then the monitor (about 1 s;
         radosgw stopped after the monitor would wait for it in vain)."""

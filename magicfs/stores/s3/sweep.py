@@ -39,9 +39,9 @@ looked for (one listing with delimiter per directory level) at every level from 
 bucket root to each candidate's directory, only when there are candidates: a job at
 ``out/`` covers ``out/year=1/``, and a nested job at ``out/year=1/`` covers part of ``out/``.
 
-*Why this is enough* (ordering): a job's set-up writes its job marker, lists the other
-trees covering its destination and, alone, lists its snapshot and writes its unmarked
-record, all before any writer of the job starts. The sweep lists the uploads (L1), then
+*Why this is enough* (ordering): a job's set-up writes its job marker, then lists the
+other trees covering its destination and its snapshot (at once) and, alone, writes its
+unmarked record, all before any writer of the job starts. The sweep lists the uploads (L1), then
 the trees (L2). An upload ``U`` of another job K that is in L1 was created after K's
 tree existed (K's writers write after K's set-up, or after their marker in K's tree),
 and so after K's snapshot: U is never in it. K deletes its tree only after its own
