@@ -51,6 +51,26 @@ SERVERS = ("moto", "stub", "rgw")
 UNSUPPORTED = {"stub": frozenset({"put-then-copy-floor", "file-v1"})}
 
 
+class RequestCounter:
+    """S3 operations sent by the clients it is attached to, counted by botocore hooks
+    (every server: what the client sends, whatever the server counts)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def attach(self, fs: Any) -> None:
+        """Count the requests of an s3fs filesystem's client."""
+        fs.s3.meta.events.register("before-call.s3", self._record)
+
+    def _record(self, model: Any, **kwargs: Any) -> None:
+        self.counts[model.name] += 1
+
+    def take(self) -> int:
+        """How many since the last take; starts again from zero."""
+        total, self.counts = sum(self.counts.values()), Counter()
+        return total
+
+
 class Target:
     """One running server as the benchmark sees it."""
 

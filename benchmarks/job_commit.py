@@ -28,14 +28,13 @@ import os
 import statistics
 import sys
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-from bench_servers import SERVERS, Target, started  # noqa: E402
+from bench_servers import SERVERS, RequestCounter, Target, started  # noqa: E402
 
 from magicfs import committer_for  # noqa: E402
 
@@ -54,23 +53,6 @@ class Run:
     commit_requests: int = 0
     cleanup_requests: int = 0
     stages: dict[str, float] = field(default_factory=dict)
-
-
-class Counting:
-    """Requests by the client's botocore hooks (every server) on the committer's client."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-
-    def attach(self, fs) -> None:
-        fs.s3.meta.events.register("before-call.s3", self._record)
-
-    def _record(self, model, **kwargs) -> None:
-        self.counts[model.name] += 1
-
-    def take(self) -> int:
-        total, self.counts = sum(self.counts.values()), Counter()
-        return total
 
 
 def time_floor(target: Target, bucket: str, files: int, threads: int) -> tuple[float, float]:
@@ -124,7 +106,7 @@ def time_magic(target: Target, bucket: str, args: argparse.Namespace, run: Run) 
 
     with concurrent.futures.ThreadPoolExecutor(args.threads) as pool:
         messages = list(pool.map(task, range(args.tasks)))
-    counting = Counting()
+    counting = RequestCounter()
     counting.attach(committer.store_fs)
     start, cpu = time.perf_counter(), time.process_time()
     summary = committer.commit_job(messages)

@@ -70,7 +70,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
 import s3fs  # noqa: E402
-from bench_servers import SERVERS, UNSUPPORTED, Target, started  # noqa: E402
+from bench_servers import SERVERS, UNSUPPORTED, RequestCounter, Target, started  # noqa: E402
 from job_phases import ClientLog, ServerLog, phase_table, phased_job  # noqa: E402
 
 from magicfs import committer_for  # noqa: E402
@@ -145,19 +145,6 @@ class Run:
         return self.requests["CopyObject"] + self.requests["UploadPartCopy"]
 
 
-class Counted:
-    """Counts the S3 operations of the clients it is attached to (botocore hooks)."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-
-    def attach(self, fs) -> None:
-        fs.s3.meta.events.register("before-call.s3", self._record)
-
-    def _record(self, model, **kwargs) -> None:
-        self.counts[model.name] += 1
-
-
 def file_names(workload: Workload) -> list[list[str]]:
     per_task = workload.files // workload.tasks
     return [
@@ -182,7 +169,7 @@ def run_once(server: Target, workload: Workload, variant: str, bucket: str) -> R
     payload = os.urandom(workload.size)
     storage = {**server.storage_options, "skip_instance_cache": True}
     names = file_names(workload)
-    counted = Counted()
+    counted = RequestCounter()
     server.reset_counts()
     server_cpu = server.cpu_seconds()  # first: on RGW a walk of /proc, not the job's CPU
     cpu = os.times()
@@ -234,7 +221,7 @@ def run_once(server: Target, workload: Workload, variant: str, bucket: str) -> R
 
 def floor_job(
     storage: dict,
-    counted: Counted,
+    counted: RequestCounter,
     workload: Workload,
     variant: str,
     bucket: str,
