@@ -252,21 +252,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
     # -- tasks ----------------------------------------------------------------------------
 
     def _setup_task(self, task: TaskAttempt) -> None:
-        """The job check and the started marker's save at once: one round trip, not two.
-        An attempt the check refuses has its marker deleted again, so an ended job's tree
-        never keeps one (the check is no guarantee by itself: a job may end right after
-        it, and the task's commit, which checks again after its save, refuses then)."""
-        started = self.layout.started_marker(task.attempt_id)
-        save = self.deferred.run_background(
-            self.deferred.awrite_record(started, task.attempt_id.encode())
-        )
-        try:
-            self._require_active_job(task)
-        except BaseException:
-            concurrent.futures.wait([save])  # the delete must follow the save
-            self._delete_files([started])
-            raise
-        save.result()
+        started, data = self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
+        save_checked(self.deferred, started, data, lambda: self._require_active_job(task))
 
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
@@ -504,6 +491,23 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _tree_pages(self) -> Iterable[list[str]]:
         """The job's tree, page by page."""
         return self._pages(self.layout.magic_dir)
+
+
+def save_checked(
+    deferred: DeferredStore, path: str, data: bytes, check: Callable[[], None]
+) -> None:
+    """Save the record ``path`` while ``check`` runs: one round trip, not two (task set-up:
+    the started marker and the job check). A check that raises has the record deleted
+    again, so an ended job's tree never keeps one (the check is no guarantee by itself:
+    a job may end right after it, and the task's commit checks again after its save)."""
+    save = deferred.run_background(deferred.awrite_record(path, data))
+    try:
+        check()
+    except BaseException:
+        concurrent.futures.wait([save])  # the delete must follow the save
+        deferred.run(deferred.adelete_record(path))
+        raise
+    save.result()
 
 
 async def shared_check(deferred: DeferredStore, marker: str) -> bool:
