@@ -54,16 +54,38 @@ WRITER = textwrap.dedent(
 
 
 #: A task writer in another process that writes a file and closes it.
+#: A writer in another process (which did not set up the attempt): opens the path in the
+#: given mode, writes, closes; prints "refused: ..." for FileExistsError, else "created".
 CLOSER = textwrap.dedent(
     """
     import pickle, sys
     from magicfs.task_files import TASK_FILES
     committer, path, mode = pickle.load(open(sys.argv[1], "rb"))
-    with committer.fs.open(path, mode) as f:
-        f.write(b"from another process")
-    assert not [error for _, error in TASK_FILES.settle()]
+    try:
+        with committer.fs.open(path, mode) as f:
+            f.write(b"from another process")
+    except FileExistsError as refused:
+        print("refused:", refused, flush=True)
+    else:
+        assert not [error for _, error in TASK_FILES.settle()]
+        print("created", flush=True)
     """
 )
+
+
+def write_elsewhere(job, path: str, mode: str, tmp_path) -> str:
+    """Run :data:`CLOSER` in a child process; what it printed."""
+    spec = tmp_path / "closer.pkl"
+    spec.write_bytes(pickle.dumps((job, path, mode)))
+    done = subprocess.run(
+        [sys.executable, "-c", CLOSER, str(spec)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        check=True,
+        timeout=120,
+    )
+    return done.stdout
 
 
 def _env() -> dict[str, str]:
@@ -355,9 +377,7 @@ def test_an_in_memory_file_closed_in_another_process_is_refused(s3, s3_client, b
     job.setup_job()
     task = job.task_attempt(0)
     job.setup_task(task)
-    spec = tmp_path / "closer.pkl"
-    spec.write_bytes(pickle.dumps((job, task.path("a.csv"), "wb")))
-    subprocess.run([sys.executable, "-c", CLOSER, str(spec)], check=True, env=_env())
+    write_elsewhere(job, task.path("a.csv"), "wb", tmp_path)
     with pytest.raises(CommitFailedError, match=r"a\.csv: in in_memory mode a task must commit"):
         job.commit_task(task)
     job.abort_job()
@@ -503,9 +523,7 @@ def test_task_commit_finds_the_unmarked_files_of_another_process_by_their_record
     job.setup_job()
     task = job.task_attempt(0)
     job.setup_task(task)
-    spec = tmp_path / "closer.pkl"
-    spec.write_bytes(pickle.dumps((job, task.path("a.csv"), "wb")))
-    subprocess.run([sys.executable, "-c", CLOSER, str(spec)], check=True, env=_env())
+    write_elsewhere(job, task.path("a.csv"), "wb", tmp_path)
     tree = objects(rgw_client, rgw_bucket, f"out/__magic_job-{job.job_id}/")
     file = task.path("a.csv").split("/", 1)[1]
     # not the process that set up the attempt: that writer kept its marker
@@ -603,38 +621,6 @@ def test_uploads_abort_job_takes_an_unmarked_jobs_killed_writers_only(
 # --- review findings: nested open files, hidden names, xb against unmarked wb --------------
 
 
-#: A writer in another process (which did not set up the attempt) opening a path "xb".
-CREATOR = textwrap.dedent(
-    """
-    import pickle, sys
-    from magicfs.task_files import TASK_FILES
-    committer, path = pickle.load(open(sys.argv[1], "rb"))
-    try:
-        with committer.fs.open(path, "xb") as f:
-            f.write(b"the create-only writer")
-    except FileExistsError as refused:
-        print("refused:", refused, flush=True)
-    else:
-        assert not [error for _, error in TASK_FILES.settle()]
-        print("created", flush=True)
-    """
-)
-
-
-def create_elsewhere(job, path: str, tmp_path) -> str:
-    spec = tmp_path / "creator.pkl"
-    spec.write_bytes(pickle.dumps((job, path)))
-    done = subprocess.run(
-        [sys.executable, "-c", CREATOR, str(spec)],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        check=True,
-        timeout=120,
-    )
-    return done.stdout
-
-
 @pytest.mark.rgw
 def test_an_outer_jobs_sweep_spares_a_nested_jobs_file_no_record_names(
     rgw_s3, rgw_client, rgw_bucket
@@ -686,7 +672,7 @@ def test_xb_elsewhere_is_refused_when_an_unmarked_writer_closed_the_path(
     job.setup_task(task)
     write(job, task, "a.csv", b"first")  # this process set up the attempt: no marker
     TASK_FILES.settle()
-    answer = create_elsewhere(job, task.path("a.csv"), tmp_path)
+    answer = write_elsewhere(job, task.path("a.csv"), "xb", tmp_path)
     assert answer.startswith("refused:") and "another writer has already written" in answer
     job.commit_job([job.commit_task(task)])
     body = s3_client.get_object(Bucket=bucket, Key="out/a.csv")["Body"].read()
@@ -705,7 +691,7 @@ def test_a_path_written_here_unmarked_and_elsewhere_is_refused_at_task_commit(
     job.setup_task(task)
     mine = job.fs.open(task.path("a.csv"), "wb")  # still open: nothing on the store for xb
     mine.write(b"first")
-    assert create_elsewhere(job, task.path("a.csv"), tmp_path).startswith("created")
+    assert write_elsewhere(job, task.path("a.csv"), "xb", tmp_path).startswith("created")
     mine.close()
     TASK_FILES.settle()
     with pytest.raises(CommitFailedError, match="written both by this process and by another"):
