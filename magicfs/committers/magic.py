@@ -97,6 +97,7 @@ from ..stores.s3.sweep import (
     uploads_of,
 )
 from ..stores.s3.tracking import SNAPSHOT_LIMIT, UnmarkedRecord, is_magicfs_marker
+from ..stores.s3.writer import MARKER_PUT_COUNTER
 from ..stores.spool import KeySet
 from ..stores.validation import check_commit
 from ..task_files import TaskFile
@@ -443,4 +444,4 @@ def _marker_of(record: str) -> str:
 
 def _wrote_marker(commit: SinglePendingCommit) -> bool:
     """Did the file's writer put an intent marker? (its record's own counter says)"""
-    return commit.iostatistics.counters.get("committer_magic_marker_put", 1) != 0
+    return commit.iostatistics.counters.get(MARKER_PUT_COUNTER, 1) != 0

@@ -92,6 +92,11 @@ WORDS = StoreWords(
 )
 
 
+#: The ``.pending`` record's counter that says whether its writer put an intent marker
+#: (Hadoop's statistic name; 0 for an unmarked job's ``wb`` file).
+MARKER_PUT_COUNTER = "committer_magic_marker_put"
+
+
 class S3Writes(DeferredWritesBase):
     """The write side of an s3fs filesystem ``fs`` (:class:`~..deferred_writer.DeferredWrites`)."""
 
@@ -277,7 +282,7 @@ class S3FileHooks:
             counters={
                 "stream_write_bytes": length,
                 "stream_write_block_uploads": len(part_ids),
-                "committer_magic_marker_put": int(self.intent_marker),
+                MARKER_PUT_COUNTER: int(self.intent_marker),
             }
         )
         return SinglePendingCommit(
