@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -97,9 +98,13 @@ def test_background_clean_up_times_out_waiting_and_abort_job_waits_for_it(front,
     assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
 
 
-def test_clean_up_off_leaves_the_job_committed_until_cleanup_job(s3_client, bucket, s3_options):
+def test_clean_up_off_leaves_the_job_committed_until_cleanup_job(
+    s3_client, bucket, s3_options, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     committer = committer_at(bucket, s3_options, cleanup="off")
     summary = committer.commit_job(run_tasks(committer))
+    assert list(tmp_path.iterdir()) == []  # the loaded records' spill file went all the same
     assert summary.cleanup_incomplete is not None
     assert "cleanup='off'" in summary.cleanup_incomplete
     assert f"magicfs jobs cleanup --job {committer.job_id}" in summary.cleanup_incomplete

@@ -10,6 +10,7 @@ the files the destination shows and on the JSON the committer writes.
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
 from dataclasses import dataclass
 
@@ -442,13 +443,21 @@ def test_cleanup_outcomes(store):
 
 
 @pytest.mark.parametrize("option", ["off", False, "background", "inline", True])
-def test_the_cleanup_option_means_what_it_means_for_every_committer(store, option):
+def test_the_cleanup_option_means_what_it_means_for_every_committer(
+    store, option, tmp_path, monkeypatch
+):
     """The manifest committer takes every committer's cleanup values (its own booleans
     too): "off" leaves the job's tree and says how to finish; "background" finishes it
-    once wait_cleanup() returns."""
+    once wait_cleanup() returns. Whatever the option, the job commit's local spill file
+    is gone when commit_job() (or the background clean-up) returns."""
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spills))
     committer = store.committer(cleanup=option)
     summary = committer.commit_job(run_tasks(committer, {0: ["a"], 1: ["b"]}))
     assert store.visible() == ["a", "b"]
+    if option in ("off", False, "inline", True):
+        assert list(spills.iterdir()) == []
     if option in ("off", False):
         assert f"magicfs jobs cleanup --job {committer.job_id}" in summary.cleanup_incomplete
         assert any(f.startswith("_temporary/") for f in store.files())
@@ -457,6 +466,7 @@ def test_the_cleanup_option_means_what_it_means_for_every_committer(store, optio
         assert summary.cleanup_incomplete is None
         assert committer.wait_cleanup() is None
     assert store.files() == ["_SUCCESS", "a", "b"]
+    assert list(spills.iterdir()) == []
 
 
 def test_an_unknown_cleanup_value_is_refused(store):

@@ -83,7 +83,7 @@ class JobCommit:
             )
             self.loaded = None  # the clean-up owns it now (and discards it)
             summary.cleanup_incomplete = clean_up_committed(
-                c, lambda: self._clean_up(loaded, published)
+                c, lambda: self._clean_up(loaded, published), skipped=loaded.discard
             )
             return summary
         finally:
@@ -191,13 +191,22 @@ class JobCommit:
         return summary
 
 
-def clean_up_committed(committer: CommitterHooks, work: Callable[[], str | None]) -> str | None:
+def clean_up_committed(
+    committer: CommitterHooks,
+    work: Callable[[], str | None],
+    skipped: Callable[[], None] = lambda: None,
+) -> str | None:
     """Run a committed job's clean-up ``work`` as the committer's ``cleanup`` option says
-    (:mod:`.cleanup`); what it left, as far as known when this returns."""
+    (:mod:`.cleanup`); what it left, as far as known when this returns.
+
+    ``work`` releases what it was given (the loaded records' local spill file) when it
+    ends; with clean-up off it never runs, so ``skipped`` releases them instead.
+    """
     c = committer
     if c.cleanup == "inline":
         return work()
     if c.cleanup == "off":
+        skipped()
         left = (
             f"clean-up of job {c.job_id} is off (cleanup='off'): the output is complete; "
             f"its tree and any upload of a failed or speculative attempt stay until "
