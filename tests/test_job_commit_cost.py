@@ -15,7 +15,7 @@ import pytest
 from helpers import object_keys, pending_uploads, visible_keys
 
 from magicfs import MagicCommitter
-from magicfs.errors import JobAlreadyActiveError
+from magicfs.errors import JobAlreadyActiveError, JobCommitError, StoreCallError
 from magicfs.stores.s3.retry import RetryPolicy
 
 SHORT_RETRIES = RetryPolicy(attempts=2, base_delay=0.01)
@@ -187,3 +187,78 @@ def test_setup_of_a_given_job_id_looks_it_up(request_log, bucket, s3_options):
     committer.setup_job()
     counts = request_log.counts()
     assert counts["GetObject"] == 2 and counts["HeadObject"] == 1  # journal, _SUCCESS; marker
+
+
+def test_the_old_success_file_is_deleted_while_the_job_is_set_up(front, s3_client, bucket):
+    """The old _SUCCESS's delete runs alongside the job marker's save (one round trip):
+    here the delete fails, yet the marker was saved. The set-up fails; retried, it
+    succeeds, and the job publishes with no trace of the old _SUCCESS."""
+    s3_client.put_object(Bucket=bucket, Key="out/_SUCCESS", Body=b"{}")
+    committer = committer_at(bucket, front.storage_options)
+    front.add_rule("DeleteObjects", "500")
+    marker = front.add_rule("PutObject", "delay", ms=0, key=r"_magicfs_job\.json$")
+    with pytest.raises(StoreCallError, match="DeleteObjects .*_SUCCESS"):
+        committer.setup_job()
+    assert [r["fired"] for r in front.rules() if r["id"] == marker["id"]] == [1]
+    front.clear()
+    messages = run_tasks(committer)  # set-up again, then the tasks
+    assert committer.commit_job(messages).files == 1
+    success = json.loads(s3_client.get_object(Bucket=bucket, Key="out/_SUCCESS")["Body"].read())
+    assert success["jobId"] == committer.job_id
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    assert pending_uploads(s3_client, bucket) == []
+    assert tree_of(s3_client, bucket, committer) == []
+
+
+def test_records_named_by_messages_are_read_while_the_job_ends(
+    front, s3_client, bucket, tmp_path, monkeypatch
+):
+    """The pendingset a message names is read alongside the job marker's DELETE (one
+    round trip): here the DELETE fails, yet the record was read. Nothing is visible, no
+    local spill file stays, the upload waits, and the retried commit publishes it."""
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spills))
+    committer = committer_at(bucket, front.storage_options)
+    messages = run_tasks(committer)
+    front.add_rule("DeleteObject", "500", key=r"_magicfs_job\.json$")
+    read = front.add_rule("GetObject", "delay", ms=0, key=r"\.pendingset$")
+    with pytest.raises(StoreCallError, match=r"DeleteObject .*_magicfs_job\.json failed"):
+        committer.commit_job(messages)
+    assert [r["fired"] for r in front.rules() if r["id"] == read["id"]] == [1]
+    assert visible_keys(s3_client, bucket) == []
+    assert list(spills.iterdir()) == []
+    assert sorted(u["Key"] for u in pending_uploads(s3_client, bucket)) == [
+        "out/part-0.csv",
+        "out/part-1.csv",
+    ]
+    front.clear()
+    assert committer.commit_job(messages).files == 1
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    assert pending_uploads(s3_client, bucket) == []
+    assert list(spills.iterdir()) == []
+
+
+def test_a_resumed_commit_with_messages_loads_the_journal_s_records(
+    front, s3_client, bucket, tmp_path, monkeypatch
+):
+    """A commit that stopped after its journal was saved (its completion and then its roll
+    back failed), retried with its messages: the records read while the job ended are
+    dropped (no spill file stays) and the journal's are published."""
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spills))
+    committer = committer_at(bucket, front.storage_options)
+    messages = run_tasks(committer)
+    front.add_rule("CompleteMultipartUpload", "500")
+    front.add_rule(["ListMultipartUploads", "DeleteObjects"], "500")
+    with pytest.raises(JobCommitError, match="abort_job"):
+        committer.commit_job(messages)
+    journal = journal_of(s3_client, bucket, committer)
+    assert journal is not None and journal["phase"] == "publishing"
+    front.clear()
+    again = committer_at(bucket, front.storage_options, job_id=committer.job_id)
+    assert again.commit_job(messages).files == 1
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    assert pending_uploads(s3_client, bucket) == []
+    assert list(spills.iterdir()) == []

@@ -73,6 +73,7 @@ class FileOutputCommitter(OutputCommitter):
 
     name = "file-v1"
     can_roll_back = False
+    loads_named_while_ending = False  # named records are refused once the job has ended
 
     def __init__(self, dest: str, *, algorithm: int = 1, **options: Any):
         if algorithm not in (1, 2):

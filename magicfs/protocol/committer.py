@@ -59,6 +59,7 @@ Decisions shared by all committers:
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import socket
@@ -124,11 +125,20 @@ class OutputCommitter(TaskLifecycle):
         # in use nowhere: no journal, marker or _SUCCESS to look up (three requests).
         state = None if self._fresh_job_id and not resume else self.job_state()
         self._refuse_job_id_in_use(state, resume)
+        old_success = (state is None or not resume) and self.success_file
         if state is None or not resume:
             self._check_no_conflict("job setup")
-            if self.success_file:
-                self._delete_files([self.success_path])
-        self._setup_job(resume=state == "active")
+        # An old _SUCCESS goes while the job is set up (one round trip less): it need only
+        # be gone before the job's first commit, and both are done when this returns. A
+        # failure of either fails the set-up; a retry of it (or abort_job()) tidies up.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            deleting = pool.submit(self._delete_files, [self.success_path]) if old_success else None
+            try:
+                self._setup_job(resume=state == "active")
+            finally:
+                concurrent.futures.wait([deleting] if deleting is not None else [])
+            if deleting is not None:
+                deleting.result()
         self._fresh_job_id = False  # set up: from now on its id is in use
         log.info(
             "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",

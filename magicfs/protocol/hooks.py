@@ -62,6 +62,10 @@ class CommitterHooks(DestinationView, ABC):
 
     #: Whether a failed commit can take back what it made visible (not the classic ones).
     can_roll_back: ClassVar[bool] = True
+    #: Whether a job commit may load the records its messages name while the job ends
+    #: (one round trip less): true where :meth:`_records_to_commit` takes named records
+    #: whether or not the job was still active (not the classic ones).
+    loads_named_while_ending: ClassVar[bool] = True
 
     @property
     @abstractmethod

@@ -3,7 +3,10 @@
     end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
             -> success -> cleanup
 
-Each stage runs once and is timed into the committer's statistics
+With messages, ``load`` reads the records they name during ``end_job`` (they were saved
+before the messages existed, so the job's end cannot change them: one round trip less;
+a commit that turns out to resume from its journal drops what was read and loads the
+journal's records). Each stage runs once and is timed into the committer's statistics
 (``job_stage_<name>``); a failure names its stage and the job
 (:class:`~magicfs.errors.JobCommitError`) and is handled by the failure policy of
 :mod:`.recovery` (rolled back, or left to be finished). Once ``success`` has saved
@@ -59,6 +62,7 @@ class JobCommit:
         self.recovery = Recovery(committer, self.keeper)
         self.journal: CommitJournal | None = None
         self.loaded: Loaded | None = None
+        self.named: concurrent.futures.Future[Loaded] | None = None  # read during end_job
 
     def run(self) -> JobSummary:
         """The whole commit; a retried one resumes from its journal."""
@@ -99,11 +103,35 @@ class JobCommit:
             loaded.discard()
 
     def _end_job(self) -> bool:
-        """Stage end_job: end the job while its journal is read (two requests at once)."""
-        with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(1) as pool:
-            ending = pool.submit(self.committer._end_job, self.messages is None)
-            self.journal = self.keeper.read() if self.keeper is not None else None
-            return ending.result()
+        """Stage end_job: end the job while its journal is read and the records the
+        messages name are loaded (the three at once)."""
+        c = self.committer
+        with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(2) as pool:
+            ending = pool.submit(c._end_job, self.messages is None)
+            if self.messages is not None and c.loads_named_while_ending:
+                self.named = pool.submit(self._load_named)
+            try:
+                self.journal = self.keeper.read() if self.keeper is not None else None
+                was_active = ending.result()
+            except BaseException:
+                self._drop_named()
+                raise
+            if self.journal is not None:  # resuming: the journal names what to load
+                self._drop_named()
+            return was_active
+
+    def _load_named(self) -> Loaded:
+        assert self.messages is not None
+        c = self.committer
+        return c._load(c._records_to_commit(self.messages, True), self.messages)
+
+    def _drop_named(self) -> None:
+        """Records read during end_job that will not be used: wait, then discard them."""
+        named, self.named = self.named, None
+        if named is not None:
+            concurrent.futures.wait([named])
+            if named.exception() is None:
+                named.result().discard()
 
     def _make_visible(self, was_active: bool) -> tuple[Published, list[str]]:
         """Stages load to success; a failure goes through the failure policy."""
@@ -133,15 +161,21 @@ class JobCommit:
             raise self.recovery.failed(stage, failure, self.journal, self.loaded) from failure
 
     def _load(self, was_active: bool) -> Loaded:
-        """Stage load: the journal's records when resuming, else the tasks' records."""
+        """Stage load: the journal's records when resuming, else the tasks' records (those
+        the messages name were read during end_job)."""
         c = self.committer
         with self.stages("load"):
-            if self.journal is not None:
-                records = self.journal.records
-            else:
-                records = c._records_to_commit(self.messages, was_active)
+            named, self.named = self.named, None
             try:
-                self.loaded = c._load(records, self.messages)
+                if named is not None:
+                    self.loaded = named.result()
+                else:
+                    records = (
+                        self.journal.records
+                        if self.journal is not None
+                        else c._records_to_commit(self.messages, was_active)
+                    )
+                    self.loaded = c._load(records, self.messages)
             except FileNotFoundError:
                 self._check_not_committed_already()
                 raise
