@@ -197,7 +197,7 @@ def test_the_old_success_file_is_deleted_while_the_job_is_set_up(front, s3_clien
     committer = committer_at(bucket, front.storage_options)
     front.add_rule("DeleteObjects", "500")
     marker = front.add_rule("PutObject", "delay", ms=0, key=r"_magicfs_job\.json$")
-    with pytest.raises(StoreCallError, match="DeleteObjects .*_SUCCESS"):
+    with pytest.raises(StoreCallError, match=r"DeleteObjects .*_SUCCESS"):
         committer.setup_job()
     assert [r["fired"] for r in front.rules() if r["id"] == marker["id"]] == [1]
     front.clear()
