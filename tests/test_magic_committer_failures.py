@@ -304,6 +304,24 @@ def test_task_commit_refuses_files_still_open(make_committer, s3_client, bucket)
     assert_clean_failure(s3_client, bucket)
 
 
+def test_a_refused_task_setup_says_why_even_if_its_marker_stays(make_committer, s3_client, bucket):
+    """Task set-up saves the started marker alongside the job check; refused, it deletes
+    the marker again. If that delete fails too, the caller still sees the refusal (not
+    the delete's error) and the marker waits for the job's clean-up."""
+    committer = make_committer()
+    other = make_committer()  # a different, self-generated job id: never set up
+    committer.setup_job()
+    other.store_fs.exists(f"{bucket}/out")  # its S3 client exists: faults can attach
+    Faults(other.store_fs).fail("DeleteObject")
+    task = other.task_attempt(0)
+    with pytest.raises(JobNotActiveError, match="not active"):
+        other.setup_task(task)
+    left = [k for k in object_keys(s3_client, bucket) if other.job_id in k]
+    assert len(left) == 1 and left[0].endswith(f"{task.attempt_id}.started")
+    make_committer(job_id=other.job_id).cleanup_job()
+    assert [k for k in object_keys(s3_client, bucket) if other.job_id in k] == []
+
+
 def test_failed_pendingset_save_aborts_the_task(make_committer, s3_client, bucket):
     committer = make_committer()
     task = write_only(committer, ["a", "b"])

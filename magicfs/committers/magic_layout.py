@@ -509,7 +509,10 @@ def save_checked(
         check()
     except BaseException:
         concurrent.futures.wait([save])  # the delete must follow the save
-        deferred.run(deferred.adelete_record(path))
+        try:
+            deferred.run(deferred.adelete_record(path))
+        except Exception as error:  # the refusal is what the caller must see
+            log.warning("%s stays (its job's clean-up deletes it): %s", path, error)
         raise
     save.result()
 
