@@ -183,10 +183,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
         self.deferred.run(self.deferred.adelete_records(paths))
 
     def _read_records(self, paths: list[str]) -> Iterator[bytes]:
-        """The task records, read ``2 * threads`` at once: small GETs while nothing else
-        runs, so they take the S3 client's whole connection pool (sized ``2 * threads``);
-        a job of many small tasks loads its records in half the round trips (issue 28).
-        Coroutines on the store's IO loop: no thread waits for a read."""
+        """The task records, ``2 * threads`` at once (small GETs while nothing else runs:
+        the S3 client's whole pool), as coroutines on the store's IO loop."""
         reads = 2 * self.threads
         return loop_map(self.deferred.run_background, self._aread_pendingset, paths, reads)
 

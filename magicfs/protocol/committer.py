@@ -130,15 +130,15 @@ class OutputCommitter(TaskLifecycle):
             self._check_no_conflict("job setup")
         # An old _SUCCESS goes while the job is set up (one round trip less): it need only
         # be gone before the job's first commit, and both are done when this returns. A
-        # failure of either fails the set-up; a retry of it (or abort_job()) tidies up.
+        # failure of either fails the set-up (the delete's first: the set-up's, if any, is
+        # its context); a retry of it (or abort_job()) tidies up.
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             deleting = pool.submit(self._delete_files, [self.success_path]) if old_success else None
             try:
                 self._setup_job(resume=state == "active")
             finally:
-                concurrent.futures.wait([deleting] if deleting is not None else [])
-            if deleting is not None:
-                deleting.result()
+                if deleting is not None:
+                    deleting.result()
         self._fresh_job_id = False  # set up: from now on its id is in use
         log.info(
             "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",
