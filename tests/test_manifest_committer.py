@@ -10,6 +10,9 @@ the files the destination shows and on the JSON the committer writes.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
@@ -440,6 +443,29 @@ def test_cleanup_outcomes(store):
     store.fs.fail("rm", when=lambda path: True)
     failed = cleanup(context)
     assert failed.outcome is Outcome.FAILURE and "injected" in str(failed.error)
+
+
+def test_a_killed_commit_s_entries_file_is_deleted_by_the_next_commit(store, tmp_path, monkeypatch):
+    """The job commit's local entries file carries its process id: one left by a process
+    that no longer runs (a commit killed mid-way) is deleted by the next commit on the
+    machine; a running process's file stays."""
+    spills = tmp_path / "spills"
+    spills.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spills))
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = spills / f"magicfs-manifest-entries-{child.stdout.strip()}-x1.jsonl"
+    live = spills / f"magicfs-manifest-entries-{os.getppid()}-x2.jsonl"
+    for path in (dead, live):
+        path.write_text('{"s": "a", "d": "b", "z": 1}\n')
+    committer = store.committer()
+    committer.commit_job(run_tasks(committer, {0: ["a"]}))
+    assert store.visible() == ["a"]
+    assert sorted(spills.iterdir()) == [live]
 
 
 @pytest.mark.parametrize("option", ["off", False, "background", "inline", True])

@@ -50,8 +50,7 @@ class _SqliteFile:
     """
 
     def __init__(self, prefix: str, schema: str):
-        _remove_orphans(prefix)
-        handle, self.path = tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=".sqlite")
+        handle, self.path = process_temp_file(prefix, ".sqlite")
         os.close(handle)
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         for pragma in (
@@ -235,9 +234,18 @@ class CommitSpool(_SqliteFile):
         return found.fetchone() is not None
 
 
-def _remove_orphans(prefix: str) -> None:
-    """Delete the spools of processes that no longer run (a commit killed mid-way)."""
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}*-*.sqlite")):
+def process_temp_file(prefix: str, suffix: str) -> tuple[int, str]:
+    """A new file in the temporary directory whose name carries this process's id (an
+    open handle and its path), after deleting the ``prefix``/``suffix`` files of
+    processes that no longer run: a commit killed mid-way leaves its local files behind
+    (SIGKILL runs no clean-up), and the next one on the machine deletes them."""
+    _remove_orphans(prefix, suffix)
+    return tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=suffix)
+
+
+def _remove_orphans(prefix: str, suffix: str) -> None:
+    """Delete the files of processes that no longer run."""
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), f"{prefix}*-*{suffix}")):
         pid = os.path.basename(path)[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit() or _running(int(pid)):
             continue

@@ -1,7 +1,9 @@
 """Stage 1: load the task manifests, in parallel and streaming.
 
 Each manifest is loaded and validated on a worker thread; its file entries are
-appended to a local JSON-lines file and then dropped, so memory holds at most about
+appended to a local JSON-lines file (named with the process id: a killed commit's file
+is deleted by the next commit, :func:`~magicfs.stores.spool.process_temp_file`) and
+then dropped, so memory holds at most about
 one manifest per thread however many files the job has (MAPREDUCE-7435's lesson).
 Directory entries are merged in memory (first one wins): there are far fewer of them.
 """
@@ -10,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ...errors import InvalidCommitData
 from ...records import DirEntry, FileEntry, IOStatisticsSnapshot, TaskManifest
+from ...stores.spool import process_temp_file
 from .context import StageContext
 
 
@@ -50,7 +52,7 @@ def load_manifests(context: StageContext, paths: list[str]) -> LoadedManifests:
     Every manifest must belong to this job and put its files and directories inside
     the destination; a bad one raises :class:`InvalidCommitData` naming it.
     """
-    handle, entries_file = tempfile.mkstemp(prefix="magicfs-manifest-entries-", suffix=".jsonl")
+    handle, entries_file = process_temp_file("magicfs-manifest-entries-", ".jsonl")
     loaded = LoadedManifests(entries_file=entries_file)
     lock = threading.Lock()
     dest_uri = context.store.uri(context.layout.dest)
