@@ -183,8 +183,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
         self.deferred.run(self.deferred.adelete_records(paths))
 
     def _read_records(self, paths: list[str]) -> Iterator[bytes]:
-        """The task records, ``2 * threads`` at once (small GETs while nothing else runs:
-        the S3 client's whole pool), as coroutines on the store's IO loop."""
+        """The task records, ``2 * threads`` at once (small reads while nothing else runs;
+        S3's client pool holds that many), as coroutines on the store's IO loop."""
         reads = 2 * self.threads
         return loop_map(self.deferred.run_background, self._aread_pendingset, paths, reads)
 

@@ -125,14 +125,15 @@ class OutputCommitter(TaskLifecycle):
         # in use nowhere: no journal, marker or _SUCCESS to look up (three requests).
         state = None if self._fresh_job_id and not resume else self.job_state()
         self._refuse_job_id_in_use(state, resume)
-        old_success = (state is None or not resume) and self.success_file
-        if state is None or not resume:
+        new_job = state is None or not resume
+        if new_job:
             self._check_no_conflict("job setup")
         # An old _SUCCESS goes while the job is set up (one round trip less): it need only
         # be gone before the job's first commit, and both are done when this returns. A
         # failure of either fails the set-up (the delete's first: the set-up's, if any, is
         # its context); a retry of it (or abort_job()) tidies up.
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            old_success = new_job and self.success_file
             deleting = pool.submit(self._delete_files, [self.success_path]) if old_success else None
             try:
                 self._setup_job(resume=state == "active")
