@@ -63,6 +63,12 @@ def requests_of(server, container: str, since: int) -> list[tuple[str, str]]:
     return [(op, blob) for op, c, blob in server.requests()[since:] if c == container]
 
 
+def logged_so_far(server) -> int:
+    """How many requests the log holds once those already sent are in it."""
+    time.sleep(0.3)  # Azurite writes its log asynchronously
+    return len(server.requests())
+
+
 def files_of(tasks: int, per_task: int) -> list[dict[str, bytes]]:
     """Each task's files: names to bytes (one block each, or none for the empty one)."""
     return [
@@ -146,6 +152,49 @@ def test_each_file_costs_its_marker_block_publish_and_one_delete(
     assert job_checks(log) <= 2 * len(names) + len(tasks) + 3
     assert published(azurite_logged, logged_container) == {
         f"out/{name}": data for files in tasks for name, data in files.items()
+    }
+    assert job_tree(azurite_logged, logged_container) == []
+
+
+def test_task_commit_reads_one_listing_and_deletes_what_it_listed(
+    azurite_logged, abfs_logged, logged_container
+):
+    """One listing of everything named like the attempt (its started marker, a pendingset
+    saved by an earlier commit, its directory) is all a task commit in the writing
+    process reads; then two pendingset saves, the job check, and the deletes of the
+    markers and writer records it listed. A second commit of the attempt reads the same
+    listing and the saved pendingset, and saves nothing."""
+    committer = make_committer(abfs_logged, logged_container)
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    files = files_of(1, 3)[0]
+    for name, data in files.items():
+        with committer.fs.open(task.path(name), "wb") as f:
+            f.write(data)
+    TASK_FILES.settle()
+    since = logged_so_far(azurite_logged)
+    message = committer.commit_task(task)
+    log = requests_of(azurite_logged, logged_container, since)
+    deleted = [blob for op, blob in log if op == "Blob_Delete"]
+
+    operations = Counter(op for op, _ in log)
+    assert operations == Counter(
+        {"Container_ListBlobFlatSegment": 1, "BlockBlob_Upload": 2, "Blob_GetProperties": 1}
+    ) + Counter({"Blob_Delete": len(deleted)}), log
+    assert next(b for op, b in log if op == "Blob_GetProperties").endswith("_magicfs_job.json")
+    assert sorted(b.rsplit("/", 1)[-1] for b in deleted if "/_writer-" not in b) == sorted(
+        name.rsplit("/", 1)[-1] for name in files
+    )
+    assert writer_records(log, "Blob_Delete") != []
+
+    since = logged_so_far(azurite_logged)
+    assert committer.commit_task(task).files == 3  # kept: its records are gone
+    again = Counter(op for op, _ in requests_of(azurite_logged, logged_container, since))
+    assert again == Counter({"Container_ListBlobFlatSegment": 1, "Blob_Download": 1})
+    committer.commit_job([message])
+    assert published(azurite_logged, logged_container) == {
+        f"out/{name}": data for name, data in files.items()
     }
     assert job_tree(azurite_logged, logged_container) == []
 

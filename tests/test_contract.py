@@ -523,6 +523,28 @@ def test_aborted_or_unset_attempts_cannot_commit(target):
     assert_nothing_left(target, unpublished=["second.csv"])
 
 
+@scenario("attempt_prefix", lambda c: c.guarantees)
+def test_an_attempt_whose_id_starts_another_attempts_commits_only_its_own(target):
+    """Attempts ``..._1`` and ``..._10`` of one task: a listing by name prefix finds both
+    (task commit lists everything named like its attempt at once); the first attempt
+    neither counts the tenth's started marker as its own nor takes its files."""
+    committer = target.committer()
+    committer.setup_job()
+    tenth = started_task(committer, 0, 10)
+    write(committer, tenth, {"tenth.csv": b"10"})
+    first = committer.task_attempt(0, 1)
+    assert tenth.attempt_id.startswith(first.attempt_id)
+    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
+        committer.commit_task(first)
+    committer.setup_task(first)
+    write(committer, first, {"part-0.csv": b"first"})
+    message = committer.commit_task(first)
+    committer.abort_task(tenth)
+    committer.commit_job([message])
+    assert target.contents() == {"part-0.csv": b"first"}
+    assert_nothing_left(target, unpublished=["tenth.csv"])
+
+
 # --- two tasks, one file; two jobs, one destination -----------------------------------------------
 
 

@@ -116,14 +116,19 @@ class BlockListCommitter(MagicLayoutCommitter):
     def _store_diagnostics(self) -> dict[str, str]:
         return {"magicfs.store": BLOCK_LIST_STORE, "magicfs.in_memory": str(self.in_memory).lower()}
 
+    def _attempt_entries(self, task: TaskAttempt) -> dict[str, dict[str, str]]:
+        """With the markers' metadata: a marker names its writer's nonce."""
+        adapter = cast(BlockListDeferred, self.deferred)
+        prefix = self.layout.task_attempt_dir(task.attempt_id)
+        return dict(adapter.run(adapter.alist_with_metadata(prefix)))
+
     def _gather_task_commits(
-        self, task: TaskAttempt, files: list[TaskFile]
+        self, task: TaskAttempt, files: list[TaskFile], entries: dict[str, dict[str, str]]
     ) -> tuple[list[SinglePendingCommit], IOStatisticsSnapshot]:
         """The attempt's commits: this process's, or those its writer records (or older
         ``.pending`` files) hold for the writer each marker names. A marker with neither
         (a file still open, or killed, or written around magicfs) refuses the commit."""
-        adapter = cast(BlockListDeferred, self.deferred)
-        listing = dict(adapter.run(adapter.alist_with_metadata(self._attempt_dir(task))))
+        listing = entries
         markers = [p for p in sorted(listing) if is_deferred_write(p)]
         known = {f.path: f.commit for f in files if f.commit is not None}
         elsewhere = [m for m in markers if m not in known]
@@ -149,9 +154,6 @@ class BlockListCommitter(MagicLayoutCommitter):
             for m, c in zip(markers, commits, strict=True)
         ]
         return commits, self._checked_task_commits(task, commits, named)
-
-    def _attempt_dir(self, task: TaskAttempt) -> str:
-        return self.layout.task_attempt_dir(task.attempt_id)
 
     def _recorded(
         self, listing: dict[str, dict[str, str]], markers: list[str]

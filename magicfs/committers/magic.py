@@ -232,10 +232,10 @@ class MagicCommitter(MagicLayoutCommitter, S3PendingsetCommitter):
     # -- tasks ----------------------------------------------------------------------------
 
     def _gather_task_commits(
-        self, task: TaskAttempt, files: list[TaskFile]
+        self, task: TaskAttempt, files: list[TaskFile], entries: dict[str, dict[str, str]]
     ) -> tuple[list[SinglePendingCommit], IOStatisticsSnapshot]:
         """Load and validate the attempt's commits (this process's, or its ``.pending`` files)."""
-        listing = self._list(self.layout.task_attempt_dir(task.attempt_id))
+        listing = sorted(entries)
         markers = [p for p in listing if is_deferred_write(p)]
         pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
         # Files this process wrote: their commits are known here, nothing to read back.

@@ -6,7 +6,8 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
 
 * ``setup_job``: the job marker (from now on the job accepts writers);
   ``setup_task``: the attempt's started marker.
-* ``commit_task``: the started check alongside gathering the attempt's commits (this
+* ``commit_task``: one listing of every record named like the attempt (its started
+  marker, its saved pendingset, its directory), the attempt's commits gathered (this
   process's, or its ``.pending`` records), the pendingset saved twice — as
   ``tasks/<attempt>.pendingset`` (the message names it) and ``<task id>.pendingset`` (the
   last committed attempt wins) — then the job checked still active. A store whose job
@@ -21,11 +22,13 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
   the committer's ``cleanup`` option says (:mod:`magicfs.protocol.cleanup`).
 
 **Requests per task, and why each stays** (issue 28). Set-up: a HEAD of the job marker
-and the started marker's PUT; commit: a listing of the attempt's directory, the started
-marker's HEAD (alongside the listing: no extra round trip), the two pendingset PUTs (at
-once), a HEAD of the job marker. The job checks are shared: task set-ups and commits that
-ask at the same time in one process, and its writers, share one HEAD
-(:meth:`MagicLayoutCommitter.job_active`).
+and the started marker's PUT; commit: one listing by the attempt's name (its directory,
+``<attempt>.started`` and ``<attempt>.pendingset`` share the prefix ``tasks/<attempt>``,
+so the started marker needs no request of its own, nor a pendingset that was never
+saved; entries of attempts whose ids merely start alike are left out), the two
+pendingset PUTs (at once), a HEAD of the job marker. The job checks are shared: task
+set-ups and commits that ask at the same time in one process, and its writers, share one
+HEAD (:meth:`MagicLayoutCommitter.job_active`).
 
 * The started marker is what refuses a commit of an attempt that was aborted — in any
   process — or never set up (it would save a record of whatever its directory holds, or
@@ -74,6 +77,7 @@ from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.journal import JournalKeeper
 from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
+from ..statistics import IOStatisticsStore
 from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
 from ..stores.job_check import job_still_active
 from ..stores.registry import committed_by, deferred_store_for
@@ -213,23 +217,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
 
     def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
         """The ``.pending`` records at ``paths``, read in parallel."""
-        reads = [
-            (
-                p,
-                self.deferred.run_background(
-                    self.deferred.aread_record(p, SinglePendingCommit.MAX_BYTES)
-                ),
-            )
-            for p in paths
-        ]
-        commits = []
-        for path, read in reads:
-            with self.stats.track("committer_load_single_pending_file"):
-                data = read.result()
-            if data is None:
-                raise FileNotFoundError(f"{self._display(path)} does not exist")
-            commits.append(SinglePendingCommit.from_json(data, source=self._display(path)))
-        return commits
+        return load_pendings(self.deferred, paths, self.stats, self._display)
 
     # -- job ------------------------------------------------------------------------------
 
@@ -260,18 +248,15 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
-        # The started check runs alongside gathering: one round trip, not two.
-        started = self.deferred.run_background(
-            self.deferred.arecord_info(self.layout.started_marker(task.attempt_id))
-        )
         try:
-            try:
-                saved = None if self.keeps_attempt_records else self._saved(attempt_record)
-                if saved is None:
-                    commits, stats = self._gather_task_commits(task, files)
-            finally:  # "never set up / aborted" explains any failure best
-                if started.result() is None:
-                    raise self._not_started_error(task)
+            found = self.layout.attempt_records(task.attempt_id, self._attempt_entries(task))
+            if not found.started:
+                raise self._not_started_error(task)
+            saved = None
+            if found.saved and not self.keeps_attempt_records:
+                saved = self._saved(attempt_record)
+            if saved is None:
+                commits, stats = self._gather_task_commits(task, files, found.files)
         except BaseException:
             self.abort_task(task)
             raise
@@ -287,7 +272,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
         )
         self._save_task_record(task, pendingset)
         if not self.keeps_attempt_records:
-            self._drop_attempt_records(task)
+            self._drop_attempt_records(task, sorted(found.files))
         return self._task_committed(
             task, attempt_record, len(commits), pendingset.total_bytes, start, "committed"
         )
@@ -321,12 +306,19 @@ class MagicLayoutCommitter(PendingsetCommitter):
             self.abort_task(task)
             raise
 
+    def _attempt_entries(self, task: TaskAttempt) -> dict[str, dict[str, str]]:
+        """The records named like the attempt, one listing (``attempt_records``), with
+        their metadata where the store's listing gives it (hook: Azure's does)."""
+        prefix = self.layout.task_attempt_dir(task.attempt_id)
+        return {p: {} for p in self.deferred.run(collect(self.deferred.alist_prefixed(prefix)))}
+
     def _gather_task_commits(
-        self, task: TaskAttempt, files: list[TaskFile]
+        self, task: TaskAttempt, files: list[TaskFile], entries: dict[str, dict[str, str]]
     ) -> tuple[list[SinglePendingCommit], IOStatisticsSnapshot]:
         """The attempt's commits: this process's, or loaded from its ``.pending`` files
-        (hook: S3 tells files written around magicfs from unclosed ones)."""
-        listing = self._list(self.layout.task_attempt_dir(task.attempt_id))
+        (``entries``: the attempt directory's files; hook: S3 tells files written around
+        magicfs from unclosed ones)."""
+        listing = sorted(entries)
         markers = [p for p in listing if is_deferred_write(p)]
         pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
         known = {f.path: f.commit for f in files if f.commit is not None}
@@ -361,12 +353,13 @@ class MagicLayoutCommitter(PendingsetCommitter):
             self.deferred.discard(self._load_pendings(paths))
         self._delete_files(paths)
 
-    def _drop_attempt_records(self, task: TaskAttempt) -> None:
-        """Delete the committed attempt's markers and ``.pending`` files, as Hadoop's
-        magic committer deletes the attempt directory at task commit: the pendingset now
-        holds every commit. Failures are left for the job's clean-up."""
+    def _drop_attempt_records(self, task: TaskAttempt, listed: list[str]) -> None:
+        """Delete the committed attempt's markers and records (``listed`` by its commit),
+        as Hadoop's magic committer deletes the attempt directory at task commit: the
+        pendingset now holds every commit. Failures, and anything written into the
+        directory after the listing, are left for the job's clean-up."""
         try:
-            self._delete_files(self._list(self.layout.task_attempt_dir(task.attempt_id)))
+            self._delete_files(listed)
         except Exception as error:
             log.warning(
                 "task %s: its file records stay until job clean-up: %s", task.attempt_id, error
@@ -527,6 +520,28 @@ async def shared_check(deferred: DeferredStore, marker: str) -> bool:
         return await deferred.arecord_info(marker) is not None
 
     return await job_still_active(bucket, key, head)
+
+
+def load_pendings(
+    deferred: DeferredStore,
+    paths: list[str],
+    stats: IOStatisticsStore,
+    display: Callable[[str], str],
+) -> list[SinglePendingCommit]:
+    """The ``.pending`` records at ``paths``, read at once on the store's IO loop, in
+    order; a missing one raises ``FileNotFoundError`` naming it (``display``)."""
+    reads = [
+        (p, deferred.run_background(deferred.aread_record(p, SinglePendingCommit.MAX_BYTES)))
+        for p in paths
+    ]
+    commits = []
+    for path, read in reads:
+        with stats.track("committer_load_single_pending_file"):
+            data = read.result()
+        if data is None:
+            raise FileNotFoundError(f"{display(path)} does not exist")
+        commits.append(SinglePendingCommit.from_json(data, source=display(path)))
+    return commits
 
 
 def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:

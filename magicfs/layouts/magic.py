@@ -21,7 +21,9 @@ tombstone has to outlive the job (zombie attempts of seed 000, "Network Partitio
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from ..names import (
     BASE,
@@ -33,6 +35,8 @@ from ..names import (
     TASKS_DIR,
 )
 from ..paths import MagicPath, join
+
+T = TypeVar("T")
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]{0,127}$")
 
@@ -99,6 +103,26 @@ class MagicJobLayout:
     def started_marker(self, attempt_id: str) -> str:
         """Exists from task setup until the attempt is aborted: only then may it commit."""
         return join(self.tasks_dir, attempt_id + STARTED_SUFFIX)
+
+    def attempt_records(self, attempt_id: str, listed: Mapping[str, T]) -> AttemptRecords[T]:
+        """Sort a listing of the prefix ``task_attempt_dir(attempt_id)``: the attempt's
+        directory, started marker and pendingset share it, so one listing finds all three.
+        Entries of attempts whose ids merely start with ``attempt_id`` are left out."""
+        directory = self.task_attempt_dir(attempt_id) + "/"
+        return AttemptRecords(
+            self.started_marker(attempt_id) in listed,
+            self.attempt_pendingset(attempt_id) in listed,
+            {p: v for p, v in listed.items() if p.startswith(directory)},
+        )
+
+
+@dataclass(frozen=True)
+class AttemptRecords(Generic[T]):
+    """What one listing by a task attempt's name found (:meth:`MagicJobLayout.attempt_records`)."""
+
+    started: bool  # its started marker
+    saved: bool  # its own pendingset
+    files: dict[str, T]  # its directory's entries, as listed (with what the listing gave)
 
 
 def job_marker_for(magic_path: MagicPath) -> str | None:

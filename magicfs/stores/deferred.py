@@ -111,6 +111,11 @@ class DeferredStore(Protocol):
         """The paths (``bucket/key``) of the records below ``directory``, paged, never
         cached; ``recursive=False``: its direct children only."""
 
+    def alist_prefixed(self, prefix: str) -> AsyncIterator[str]:
+        """The paths of the records whose path starts with ``prefix`` (a directory's and
+        the records named like it: task commit finds an attempt's started marker,
+        pendingset and files in one listing), paged, never cached."""
+
     async def adelete_records(self, paths: Sequence[str]) -> int:
         """Delete records (absent ones are no error; S3: DeleteObjects, in batches);
         how many were asked for."""

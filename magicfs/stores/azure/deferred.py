@@ -97,28 +97,36 @@ class BlockListDeferred(DeferredStoreBase):
 
     async def alist_records(self, directory: str, recursive: bool = True) -> AsyncIterator[str]:
         container, key = self.split(directory.rstrip("/"))
-        prefix = f"{key}/" if key else ""
-        async with self.blocks.fs.service_client.get_container_client(container) as client:
-            if recursive:
-                listing = client.list_blobs(name_starts_with=prefix, include=["metadata"])
-            else:
-                listing = client.walk_blobs(name_starts_with=prefix, include=["metadata"])
-            async for item in listing:
-                if item.name.endswith("/") or (item.metadata or {}).get("hdi_isfolder"):
-                    continue  # a directory (adlfs's marker blob, or a walk's prefix)
-                yield f"{container}/{item.name}"
+        async for path, _ in self._blobs(container, f"{key}/" if key else "", walk=not recursive):
+            yield path
 
-    async def alist_with_metadata(self, directory: str) -> list[tuple[str, dict[str, str]]]:
-        """Every blob below ``directory`` with its metadata (one paged listing): task
-        commit matches writer records to markers by the writer nonce the markers carry."""
-        container, key = self.split(directory.rstrip("/"))
-        found = []
+    async def alist_prefixed(self, prefix: str) -> AsyncIterator[str]:
+        async for path, _ in self._blobs(*self.split(prefix)):
+            yield path
+
+    async def alist_with_metadata(self, prefix: str) -> list[tuple[str, dict[str, str]]]:
+        """Every blob whose path starts with ``prefix``, with its metadata (one paged
+        listing): task commit matches writer records to markers by the writer nonce the
+        markers carry."""
+        return [found async for found in self._blobs(*self.split(prefix))]
+
+    async def _blobs(
+        self, container: str, prefix: str, walk: bool = False
+    ) -> AsyncIterator[tuple[str, dict[str, str]]]:
+        """``container/name`` and metadata of the blobs whose names start with ``prefix``,
+        page by page (``walk``: directly under it), skipping directories (adlfs's marker
+        blobs, a walk's prefixes)."""
         async with self.blocks.fs.service_client.get_container_client(container) as client:
-            async for item in client.list_blobs(name_starts_with=f"{key}/", include=["metadata"]):
+            if walk:
+                listing = client.walk_blobs(name_starts_with=prefix, include=["metadata"])
+            else:
+                listing = client.list_blobs(name_starts_with=prefix, include=["metadata"])
+            async for item in listing:
+                if item.name.endswith("/"):  # a walk's prefix (it has no metadata)
+                    continue
                 metadata = dict(item.metadata or {})
-                if not item.name.endswith("/") and not metadata.get("hdi_isfolder"):
-                    found.append((f"{container}/{item.name}", metadata))
-        return found
+                if not metadata.get("hdi_isfolder"):
+                    yield f"{container}/{item.name}", metadata
 
     async def adelete_records(self, paths: Sequence[str]) -> int:
         await self.blocks.delete_many(list(paths))

@@ -91,6 +91,12 @@ class MemoryDeferred(DeferredStoreBase):
         for path in found:
             yield path
 
+    async def alist_prefixed(self, prefix: str) -> AsyncIterator[str]:
+        prefix = self.fs._strip_protocol(prefix)
+        async for path in self.alist_records(prefix.rsplit("/", 1)[0]):
+            if path.startswith(prefix):
+                yield path
+
     async def adelete_records(self, paths: Sequence[str]) -> int:
         for path in paths:
             if self.fs.isfile(path):

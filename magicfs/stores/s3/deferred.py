@@ -122,6 +122,10 @@ class S3Deferred(DeferredStoreBase):
         async for path in self.store.alist_keys(bucket, prefix, None if recursive else "/"):
             yield path
 
+    async def alist_prefixed(self, prefix: str) -> AsyncIterator[str]:
+        async for path in self.store.alist_keys(*self.split(prefix)):
+            yield path
+
     async def adelete_record(self, path: str) -> None:
         await self.store.adelete_object(*self.split(path))
 
