@@ -6,6 +6,9 @@ processes. This registry adds what only the writing process can know, for free:
 
 * **which files are still open**: task commit refuses an attempt with an open file on
   every store (on a local disk a file left open would keep changing after job commit);
+* **which files have begun** (:meth:`TaskFiles.begun`): a deferred writer's begin (its
+  marker and upload) runs in the background after ``open()``; the magic layout's task
+  commit lists the attempt once every file of it has begun, while the closes finish;
 * **which files are still closing**: on S3 ``close()`` of a task file returns at once and
   finishes in the background (its last part and its record); task commit waits for them
   (:meth:`TaskFiles.settle`) and fails if one failed, and so does the interpreter's exit;
@@ -58,6 +61,7 @@ class TaskFile:
     writer: OpenWriter | None = None  # set while the file is open or closing
     length: int = 0  # bytes written (so far, while open)
     commit: Any = None  # S3: the closed file's SinglePendingCommit
+    begin: concurrent.futures.Future[None] | None = None  # its begin (deferred writers)
     closing: concurrent.futures.Future[None] | None = None  # its close, finishing in the background
     error: BaseException | None = None  # why its close failed
 
@@ -97,6 +101,13 @@ class TaskFiles:
             if entry is not None and entry.writer is writer:
                 entry.writer, entry.length, entry.commit = None, length, commit
                 entry.closing = None
+
+    def began(self, path: str, writer: OpenWriter, future: concurrent.futures.Future[None]) -> None:
+        """``writer`` is beginning its file; ``future`` finishes the begin in the background."""
+        with self._lock:
+            entry = self._files.get(path)
+            if entry is not None and entry.writer is writer:
+                entry.begin = future
 
     def closing(
         self, path: str, writer: OpenWriter, future: concurrent.futures.Future[None]
@@ -159,6 +170,17 @@ class TaskFiles:
         """Files whose close is still finishing in the background."""
         with self._lock:
             return {f.path for f in self._files.values() if f.closing is not None}
+
+    def begun(self, job_id: str, attempt_id: str) -> None:
+        """Wait until every file of the attempt has finished its begin (or failed it: its
+        close then fails, and :meth:`settle` says so)."""
+        with self._lock:
+            begins = [
+                f.begin
+                for f in self._files.values()
+                if f.begin is not None and (f.job_id, f.attempt_id) == (job_id, attempt_id)
+            ]
+        concurrent.futures.wait(begins)
 
     def settle(
         self, job_id: str | None = None, attempt_id: str | None = None

@@ -262,3 +262,97 @@ def test_a_resumed_commit_with_messages_loads_the_journal_s_records(
     assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
     assert pending_uploads(s3_client, bucket) == []
     assert list(spills.iterdir()) == []
+
+
+# --- task commit: its listing starts while the attempt's files finish closing ----------------
+
+
+class CallOrder:
+    """The S3 calls a committer's client starts and finishes, in order (botocore hooks)."""
+
+    def __init__(self, committer: MagicCommitter) -> None:
+        self.events: list[tuple[str, str, str]] = []
+        events = committer.store_fs.s3.meta.events
+        events.register("before-parameter-build.s3", self._named)
+        events.register("before-call.s3", self._sent)
+        events.register("after-call.s3", self._done)
+
+    def _named(self, params, context, **kwargs) -> None:
+        context["test_key"] = params.get("Key", "")
+
+    def _sent(self, model, context, **kwargs) -> None:
+        self.events.append(("sent", model.name, context.get("test_key", "")))
+
+    def _done(self, model, context, **kwargs) -> None:
+        self.events.append(("done", model.name, context.get("test_key", "")))
+
+    def index(self, what: str, operation: str, key: str = "") -> int:
+        """Where the first call of ``operation`` (of a key ending ``key``) was ``what``."""
+        found = [
+            n
+            for n, (w, op, k) in enumerate(self.events)
+            if (w, op) == (what, operation) and k.endswith(key)
+        ]
+        assert found, f"no {operation} {what}: {self.events}"
+        return found[0]
+
+
+def write_three(committer: MagicCommitter, task) -> dict[str, bytes]:
+    files = {f"part-{n}.csv": f"file {n}".encode() for n in range(3)}
+    for name, data in files.items():
+        committer.fs.pipe_file(task.path(name), data)
+    return files
+
+
+def assert_published(s3_client, bucket, committer, files: dict[str, bytes]) -> None:
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", *(f"out/{n}" for n in files)]
+    for name, data in files.items():
+        assert s3_client.get_object(Bucket=bucket, Key=f"out/{name}")["Body"].read() == data
+    assert pending_uploads(s3_client, bucket) == []
+    assert tree_of(s3_client, bucket, committer) == []
+
+
+@pytest.mark.parametrize(("in_memory", "markers"), [(False, "always"), (True, "auto")])
+def test_task_commit_lists_its_attempt_while_the_last_upload_finishes(
+    front, s3_client, bucket, in_memory, markers
+):
+    committer = committer_at(
+        bucket, front.storage_options, in_memory=in_memory, intent_markers=markers
+    )
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    order = CallOrder(committer)
+    front.add_rule("UploadPart", "delay", ms=1000, key=r"part-2\.csv$")
+    files = write_three(committer, task)
+    message = committer.commit_task(task)
+    # The attempt's one listing went out before the held part had been answered.
+    held = order.index("done", "UploadPart", "part-2.csv")
+    assert order.index("sent", "ListObjectsV2") < held
+    assert message.files == 3
+    committer.commit_job([message])
+    assert_published(s3_client, bucket, committer, files)
+
+
+@pytest.mark.parametrize("in_memory", [False, True])
+def test_task_commit_lists_its_attempt_only_once_every_file_has_begun(
+    front, s3_client, bucket, in_memory
+):
+    """A listing before the last file's marker is saved would miss it, and a file written
+    here whose marker is gone is thrown away: the listing waits for the begins."""
+    committer = committer_at(
+        bucket, front.storage_options, in_memory=in_memory, intent_markers="always"
+    )
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    order = CallOrder(committer)
+    held = front.add_rule("PutObject", "delay", ms=1000, key=r"__base/part-2\.csv$")
+    files = write_three(committer, task)
+    message = committer.commit_task(task)
+    assert front.rules()[0]["fired"] == 1, held
+    marker = order.index("done", "PutObject", "__base/part-2.csv")
+    assert marker < order.index("sent", "ListObjectsV2")
+    assert message.files == 3
+    committer.commit_job([message])
+    assert_published(s3_client, bucket, committer, files)

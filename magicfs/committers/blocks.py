@@ -116,11 +116,11 @@ class BlockListCommitter(MagicLayoutCommitter):
     def _store_diagnostics(self) -> dict[str, str]:
         return {"magicfs.store": BLOCK_LIST_STORE, "magicfs.in_memory": str(self.in_memory).lower()}
 
-    def _attempt_entries(self, task: TaskAttempt) -> dict[str, dict[str, str]]:
+    async def _aattempt_entries(self, task: TaskAttempt) -> dict[str, dict[str, str]]:
         """With the markers' metadata: a marker names its writer's nonce."""
         adapter = cast(BlockListDeferred, self.deferred)
         prefix = self.layout.task_attempt_dir(task.attempt_id)
-        return dict(adapter.run(adapter.alist_with_metadata(prefix)))
+        return dict(await adapter.alist_with_metadata(prefix))
 
     def _gather_task_commits(
         self, task: TaskAttempt, files: list[TaskFile], entries: dict[str, dict[str, str]]

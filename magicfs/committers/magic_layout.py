@@ -28,7 +28,13 @@ so the started marker needs no request of its own, nor a pendingset that was nev
 saved; entries of attempts whose ids merely start alike are left out), the two
 pendingset PUTs (at once), a HEAD of the job marker. The job checks are shared: task
 set-ups and commits that ask at the same time in one process, and its writers, share one
-HEAD (:meth:`MagicLayoutCommitter.job_active`).
+HEAD (:meth:`MagicLayoutCommitter.job_active`). Where attempt records stay until the job
+ends (S3), the commit's listing starts while the attempt's files finish closing — once
+each file this process opened has begun (its marker saved, where it puts one), so the
+listing holds them; it may lack their ``.pending`` records, which is harmless (this
+process holds their commits), and other processes' files were closed before the commit
+began, as every task commit requires: one round trip less after the last upload. Where a
+commit deletes what it listed (Azure), the listing follows the closes.
 
 * The started marker is what refuses a commit of an attempt that was aborted — in any
   process — or never set up (it would save a record of whatever its directory holds, or
@@ -83,7 +89,7 @@ from ..stores.job_check import job_still_active
 from ..stores.registry import committed_by, deferred_store_for
 from ..stores.spool import OrderedPaths
 from ..stores.validation import check_commit
-from ..task_files import TaskFile
+from ..task_files import TASK_FILES, TaskFile
 from .pendingsets import PendingsetCommitter
 
 log = logging.getLogger("magicfs.committer.magic_layout")
@@ -121,6 +127,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
                 self.store_fs, self.job_id, self._scratch_dir, **self._adapter_options()
             )
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
+        self._listings: dict[str, concurrent.futures.Future[dict[str, dict[str, str]]]] = {}
         self.bucket, self.dest_key = self.deferred.split(self.dest)
         # Writes to the destination outside task paths are refused (job_root).
         self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest, **self._view_options(spec))
@@ -169,9 +176,6 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _put(self, path: str, data: bytes) -> None:
         self.deferred.run(self.deferred.awrite_record(path, data))
 
-    def _exists(self, path: str) -> bool:
-        return self.deferred.run(self.deferred.arecord_info(path)) is not None
-
     def _pages(self, directory: str, size: int = DELETE_BATCH) -> Iterator[list[str]]:
         """The records below ``directory``, ``size`` at a time (streamed: a job's tree may
         hold millions)."""
@@ -210,11 +214,6 @@ class MagicLayoutCommitter(PendingsetCommitter):
         except InvalidCommitData:
             return None
 
-    def _recorded_attempt(self, pendingset_path: str) -> str | None:
-        """Which attempt committed this task-level pendingset (``None`` if absent/unreadable)."""
-        saved = self._saved(pendingset_path)
-        return None if saved is None else saved.task_attempt_id or None
-
     def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
         """The ``.pending`` records at ``paths``, read in parallel."""
         return load_pendings(self.deferred, paths, self.stats, self._display)
@@ -245,11 +244,26 @@ class MagicLayoutCommitter(PendingsetCommitter):
         started, data = self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
         save_checked(self.deferred, started, data, lambda: self._require_active_job(task))
 
+    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
+        """As every committer's; where attempt records stay until the job ends, the
+        attempt's listing starts while its files finish closing (module docstring)."""
+        if self.keeps_attempt_records:
+            self._check_task(task)
+            TASK_FILES.begun(self.job_id, task.attempt_id)
+            listing = self.deferred.run_background(self._aattempt_entries(task))
+            self._listings[task.attempt_id] = listing
+        try:
+            return super().commit_task(task)
+        finally:
+            self._listings.pop(task.attempt_id, None)
+
     def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
         start = time.monotonic()
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         try:
-            found = self.layout.attempt_records(task.attempt_id, self._attempt_entries(task))
+            started = self._listings.pop(task.attempt_id, None)
+            listing = started or self.deferred.run_background(self._aattempt_entries(task))
+            found = self.layout.attempt_records(task.attempt_id, listing.result())
             if not found.started:
                 raise self._not_started_error(task)
             saved = None
@@ -306,11 +320,11 @@ class MagicLayoutCommitter(PendingsetCommitter):
             self.abort_task(task)
             raise
 
-    def _attempt_entries(self, task: TaskAttempt) -> dict[str, dict[str, str]]:
+    async def _aattempt_entries(self, task: TaskAttempt) -> dict[str, dict[str, str]]:
         """The records named like the attempt, one listing (``attempt_records``), with
         their metadata where the store's listing gives it (hook: Azure's does)."""
         prefix = self.layout.task_attempt_dir(task.attempt_id)
-        return {p: {} for p in self.deferred.run(collect(self.deferred.alist_prefixed(prefix)))}
+        return {p: {} for p in await collect(self.deferred.alist_prefixed(prefix))}
 
     def _gather_task_commits(
         self, task: TaskAttempt, files: list[TaskFile], entries: dict[str, dict[str, str]]
@@ -377,7 +391,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
         commits = [f.commit for f in files if f.commit is not None]
         kept: list[str] = []
         if self.deferred.capabilities.discards_pending:
-            commits += self._load_trusted([p for p in listing if p.endswith(PENDING_SUFFIX)])
+            records = [p for p in listing if p.endswith(PENDING_SUFFIX)]
+            commits += load_trusted(self, records)
             self.deferred.discard(commits)
         if self.deferred.capabilities.lists_pending:
             named = {f.path for f in files if f.commit is not None}
@@ -396,20 +411,6 @@ class MagicLayoutCommitter(PendingsetCommitter):
             "task %s: aborted; %d markers kept for the job's sweep", task.attempt_id, len(kept)
         )
 
-    def _load_trusted(self, paths: list[str]) -> list[SinglePendingCommit]:
-        """The ``.pending`` records at ``paths`` that load and name the file they lie
-        next to (an abort skips the others: it must not discard on a forged record's word)."""
-        loaded = []
-        for path in paths:
-            try:
-                (commit,) = self._load_pendings([path])
-                check_commit(commit, self.bucket, self.dest_key, self._display(path))
-            except (FileNotFoundError, InvalidCommitData):
-                continue
-            commit.filename = commit.filename or path
-            loaded.append(commit)
-        return loaded
-
     # -- job commit -----------------------------------------------------------------------
 
     def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
@@ -420,11 +421,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
         listing = self._list(self.layout.job_attempt_dir, recursive=False)
         records = [p for p in listing if p.endswith(PENDINGSET_SUFFIX)]
         if not was_active and (not records or self._success_names_this_job()):
-            raise self._nothing_to_commit(bool(records) or self._tree_left())
+            raise self._nothing_to_commit(bool(records) or bool(self._list(self.layout.magic_dir)))
         return records
-
-    def _tree_left(self) -> bool:
-        return bool(self._list(self.layout.magic_dir))
 
     def _nothing_to_commit(self, tree_left: bool) -> NothingToCommitError:
         if self._success_names_this_job():
@@ -542,6 +540,21 @@ def load_pendings(
             raise FileNotFoundError(f"{display(path)} does not exist")
         commits.append(SinglePendingCommit.from_json(data, source=display(path)))
     return commits
+
+
+def load_trusted(committer: MagicLayoutCommitter, paths: list[str]) -> list[SinglePendingCommit]:
+    """The ``.pending`` records at ``paths`` that load and name the file they lie next to
+    (an abort skips the others: it must not discard on a forged record's word)."""
+    loaded = []
+    for path in paths:
+        try:
+            (commit,) = committer._load_pendings([path])
+            check_commit(commit, committer.bucket, committer.dest_key, committer._display(path))
+        except (FileNotFoundError, InvalidCommitData):
+            continue
+        commit.filename = commit.filename or path
+        loaded.append(commit)
+    return loaded
 
 
 def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:

@@ -298,6 +298,7 @@ class DeferredWriter(io.BufferedIOBase):
             )
         self._register()
         self._start = hooks.run_background(hooks.abegin())
+        self._registry.began(self.path, self, self._start)
         self._checking = hooks.run_background(self._acheck_job())
         if "x" in mode:
             try:
