@@ -48,13 +48,17 @@ of requests per file by phase and purpose (``benchmarks/job_phases.py``): from t
 stub's own log of keys, and from the client's botocore hooks on moto and RGW. ``--rss``
 also measures the writing process's peak RSS as the number of files per task grows
 tenfold (each in a process of its own, on moto).
-Every run checks its output: the expected files, no upload left.
+Every run checks its output: the expected files, no upload left. Before each run the
+process's garbage is collected (``gc.collect()``), for every variant alike: a full
+collection of what earlier runs left (100-300 ms on this heap, measured) would
+otherwise land in a random run's timed region — one second, at 8 MiB.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import gc
 import json
 import os
 import statistics
@@ -171,6 +175,7 @@ def run_once(server: Target, workload: Workload, variant: str, bucket: str) -> R
     names = file_names(workload)
     counted = RequestCounter()
     server.reset_counts()
+    gc.collect()
     server_cpu = server.cpu_seconds()  # first: on RGW a walk of /proc, not the job's CPU
     cpu = os.times()
     start = time.perf_counter()

@@ -261,8 +261,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
         start = time.monotonic()
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         try:
-            started = self._listings.pop(task.attempt_id, None)
-            listing = started or self.deferred.run_background(self._aattempt_entries(task))
+            early = self._listings.pop(task.attempt_id, None)  # started by commit_task
+            listing = early or self.deferred.run_background(self._aattempt_entries(task))
             found = self.layout.attempt_records(task.attempt_id, listing.result())
             if not found.started:
                 raise self._not_started_error(task)
