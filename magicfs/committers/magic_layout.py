@@ -28,13 +28,15 @@ so the started marker needs no request of its own, nor a pendingset that was nev
 saved; entries of attempts whose ids merely start alike are left out), the two
 pendingset PUTs (at once), a HEAD of the job marker. The job checks are shared: task
 set-ups and commits that ask at the same time in one process, and its writers, share one
-HEAD (:meth:`MagicLayoutCommitter.job_active`). Where attempt records stay until the job
-ends (S3), the commit's listing starts while the attempt's files finish closing — once
-each file this process opened has begun (its marker saved, where it puts one), so the
-listing holds them; it may lack their ``.pending`` records, which is harmless (this
-process holds their commits), and other processes' files were closed before the commit
-began, as every task commit requires: one round trip less after the last upload. Where a
-commit deletes what it listed (Azure), the listing follows the closes.
+HEAD (:meth:`MagicLayoutCommitter.job_active`).
+
+**The listing starts early** where attempt records stay until the job ends (S3): while
+the attempt's files finish closing, one round trip less after the last upload. It waits
+until each file this process opened has begun (its marker saved, where it puts one), so
+it holds them. It may lack their ``.pending`` records, which is harmless: this process
+holds their commits. Other processes' files were closed before the commit began, as
+every task commit requires. Where a commit deletes what it listed (Azure), the listing
+follows the closes.
 
 * The started marker is what refuses a commit of an attempt that was aborted — in any
   process — or never set up (it would save a record of whatever its directory holds, or
