@@ -19,7 +19,7 @@ from helpers import object_keys, pending_uploads, visible_keys
 import magicfs
 from conftest import _checked_bucket
 from magicfs.committers.jobs import find_jobs
-from magicfs.errors import JobCommitError
+from magicfs.errors import JobCommitError, StoreCallError
 from magicfs.integrations.cli.common import read_limited
 from magicfs.stores.s3.retry import RetryPolicy
 
@@ -156,6 +156,33 @@ def test_exclusive_create_whose_marker_reply_was_lost(faults_front, s3_client, b
 
 
 # --- persistent faults: a precise error, nothing lost, one command to finish ----------------
+
+
+def test_a_task_commit_whose_listing_fails_aborts_the_attempt_and_a_retry_commits(
+    faults_front, s3_client, bucket
+):
+    # The attempt's listing starts while its files finish closing; failing for good, it
+    # fails the commit with the store's error, the attempt is aborted (its uploads too)
+    # and the task's next attempt commits.
+    committer = committer_via(faults_front, bucket, client_attempts=1, retry_policy=FAST)
+    committer.setup_job()
+    first = committer.task_attempt(0)
+    committer.setup_task(first)
+    for name, data in TASKS[0].items():
+        committer.fs.pipe_file(first.path(name), data)
+    faults_front.add_rule("ListObjectsV2", "500", count=FAST.attempts)
+    with pytest.raises(StoreCallError, match="InternalError"):
+        committer.commit_task(first)
+    assert faults_front.stats()["ListObjectsV2"]["faults"] == {"500": FAST.attempts}
+    assert pending_uploads(s3_client, bucket) == []
+    retry = committer.task_attempt(0, 1)
+    committer.setup_task(retry)
+    for name, data in TASKS[0].items():
+        committer.fs.pipe_file(retry.path(name), data)
+    committer.commit_job([committer.commit_task(retry)])
+    assert published(s3_client, bucket) == {f"out/{n}": d for n, d in TASKS[0].items()}
+    assert_nothing_left(s3_client, bucket)
+
 
 
 def test_every_completion_and_abort_failing(faults_front, s3_client, bucket, s3_options, capsys):
