@@ -184,7 +184,6 @@ def test_a_task_commit_whose_listing_fails_aborts_the_attempt_and_a_retry_commit
     assert_nothing_left(s3_client, bucket)
 
 
-
 def test_every_completion_and_abort_failing(faults_front, s3_client, bucket, s3_options, capsys):
     committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
     messages = run_job(committer)
