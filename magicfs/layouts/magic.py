@@ -105,7 +105,7 @@ class MagicJobLayout:
         return join(self.tasks_dir, attempt_id + STARTED_SUFFIX)
 
     def attempt_records(self, attempt_id: str, listed: Mapping[str, T]) -> AttemptRecords[T]:
-        """Sort a listing of the prefix ``task_attempt_dir(attempt_id)``: the attempt's
+        """Split a listing of the prefix ``task_attempt_dir(attempt_id)``: the attempt's
         directory, started marker and pendingset share it, so one listing finds all three.
         Entries of attempts whose ids merely start with ``attempt_id`` are left out."""
         directory = self.task_attempt_dir(attempt_id) + "/"
