@@ -135,6 +135,27 @@ Messages: TypeAlias = Sequence["TaskCommitMessage | None"]
 never reported; job commit refuses such a list and names the missing message."""
 
 
+def distinct(messages: Messages | None) -> Messages | None:
+    """``messages`` with repeats of one message dropped (the first kept, order kept).
+
+    Committing an attempt twice (a ``commit_task`` retried after a lost reply, or an
+    engine reporting a task twice) gives equal messages: they name one record, so the
+    job commits it once. Two *different* messages for one task stay, for the job to
+    refuse. ``None`` (a task that never reported) is kept, every time, to be refused.
+    """
+    if messages is None:
+        return None
+    seen: set[TaskCommitMessage] = set()
+    kept: list[TaskCommitMessage | None] = []
+    for message in messages:
+        if message is not None:
+            if message in seen:
+                continue
+            seen.add(message)
+        kept.append(message)
+    return kept
+
+
 def total_rows(messages: Messages | None) -> int | None:
     """Rows written by all tasks, when every message knows its count."""
     counts = [m.rows if m is not None else None for m in messages or []]

@@ -308,8 +308,9 @@ class OutputCommitter(TaskLifecycle):
 
         One message per task, from this job, naming a record under ``records_under``; a
         missing message (Spark's ``None`` for a task that never reported) is an error.
+        (Identical messages were merged into one by :func:`~.attempts.distinct` before.)
         """
-        tasks: dict[str, str] = {}
+        tasks: dict[str, TaskCommitMessage] = {}
         present = self._reported(messages)
         for message in present:
             if message.job_id != self.job_id:
@@ -322,12 +323,21 @@ class OutputCommitter(TaskLifecycle):
                     f"job {self.job_id}: message for task {message.task_id} names a record "
                     f"outside this job: {message.record}"
                 )
-            if message.task_id in tasks:
+            earlier = tasks.setdefault(message.task_id, message)
+            if earlier is message:
+                continue
+            if earlier.attempt_id == message.attempt_id:
                 raise CommitFailedError(
-                    f"job {self.job_id}: two messages for task {message.task_id} (attempts "
-                    f"{tasks[message.task_id]} and {message.attempt_id})"
+                    f"job {self.job_id}: two different messages for attempt "
+                    f"{message.attempt_id} ({earlier.files} files in {earlier.record}, "
+                    f"{message.files} files in {message.record}): give commit_job the "
+                    "message of the attempt's last commit_task"
                 )
-            tasks[message.task_id] = message.attempt_id
+            raise CommitFailedError(
+                f"job {self.job_id}: two messages for task {message.task_id} (attempts "
+                f"{earlier.attempt_id} and {message.attempt_id}): give commit_job one "
+                "message per task, the attempt to publish"
+            )
         return [message.record for message in present]
 
     def _reported(self, messages: Messages) -> list[TaskCommitMessage]:

@@ -27,7 +27,7 @@ from ..errors import NothingToCommitError
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsStore
 from ..task_files import TASK_FILES
-from .attempts import JobSummary, Messages, total_rows
+from .attempts import JobSummary, Messages, distinct, total_rows
 from .cleanup import BackgroundCleanup
 from .hooks import CommitterHooks, Loaded, Published
 from .options import elapsed
@@ -55,7 +55,7 @@ class JobCommit:
 
     def __init__(self, committer: CommitterHooks, messages: Messages | None):
         self.committer = committer
-        self.messages = messages
+        self.messages = distinct(messages)
         self.start = time.monotonic()
         self.stages = StageTimer(committer.stats)
         self.keeper = committer._journal()
