@@ -70,7 +70,13 @@ class TaskAttempt:
 def check_relative(relative: str) -> str:
     """A relative output path that stays inside the destination, or ``ValueError``."""
     if not isinstance(relative, str) or not relative.strip("/"):
-        raise ValueError(f"relative output path must be a non-empty string, not {relative!r}")
+        raise ValueError(
+            f"task.path()/task.url() name one output file relative to the destination, "
+            f"not {relative!r}: for a writer that takes a directory "
+            "(pyarrow.dataset.write_dataset(base_dir=...), a partitioned to_parquet) give "
+            "it task.work_path (with filesystem=job.fs), or task.work_url with "
+            "storage_options=job.storage_options"
+        )
     if relative.startswith("/") or "://" in relative or relative.startswith("magic::"):
         raise ValueError(f"output path {relative!r} must be relative to the destination")
     for element in relative.split("/"):
