@@ -69,6 +69,7 @@ from ..records import (
     IOStatisticsSnapshot,
     PendingSet,
     SinglePendingCommit,
+    declared_checksums,
 )
 from ..stores.capabilities import speaks_s3
 from ..stores.local import TaskLocalFileSystem
@@ -245,7 +246,7 @@ class StagingCommitter(S3PendingsetCommitter):
                 iostatistics=IOStatisticsSnapshot(
                     counters={"committer_task_file_count": len(commits)}
                 ),
-                extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id},
+                extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
             )
             wrapped = self._wrapped_task(task)
             record = join(wrapped.work_path, task.task_id + PENDINGSET_SUFFIX)

@@ -47,9 +47,9 @@ import botocore.compat
 import botocore.httpchecksum as httpchecksum
 
 from ...errors import InvalidCommitData
-from ...records import SinglePendingCommit
+from ...records import CHECKSUM_ALGORITHM_KEY, SinglePendingCommit
 
-ALGORITHM_KEY = "magicfs.checksum.algorithm"
+ALGORITHM_KEY = CHECKSUM_ALGORITHM_KEY  # a pendingset declares it too (records.pending)
 PARTS_KEY = "magicfs.checksum.parts"
 OBJECT_KEY = "magicfs.checksum.object"
 
