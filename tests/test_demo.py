@@ -78,7 +78,7 @@ def test_the_magicfs_column_counts_no_copy_for_the_magic_committer(demo_server):
 def test_the_magicfs_column_counts_the_copies_of_a_committer_that_renames(demo_server):
     # magicfs's own FileOutputCommitter v1 renames every file twice: on S3, two copies.
     run = demo.magicfs_commit(demo_server, FILES, run=1, committer="file-v1")
-    assert run.copied == CopyCount(2 * len(FILES), 2 * TOTAL)
+    assert run.copied[:2] == (2 * len(FILES), 2 * TOTAL)
 
 
 def test_the_v1_column_counts_two_copies_of_every_file(demo_server):
@@ -86,4 +86,4 @@ def test_the_v1_column_counts_two_copies_of_every_file(demo_server):
     for name, data in FILES.items():  # where the demo job published them
         client.put_object(Bucket=demo.BUCKET, Key=f"sales/{name}", Body=data)
     run = demo.classic_commit(demo_server, FILES, run=0)
-    assert run.copied == CopyCount(2 * len(FILES), 2 * TOTAL)
+    assert run.copied[:2] == (2 * len(FILES), 2 * TOTAL)

@@ -84,15 +84,19 @@ def bucket_name(name: str) -> str:
 
 class CopyCount(NamedTuple):
     """Server-side copies (``CopyObject``, ``UploadPartCopy``) a server answered with
-    success, and the bytes they moved. Subtract two counts for what happened between."""
+    success, the bytes they moved, and the seconds the copy bandwidth delayed them by
+    (``size / bandwidth`` each). Subtract two counts for what happened between."""
 
     copies: int
     bytes: int
+    delayed: float = 0.0
 
     def __sub__(self, other: object) -> CopyCount:
         if not isinstance(other, CopyCount):
             return NotImplemented
-        return CopyCount(self.copies - other.copies, self.bytes - other.bytes)
+        return CopyCount(
+            self.copies - other.copies, self.bytes - other.bytes, self.delayed - other.delayed
+        )
 
 
 class EmbeddedS3Server(S3Endpoint):
@@ -187,7 +191,7 @@ class EmbeddedS3Server(S3Endpoint):
         bytes (a ranged ``UploadPartCopy`` counts its range)."""
         with urllib.request.urlopen(f"{self.endpoint_url}{_COPIES_PATH}", timeout=30) as reply:
             counted = json.load(reply)
-        return CopyCount(int(counted["copies"]), int(counted["bytes"]))
+        return CopyCount(int(counted["copies"]), int(counted["bytes"]), float(counted["delayed"]))
 
     def create_bucket(self, name: str) -> None:
         """Create bucket ``name`` unless the server has it already."""
@@ -222,15 +226,18 @@ class _CopyCounter:
         self._lock = threading.Lock()
         self.copies = 0
         self.bytes = 0
+        self.delayed = 0.0
 
-    def add(self, size: int) -> None:
+    def add(self, size: int, delay: float) -> None:
         with self._lock:
             self.copies += 1
             self.bytes += size
+            self.delayed += delay
 
     def as_json(self) -> bytes:
         with self._lock:
-            return json.dumps({"copies": self.copies, "bytes": self.bytes}).encode()
+            counted = {"copies": self.copies, "bytes": self.bytes, "delayed": self.delayed}
+            return json.dumps(counted).encode()
 
 
 def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
@@ -239,7 +246,7 @@ def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
 
     ``POST /_magicfs/latency?ms=N`` and ``POST /_magicfs/copy-bandwidth?mb_per_s=N``
     change the settings at run time; ``GET /_magicfs/copies`` answers the copy count as
-    JSON (``{"copies": N, "bytes": N}``).
+    JSON (``{"copies": N, "bytes": N, "delayed": seconds}``).
     """
     settings = {"delay": latency_ms / 1000.0, "copy": copy_mb_per_s * 1e6}
     counter = _CopyCounter()
@@ -273,9 +280,9 @@ def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
         if "HTTP_X_AMZ_COPY_SOURCE" not in environ or not statuses[-1].startswith("2"):
             return body
         size = _copied_bytes(app, environ)
-        counter.add(size)
-        if settings["copy"]:
-            time.sleep(size / settings["copy"])
+        delay = size / settings["copy"] if settings["copy"] else 0.0
+        counter.add(size, delay)
+        time.sleep(delay)
         return body
 
     return costly
