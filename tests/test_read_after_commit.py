@@ -16,8 +16,11 @@ a wrapper filesystem on the rename stores), so the commit's own roll-back fails 
 the journal is left with ``part-0.parquet`` published. A fresh committer with the user's
 options then finishes it (``commit_job()``) or rolls it back (``abort_job()``).
 
-Local disks and fsspec memory cache no listing: there, these tests guard that nothing
-regresses; on S3, Azure and GCS they failed before listings were dropped.
+Before listings were dropped, these tests failed on S3 (moto and RGW: commits, the
+abort, recoveries and roll-backs) and on Azure (the replace and fail-mode commits).
+Elsewhere they guard against regressions: local disks and fsspec memory cache no
+listing, and on GCS the manifest committer renames through the very instance the
+user's options build, whose own calls keep its listings.
 """
 
 from __future__ import annotations
