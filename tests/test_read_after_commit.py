@@ -25,6 +25,9 @@ user's options build, whose own calls keep its listings.
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -305,3 +308,50 @@ def test_an_interrupted_commit_finished_or_rolled_back_is_read_back_exactly(stor
         committer.abort_job()
         expected = exactly(old, False)
     assert read_back(store, committer.fs) == expected
+
+
+# --- the clean-up after a commit ----------------------------------------------------------------
+
+
+def journal_deletes_held(options: dict[str, Any], release: threading.Event) -> Any:
+    """An S3 store (not cached) whose delete of a job's journal (the clean-up's last
+    delete) waits until ``release`` is set: the clean-up is still running meanwhile."""
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **options)
+
+    async def hold(params: dict[str, Any], **kwargs: Any) -> None:
+        keys = [params.get("Key", "")]
+        keys += [o["Key"] for o in params.get("Delete", {}).get("Objects", [])]
+        if any(key.endswith("/_magicfs_commit.json") for key in keys):
+            deadline = time.monotonic() + 60
+            while not release.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # on the IO loop: other requests go on meanwhile
+
+    for operation in ("DeleteObject", "DeleteObjects"):
+        fs.s3.meta.events.register(f"before-parameter-build.s3.{operation}", hold)
+    return fs
+
+
+@pytest.mark.parametrize("cleanup", ["background", "off"])
+def test_the_job_tree_leaves_the_listings_when_the_clean_up_ends(s3_server, bucket, cleanup):
+    """A clean-up after the commit (in the background, or ``cleanup_job()`` for
+    ``cleanup="off"``) deletes the job's tree, which a reader listed meanwhile."""
+    options, path = dict(s3_server.storage_options), f"{bucket}/ds"
+    release = threading.Event()
+    fs = journal_deletes_held(options, release)
+    job = magicfs.write_job(f"s3://{path}", fs=fs, cleanup=cleanup)
+    with job:
+        write_files(job, ["new-0.parquet"])
+    user_fs = fsspec.filesystem("s3", **options)
+    for lister in (user_fs, job.fs):
+        listed = {name.rsplit("/", 1)[-1] for name in lister.ls(path, detail=False)}
+        assert listed == {"_SUCCESS", "new-0.parquet", f"__magic_job-{job.job_id}"}
+    release.set()
+    if cleanup == "background":
+        assert job.committer.wait_cleanup(timeout=60) is None
+    else:
+        job.committer.cleanup_job()
+    for lister in (user_fs, job.fs):
+        listed = {name.rsplit("/", 1)[-1] for name in lister.ls(path, detail=False)}
+        assert listed == {"_SUCCESS", "new-0.parquet"}
