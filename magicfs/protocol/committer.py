@@ -66,6 +66,7 @@ import socket
 import time
 
 from ..errors import CommitFailedError, JobAlreadyActiveError, JobCommitError
+from ..filesystems.listings import refreshes_listings
 from ..names import SUCCESS_FILE
 from ..task_files import TASK_FILES
 from .attempts import JobSummary, Messages, TaskAttempt, TaskCommitMessage, total_rows
@@ -112,6 +113,7 @@ class OutputCommitter(TaskLifecycle):
 
     # -- job setup ----------------------------------------------------------------------------
 
+    @refreshes_listings  # readers in this process then miss the old _SUCCESS it deleted
     def setup_job(self, *, resume: bool = False) -> None:
         """Set the job up; refuse a job id that is already in use here (see module docs).
 
@@ -185,6 +187,7 @@ class OutputCommitter(TaskLifecycle):
 
     # -- job commit ------------------------------------------------------------------------------
 
+    @refreshes_listings  # readers in this process then list what the commit left
     def commit_job(self, messages: Messages | None = None) -> JobSummary:
         """Commit the job: every file of the committed tasks appears at its final name.
 
@@ -233,6 +236,7 @@ class OutputCommitter(TaskLifecycle):
 
     # -- abort and clean-up ---------------------------------------------------------------------
 
+    @refreshes_listings  # readers in this process then list what the abort left
     def abort_job(self, *, force: bool = False) -> None:
         """Abort the job: nothing of it stays visible, nothing parked. Idempotent.
 
@@ -269,6 +273,7 @@ class OutputCommitter(TaskLifecycle):
             f" ({undone} files of its interrupted commit deleted)" if undone else "",
         )
 
+    @refreshes_listings  # readers in this process then list what the clean-up left
     def cleanup_job(self) -> None:
         """Delete the job's tree, aborting anything it left. Idempotent.
 

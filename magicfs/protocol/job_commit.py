@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from ..errors import NothingToCommitError
+from ..filesystems.listings import refreshes_listings_of
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsStore
 from ..task_files import TASK_FILES
@@ -248,7 +249,7 @@ def clean_up_committed(
         )
         log.info("job %s: %s", c.job_id, left)
         return left
-    c._cleanup_run = BackgroundCleanup(c.job_id, work)
+    c._cleanup_run = BackgroundCleanup(c.job_id, refreshes_listings_of(c, work))
     return None
 
 
