@@ -309,7 +309,7 @@ def _done(
     if action == "rollback":
         return (
             f"{head}: rolled back (it was {before.state}): nothing of it is visible, "
-            "none of its uploads is left"
+            "nothing of its tree is left"
         )
     if before.state == "done":
         return f"{head}: already committed and cleaned up (its _SUCCESS names it): nothing to do"
