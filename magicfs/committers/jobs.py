@@ -10,7 +10,16 @@ them needs nothing but the destination:
   with ``commit_job()`` or roll it back with ``abort_job()``;
 * ``committed``: the commit finished but its clean-up did not: ``cleanup_job()``;
 * ``ended``: neither marker nor journal, but a tree is left (an abort or clean-up cut
-  short, or tasks of a driver that died before committing): ``abort_job()``.
+  short, or a commit that stopped before its journal): ``abort_job()``.
+
+Only the driver knew whether every task an ``active`` or ``ended`` job needs has
+committed, so their next step is a roll-back; committing one takes the caller's word
+for what to publish: ``commit_job(messages)`` or ``commit_job(all_committed_tasks=True)``
+(:mod:`magicfs.protocol.active_jobs`).
+
+:func:`describe_job` of one job id also tells two states :func:`find_jobs` never
+returns (they leave no tree to find): ``done``, committed and cleaned up (its
+``_SUCCESS`` names it, nothing else of it is left), and ``unknown``, nothing of it there.
 
 (The staging committers keep their records in the staging directory, on the executors'
 and driver's shared filesystem; recover them with ``committer_for(..., committer=
@@ -35,7 +44,7 @@ from ..stores.s3.failures import listing_error
 from ..stores.s3.store import S3Store, iterate
 from . import committer_for
 
-STATES = ("active", "committing", "committed", "ended")
+STATES = ("active", "committing", "committed", "ended", "done", "unknown")
 #: A job marker is a small JSON document; more than this is not one of ours.
 MARKER_BYTES = 1 << 20
 
@@ -55,12 +64,37 @@ class JobState:
     host: str | None  # where it was set up
 
     @property
+    def what_happened(self) -> str:
+        """Of a job whose commit never began (``active``, ``ended``): what the store shows."""
+        records = f"{self.task_records} task records"
+        if self.state == "active":
+            return f"the driver stopped before committing, or is still running; {records}"
+        return (
+            "ended before any commit began (an abort or clean-up cut short, or a commit "
+            f"stopped before its journal); {records} left"
+        )
+
+    @property
     def next_step(self) -> str:
+        """What happened to the job and the safe next step (the module docstring)."""
+        say_what = (
+            "; publish only by saying what: commit_job(messages) with the tasks' messages, "
+            "or commit_job(all_committed_tasks=True) if the committed tasks are the whole job"
+        )
+        if self.state == "active":
+            return (
+                f"{self.what_happened}. Once the driver is known gone, roll it back: "
+                f"abort_job(){say_what}"
+            )
+        if self.state == "ended" and self.task_records:
+            return f"{self.what_happened}. Roll it back: abort_job(){say_what}"
         return {
-            "active": "running, or its driver died: commit_job() or abort_job()",
-            "committing": "commit interrupted: commit_job() to finish, or abort_job() to roll back",
+            "committing": "commit interrupted: commit_job() finishes it with its journal's "
+            "records, or abort_job() rolls it back",
             "committed": "committed, clean-up unfinished: cleanup_job()",
             "ended": "ended, tree left: abort_job() (or cleanup_job())",
+            "done": "committed and cleaned up (its _SUCCESS names it): nothing to do",
+            "unknown": "nothing of this job is left here",
         }[self.state]
 
     def to_dict(self) -> dict[str, Any]:
@@ -115,19 +149,22 @@ def describe_job(committer: OutputCommitter) -> JobState:
         with contextlib.suppress(InvalidCommitData):
             journal = keeper.read()
     marker = _marker(committer)
+    records = _task_records(committer)
     if journal is not None:
         state = "committed" if journal.phase == "committed" else "committing"
     elif marker is not None:
         state = "active"
-    else:
+    elif records or _tree_left(committer):
         state = "ended"
+    else:  # nothing of it left: cleaned up after its commit, or never here
+        state = "done" if committer.job_state() == "committed" else "unknown"
     return JobState(
         job_id=committer.job_id,
         committer=committer.name,
         destination=committer.url,
         state=state,
         phase=journal.phase if journal else None,
-        task_records=_task_records(committer),
+        task_records=records,
         deletes=journal.deletes if journal else 0,
         started=_iso(marker.get("created")) if marker else None,
         host=marker.get("hostname") if marker else None,
@@ -169,6 +206,22 @@ def _task_records(committer: OutputCommitter) -> int:
         files = iterate(store, store.alist_keys(bucket, f"{key}/", delimiter="/"))
         return sum(1 for path in files if path.endswith(suffix))
     return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
+
+
+def _tree_left(committer: OutputCommitter) -> bool:
+    """Is anything left under the job's own directory (its tree)? One listing request."""
+    layout = getattr(committer, "layout", None)
+    if isinstance(layout, MagicJobLayout):
+        directory = layout.magic_dir
+    elif isinstance(layout, ManifestJobLayout):
+        directory = layout.job_dir
+    else:
+        return False
+    store = getattr(committer, "store", None)
+    if isinstance(store, S3Store):  # retried and paced (the store's calls)
+        bucket, key = store.split(directory)
+        return next(iterate(store, store.alist_keys(bucket, f"{key}/")), None) is not None
+    return bool(_names(committer.store_fs, directory))
 
 
 def _names(fs: Any, directory: str) -> list[str]:

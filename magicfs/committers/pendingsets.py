@@ -211,7 +211,7 @@ class PendingsetCommitter(OutputCommitter):
             metrics=self._success_metrics(
                 published.files, published.bytes, loaded.tasks, start, rows
             ),
-            diagnostics=self._success_diagnostics(**diagnostics),
+            diagnostics=self._success_diagnostics(**diagnostics, **loaded.diagnostics),
             iostatistics=statistics,
         )
         for destination in spool.first_destinations(MAX_FILENAMES):

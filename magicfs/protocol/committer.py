@@ -60,15 +60,23 @@ Decisions shared by all committers:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 import socket
 import time
+from collections.abc import Iterator
 
-from ..errors import CommitFailedError, JobAlreadyActiveError, JobCommitError
+from ..errors import (
+    CommitFailedError,
+    JobAlreadyActiveError,
+    JobCommitError,
+    NothingToCommitError,
+)
 from ..filesystems.listings import refreshes_listings
 from ..names import SUCCESS_FILE
 from ..task_files import TASK_FILES
+from .active_jobs import ACTIVE_JOBS
 from .attempts import JobSummary, Messages, TaskAttempt, TaskCommitMessage, total_rows
 from .hooks import Loaded, Published
 from .job_commit import JobCommit
@@ -143,6 +151,12 @@ class OutputCommitter(TaskLifecycle):
                 if deleting is not None:
                     deleting.result()
         self._fresh_job_id = False  # set up: from now on its id is in use
+        ACTIVE_JOBS.set_up(
+            self.job_id,
+            self.url,
+            recover=self.recover_command(all_committed_tasks=True),
+            rollback=self.rollback_command(),
+        )
         log.info(
             "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",
             self.job_id,
@@ -188,7 +202,9 @@ class OutputCommitter(TaskLifecycle):
     # -- job commit ------------------------------------------------------------------------------
 
     @refreshes_listings  # readers in this process then list what the commit left
-    def commit_job(self, messages: Messages | None = None) -> JobSummary:
+    def commit_job(
+        self, messages: Messages | None = None, *, all_committed_tasks: bool = False
+    ) -> JobSummary:
         """Commit the job: every file of the committed tasks appears at its final name.
 
         Publishes exactly the task attempts ``messages`` name, without listing; without
@@ -200,8 +216,23 @@ class OutputCommitter(TaskLifecycle):
         own (:meth:`wait_cleanup` waits for it). Called again with the same job
         id, in any process, it finishes a commit that an earlier driver started.
 
+        **Who may list.** Only the job's driver knows whether every task it needs has
+        committed. So without messages it lists only in the process where
+        :meth:`setup_job` ran for this job id and destination (until the job is
+        committed or aborted there). In any other process, a commit that had begun (its
+        journal exists) is finished with exactly the journal's records; with no journal
+        the call is refused (:class:`~magicfs.errors.JobCommitError`, ``recoverable``,
+        nothing changed) unless ``messages`` or ``all_committed_tasks=True`` say what to
+        publish (:mod:`magicfs.protocol.active_jobs`). A job with nothing left to
+        publish still gets :class:`~magicfs.errors.NothingToCommitError`.
+
         Args:
             messages: the :meth:`commit_task` messages, one per task.
+            all_committed_tasks: list the committed tasks and publish them as the whole
+                job, in any process: the caller vouches that no task is missing. Where it
+                decided what was published (not the set-up process, no journal),
+                ``_SUCCESS`` records it (diagnostics ``magicfs.recovered``, ``.by``,
+                ``.at``; the classic committers' zero-byte ``_SUCCESS`` cannot).
 
         Returns:
             A :class:`~magicfs.JobSummary`: files, bytes, tasks, seconds, and
@@ -214,9 +245,32 @@ class OutputCommitter(TaskLifecycle):
                 the file. What was made visible has been rolled back unless the error
                 says ``recoverable`` (then ``commit_job()`` again finishes the job).
             magicfs.errors.NothingToCommitError: the job was already committed.
+            ValueError: both ``messages`` and ``all_committed_tasks`` were given.
         """
+        if messages is not None and all_committed_tasks:
+            raise ValueError(
+                f"job {self.job_id}: commit_job() takes messages or all_committed_tasks=True, "
+                "not both: the messages already say exactly what to publish"
+            )
         self.wait_cleanup()  # a clean-up of this job still running here finishes first
-        return JobCommit(self, messages).run()
+        with self._ending_job():
+            return JobCommit(self, messages, all_committed_tasks).run()
+
+    @contextlib.contextmanager
+    def _ending_job(self) -> Iterator[None]:
+        """Forget this process's job (:mod:`.active_jobs`) once it has ended here: the
+        commit, abort or clean-up returned, found no job, or failed and was rolled back.
+        A failure that leaves the job to be finished (``recoverable``) keeps it."""
+        try:
+            yield
+        except NothingToCommitError:
+            ACTIVE_JOBS.ended(self.job_id, self.url)
+            raise
+        except JobCommitError as e:
+            if not e.recoverable:
+                ACTIVE_JOBS.ended(self.job_id, self.url)
+            raise
+        ACTIVE_JOBS.ended(self.job_id, self.url)
 
     def wait_cleanup(self, timeout: float | None = None) -> str | None:
         """Wait for the clean-up of this job still running in the background, if any.
@@ -244,6 +298,10 @@ class OutputCommitter(TaskLifecycle):
         mode after old data was deleted (see the module docstring; ``force=True``). A
         commit that had finished (``_SUCCESS`` written) is kept: only its clean-up is done.
         """
+        with self._ending_job():
+            self._abort_job(force)
+
+    def _abort_job(self, force: bool) -> None:
         start = time.monotonic()
         TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
         self.wait_cleanup()
@@ -292,8 +350,9 @@ class OutputCommitter(TaskLifecycle):
                 stage="cleanup",
                 recoverable=True,
             )
-        self._end_job()
-        self._clean_up(None, None)
+        with self._ending_job():
+            self._end_job()
+            self._clean_up(None, None)
 
     # -- what the committers' job hooks share ----------------------------------------------------
 
