@@ -277,11 +277,6 @@ def commands(*parent: str) -> dict[str, str]:
     return found
 
 
-#: The ``jobs`` section of docs/cli.md is written with the jobs commands themselves; this
-#: page only has to name them.
-OPTIONS_DOCUMENTED_ELSEWHERE = ("jobs",)
-
-
 def test_the_cli_page_documents_every_command_and_option():
     page = (ROOT / "docs" / "cli.md").read_text().replace("\\|", "|")
     found = commands()
@@ -292,8 +287,6 @@ def test_the_cli_page_documents_every_command_and_option():
         assert rows, f"docs/cli.md does not name `magicfs {command}`"
         if sub:
             assert any(sub in row.split("|") for row in rows), f"`magicfs {name}` is missing"
-        if command in OPTIONS_DOCUMENTED_ELSEWHERE:
-            continue
         for option in set(re.findall(r"(?<![\w-])--[a-z][\w-]*", text)) - {"--help"}:
             assert option in page, f"`magicfs {name} {option}` is undocumented in docs/cli.md"
     assert "`magicfs --version`" in page
