@@ -244,6 +244,24 @@ def test_several_copies_are_tasks_of_one_job_and_appear_together(quick_dest):
     assert quick_dest.pending() == []
 
 
+def test_duckdbs_existence_probes_inside_a_running_copy_reach_no_store(s3_server, bucket):
+    """Before writing, DuckDB asks ``isfile``/``isdir``/``info`` of every directory and
+    file it makes (on S3 up to three requests each through the task view); inside the
+    running attempt the route answers them from memory: none reaches the task filesystem."""
+    options = {**s3_server.storage_options, "skip_instance_cache": True}
+    con = connect()
+    asked: list[str] = []
+    with magicfs.duckdb.copy_job(
+        f"s3://{bucket}/sales", connection=con, storage_options=options
+    ) as job:
+        task_fs = job.committer.fs
+        info = task_fs.info
+        task_fs.info = lambda path, **kwargs: (asked.append(path), info(path, **kwargs))[1]
+        job.copy("FROM sales", partition_by=["year", "region"])
+    assert asked == []
+    assert job.summary is not None and job.summary.files == 6
+
+
 # -- DuckDB's options for a target holding data: the job's conflict modes -------------------------
 
 
