@@ -645,6 +645,9 @@ def test_bad_input_is_refused_before_anything_is_written(local_dest, tmp_path):
         magicfs.duckdb.copy(" ; ", url, connection=con)
     with pytest.raises(ValueError, match="file-v1 committer writes task files with"):
         magicfs.duckdb.copy_job(url, connection=con, committer="file-v1")
+    ready = magicfs.committer_for(url)
+    with pytest.raises(TypeError, match="ready-made committer already has its storage"):
+        magicfs.duckdb.copy_job(url, connection=con, committer=ready, conflict_mode="replace")
     assert local_dest.files() == []
     other = magicfs.duckdb.copy_job(f"file://{tmp_path}/other", connection=con.cursor())
     registered = "already has a filesystem 'magic' registered"

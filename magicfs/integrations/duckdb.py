@@ -179,7 +179,6 @@ class CopyPlan:
 
     query: str
     relative: str
-    directory: bool
     conflict_option: str | None  # DuckDB's option for a target holding data, if given
     options: tuple[tuple[str, Any], ...]
 
@@ -210,9 +209,8 @@ def plan_copy(query: str, path: str, options: Mapping[str, Any], names: CopyName
     conflict_option = _conflict_option(given)
     if isinstance(given.get("partition_by"), str):
         given["partition_by"] = [given["partition_by"]]
-    directory = any(given.get(name) not in (None, False) for name in DIRECTORY_OPTIONS)
     relative = path.strip("/")
-    if directory:
+    if _writes_directory(given):
         given.setdefault("filename_pattern", names.template_stem())
         given["overwrite_or_ignore"] = True  # the attempt's directory is new and empty
     elif not relative:
@@ -221,7 +219,7 @@ def plan_copy(query: str, path: str, options: Mapping[str, Any], names: CopyName
     for name, value in rendered:
         sql_value(name, value)  # refuses a value it cannot render, naming the option
     query = query.strip().rstrip(";").strip()
-    return CopyPlan(query, relative, directory, conflict_option, rendered)
+    return CopyPlan(query, relative, conflict_option, rendered)
 
 
 def _normalised(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -239,6 +237,11 @@ def _normalised(options: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(f"magicfs.duckdb: COPY option {lowered}= given twice")
         given[lowered] = value
     return given
+
+
+def _writes_directory(given: Mapping[str, Any]) -> bool:
+    """Do these options make ``COPY`` write a directory of files (not one file)?"""
+    return any(given.get(name) not in (None, False) for name in DIRECTORY_OPTIONS)
 
 
 def _conflict_option(given: dict[str, Any]) -> str | None:
@@ -500,7 +503,8 @@ class CopyJob:
                 "this one on a connection of its own (duckdb.connect())"
             )
         self.committer.setup_job()
-        route = CopyRoute(cast(MagicFileSystem, self.committer.fs))  # set up: its final fs
+        # After setup_job: the magic committer builds its final filesystem there.
+        route = CopyRoute(cast(MagicFileSystem, self.committer.fs))
         try:
             self.connection.register_filesystem(route)
         except BaseException as failure:
@@ -533,7 +537,7 @@ def copy_job(
     connection: duckdb.DuckDBPyConnection | None = None,
     storage_options: dict[str, Any] | None = None,
     committer: str | OutputCommitter | None = None,
-    conflict_mode: str = "append",
+    conflict_mode: str | None = None,
     **committer_options: Any,
 ) -> CopyJob:
     """A job whose ``COPY`` statements all appear in ``dest`` at once, when it commits.
@@ -548,18 +552,19 @@ def copy_job(
         committer: a committer name for :func:`magicfs.committer_for`, or an
             ``OutputCommitter`` you built (its job not yet set up; then leave
             ``storage_options`` and the committer options out).
-        conflict_mode: ``append`` (add files), ``fail`` (refuse a destination holding
-            data), ``replace`` (delete its old data at job commit). DuckDB's
-            ``OVERWRITE`` is ``replace``, ``OVERWRITE_OR_IGNORE`` and ``APPEND`` are
-            ``append``.
+        conflict_mode: ``append`` (the default: add files), ``fail`` (refuse a
+            destination holding data), ``replace`` (delete its old data at job commit).
+            DuckDB's ``OVERWRITE`` is ``replace``, ``OVERWRITE_OR_IGNORE`` and ``APPEND``
+            are ``append``.
         **committer_options: other :func:`magicfs.committer_for` options (``job_id``,
             ``threads``, ``in_memory``...).
     """
     if isinstance(committer, OutputCommitter):
-        if storage_options is not None or committer_options:
+        if storage_options is not None or conflict_mode is not None or committer_options:
             raise TypeError(
                 "magicfs.duckdb: a ready-made committer already has its storage and options; "
-                "pass storage_options= and other options to magicfs.committer_for instead"
+                "pass storage_options=, conflict_mode= and other options to "
+                "magicfs.committer_for instead"
             )
         built = committer
     else:
@@ -567,7 +572,7 @@ def copy_job(
             dest,
             committer=committer,
             storage_options=storage_options,
-            conflict_mode=conflict_mode,
+            conflict_mode=conflict_mode or "append",
             **{"job_id_source": JOB_ID_SOURCE, **committer_options},
         )
     return CopyJob(connection if connection is not None else duckdb.default_connection(), built)
@@ -604,7 +609,7 @@ def copy(
     Returns the :class:`~magicfs.JobSummary`. On any failure the job is aborted (nothing
     visible, no upload left) and the error raised.
     """
-    if conflict_mode is None:
+    if conflict_mode is None and not isinstance(committer, OutputCommitter):
         conflict_mode = default_conflict_mode(options)
     job = copy_job(
         dest,
@@ -627,5 +632,4 @@ def default_conflict_mode(options: Mapping[str, Any]) -> str:
     option = _conflict_option(given)
     if option is not None:
         return CONFLICT_OPTIONS[option][0]
-    directory = any(given.get(name) not in (None, False) for name in DIRECTORY_OPTIONS)
-    return "fail" if directory else "append"
+    return "fail" if _writes_directory(given) else "append"
