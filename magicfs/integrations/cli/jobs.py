@@ -111,8 +111,9 @@ def run_list(args: argparse.Namespace) -> int:
                 f"  {job.job_id}  {job.committer}  {job.state}{phase}{deletes}, "
                 f"{plural(job.task_records, 'committed task')}{started}"
             )
+            print(f"      destination: {job.destination}")
             print(f"      next: {job.next_step}")
-            print(f"      magicfs jobs {_command(job.state)} --job {job.job_id} {url}")
+            print(f"      magicfs jobs {_command(job.state)} --job {job.job_id} {job.destination}")
     return EXIT_FAILED if args.fail_if_any and jobs else EXIT_OK
 
 
