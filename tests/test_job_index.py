@@ -531,6 +531,18 @@ def test_a_dataset_at_the_bucket_root_reads_exactly_with_the_index_present(s3, b
     job.abort_job()
 
 
+@pytest.mark.parametrize("mode", ["fail", "replace"])
+def test_conflict_modes_at_the_bucket_root_leave_the_index_alone(s3, bucket, mode):
+    """The index is not data: ``fail`` at the root does not see it, ``replace`` does not
+    delete it."""
+    store = Store("s3", s3, f"s3://{bucket}")
+    entry = f"{INDEX}/elsewhere/ghost-1.json"
+    store.put({entry: b"{}", **({"old.csv": b"old"} if mode == "replace" else {})})
+    job = store.committer("", conflict_mode=mode)
+    job.commit_job([run_one_task(job, "new.csv")])
+    assert store.objects() == sorted([entry, "_SUCCESS", "new.csv"])
+
+
 # --- local disks: a walk, bounded ---------------------------------------------------------------
 
 
