@@ -262,7 +262,9 @@ def test_a_job_without_an_index_entry_is_found_at_its_own_destination(store):
     still finds them; from a prefix above, only the index does."""
     job = store.committer("deep/out")
     run_one_task(job, "part-0.csv")
-    store.fs.rm_file(f"{store.base}/{INDEX}/deep/out/{job.job_id}.json")
+    entry = f"{INDEX}/deep/out/{job.job_id}.json"
+    assert store.index() == [entry]
+    store.fs.rm_file(f"{store.base}/{entry}")
     assert found(store, "deep/out") == described([job])
     assert found(store, "deep") == []
     job.commit_job()
@@ -539,7 +541,10 @@ def test_conflict_modes_at_the_bucket_root_leave_the_index_alone(s3, bucket, mod
     entry = f"{INDEX}/elsewhere/ghost-1.json"
     store.put({entry: b"{}", **({"old.csv": b"old"} if mode == "replace" else {})})
     job = store.committer("", conflict_mode=mode)
-    job.commit_job([run_one_task(job, "new.csv")])
+    message = run_one_task(job, "new.csv")
+    # fail: checked again at commit, with the job's own entry and another in the index.
+    assert store.index() == sorted([entry, f"{INDEX}/{job.job_id}.json"])
+    job.commit_job([message])
     assert store.objects() == sorted([entry, "_SUCCESS", "new.csv"])
 
 
