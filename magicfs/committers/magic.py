@@ -34,8 +34,8 @@ class's, :mod:`magicfs.protocol.committer`):
   (:func:`magicfs.stores.s3.sweep.sweep_job`): everything not committed is aborted —
   failed, superseded, speculative and unreported attempts, killed writers, lost-reply
   duplicates — but what another job's tree may own. Then delete the tree, journal
-  last (the job's index entry in the same DeleteObjects), and look again at what was left to other jobs (:func:`~magicfs.stores.s3.sweep.
-  abort_spared`).
+  last (the job's index entry in the same DeleteObjects), and look again at what was
+  left to other jobs (:func:`~magicfs.stores.s3.sweep.abort_spared`).
 
 All but the S3 parts is the magic-layout committer's flow (:mod:`.magic_layout`); this
 class is its S3 configuration: ``in_memory``, checksums, the refusal that tells a file
