@@ -4,6 +4,8 @@
     python benchmarks/job_cost.py --quick --phases  # one run each, smaller workloads
     python benchmarks/job_cost.py --servers stub --only small,large --repeat 5
     python benchmarks/job_cost.py --variants direct,multipart-floor,put-then-copy-floor,file-v1
+    python benchmarks/job_cost.py --busy-core          # the same, one core kept busy
+    python benchmarks/job_cost.py --servers moto --only newcomer --variants direct,magic
 
 What a user compares is not job commit alone but the whole job: today they write the
 files straight to their final keys with s3fs (fast, and unsafe: a failed or speculative
@@ -48,7 +50,9 @@ of requests per file by phase and purpose (``benchmarks/job_phases.py``): from t
 stub's own log of keys, and from the client's botocore hooks on moto and RGW. ``--rss``
 also measures the writing process's peak RSS as the number of files per task grows
 tenfold (each in a process of its own, on moto).
-Every run checks its output: the expected files, no upload left. Before each run the
+``--busy-core`` keeps one core busy in a separate process during every run of every
+variant (a machine with other work, load about 2 on 2 cores). Every run checks its
+output: the expected files, no upload left. Before each run the
 process's garbage is collected (``gc.collect()``), for every variant alike: a full
 collection of what earlier runs left (100-300 ms on this heap, measured) would
 otherwise land in a random run's timed region — one second, at 8 MiB.
@@ -58,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import gc
 import json
 import os
@@ -67,6 +72,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -129,6 +135,9 @@ def workloads(quick: bool, executors: int) -> dict[str, Workload]:
         # Not run by default (``--only wide``): per-task and per-job requests spread over
         # 128 files per task, what requests per file tend to as tasks grow.
         "wide": Workload("wide", 512 // scale, 16 * KiB, 4, executors),
+        # Not run by default (``--only newcomer``): what a new user tries first, many
+        # small files (2,000 x 1 KiB in 20 tasks) against plain s3fs writes.
+        "newcomer": Workload("newcomer", 2000 // scale, KiB, 20 // scale, executors),
     }
 
 
@@ -459,7 +468,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller workloads, one run each")
     parser.add_argument(
-        "--only", help="workloads, comma-separated: small,large,one-executor,many (default), wide"
+        "--only",
+        help="workloads, comma-separated: small,large,one-executor,many (default), wide, newcomer",
     )
     parser.add_argument(
         "--servers", default=",".join(SERVERS), help="comma-separated: moto,stub,rgw"
@@ -475,6 +485,12 @@ def main() -> None:
         help="requests per file by phase and purpose, per committer (small and large)",
     )
     parser.add_argument("--rss", action="store_true", help="also measure peak RSS (subprocesses)")
+    parser.add_argument(
+        "--busy-core",
+        action="store_true",
+        help="keep one core busy in a separate process during every run of every variant "
+        "(a loaded machine: an executor encoding Parquet beside the writes)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--rss-child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -498,6 +514,45 @@ def main() -> None:
         unknown = ", ".join(sorted(set(servers) - set(SERVERS)))
         raise SystemExit(f"--servers: unknown {unknown}; choose from {', '.join(SERVERS)}")
     report: dict = {"latency_ms": args.latency_ms, "copy_mb_per_s": args.copy_mb_per_s}
+    if args.busy_core:
+        report["busy_core"] = True
+    with busy_core(args.busy_core):
+        run_servers(servers, chosen, variants, repeat, args, report)
+    if args.json:
+        print(json.dumps(report, indent=2))
+
+
+@contextlib.contextmanager
+def busy_core(wanted: bool) -> Iterator[None]:
+    """With ``wanted``: a child process spinning on one core until the block ends.
+
+    The same load for every variant of the run (it starts before the first server and
+    stops after the last), so the ratios compare like with like; it is another process,
+    as an executor's own computation would be, not a thread competing for our GIL.
+    """
+    if not wanted:
+        yield
+        return
+    spinner = subprocess.Popen(
+        # Spins while this process lives: it ends by itself if this one is killed.
+        [sys.executable, "-c", f"import os\nwhile os.getppid() == {os.getpid()}: pass"],
+    )
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
+
+
+def run_servers(
+    servers: list[str],
+    chosen: dict[str, Workload],
+    variants: list[str],
+    repeat: int,
+    args,
+    report: dict,
+) -> None:
+    """Each server of ``servers`` in turn: its tables, and its numbers into ``report``."""
     for name in servers:
         with started(name, args.latency_ms, args.copy_mb_per_s) as server:
             if server is None:
@@ -509,8 +564,6 @@ def main() -> None:
                 report[name]["rss"] = rss
                 if not args.json:
                     print("\n".join([*rss, ""]), flush=True)
-    if args.json:
-        print(json.dumps(report, indent=2))
 
 
 def run_server(

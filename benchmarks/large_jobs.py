@@ -329,7 +329,8 @@ def _memory_tracer() -> tuple[threading.Event, list[Any]]:
 
 
 def commit_child(spec: dict[str, Any]) -> dict[str, Any]:
-    """In a fresh process: ``commit_job()`` without messages; time, memory, requests."""
+    """In a fresh process: ``commit_job()`` without messages (``all_committed_tasks=True``:
+    this process did not set the job up); time, memory, requests."""
     import resource
     from collections import Counter
 
@@ -369,7 +370,7 @@ def commit_child(spec: dict[str, Any]) -> dict[str, Any]:
     error = None
     files = 0
     try:
-        files = committer.commit_job().files
+        files = committer.commit_job(all_committed_tasks=True).files
     except Exception as e:
         error = f"{type(e).__name__}: {e}"[:2000]
     seconds = time.perf_counter() - start

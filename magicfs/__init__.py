@@ -6,8 +6,9 @@ invisible until the job commits, then all appear at their final names at once.
 
 Start with :func:`write_job` (scripts and notebooks), :func:`committer_for` (the
 protocol step by step, for engines), :mod:`magicfs.spark`, :mod:`magicfs.dask` or
-:mod:`magicfs.ray`. ``help(magicfs.write_job)`` has an example; the documentation site
-is in the repository's ``docs/`` folder.
+:mod:`magicfs.ray`. ``help(magicfs.write_job)`` has an example; :func:`local_s3` starts
+an S3 server on 127.0.0.1 to try them on. The documentation site is in the repository's
+``docs/`` folder.
 """
 
 from . import errors, paths, records
@@ -24,6 +25,7 @@ from .errors import InvalidCommitData
 from .filesystems import MagicFileSystem
 from .filesystems.install import install, uninstall
 from .integrations.job import JobWriter, write_job
+from .integrations.local_s3 import local_s3
 
 __version__ = "0.1.0"
 
@@ -40,6 +42,7 @@ __all__ = [
     "committer_for",
     "errors",
     "install",
+    "local_s3",
     "paths",
     "records",
     "uninstall",

@@ -100,8 +100,9 @@ class JobCommitError(CommitFailedError):
 
     ``stage`` names the stage (``load``, ``validate``, ``publish``, ...), ``job_id`` the
     job; ``recoverable`` is true when the job was left for ``commit_job()`` to finish
-    (replace mode after old data was deleted: rolling back would lose both), false when
-    it was rolled back and aborted. The message says which, and the command to run.
+    (replace mode after old data was deleted: rolling back would lose both; or a commit
+    refused before anything changed, e.g. one that was not told what to publish), false
+    when it was rolled back and aborted. The message says which, and the command to run.
     """
 
     def __init__(self, message: str, *, job_id: str, stage: str, recoverable: bool = False):

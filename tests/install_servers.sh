@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 npm install --prefix .ci/node --no-save --silent azurite@3
+if [ ! -x .ci/node/node_modules/.bin/azurite-blob ]; then
+    echo "install_servers.sh: npm installed azurite@3 without .ci/node/node_modules/.bin/azurite-blob" >&2
+    exit 1
+fi
 
 ceph_packages=(radosgw ceph-mon ceph-osd ceph-common)
 ceph_programs=(radosgw radosgw-admin ceph-mon ceph-osd ceph ceph-authtool monmaptool)
@@ -40,3 +44,15 @@ fi
 apt=("${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get)
 "${apt[@]}" update -qq
 "${apt[@]}" install -y -qq --no-install-recommends "${ceph_packages[@]}" >/dev/null
+
+# Installed is not the same as usable: check every program again, so that a package that
+# installed without its program fails here, by name, not as a skipped or failing test.
+missing=()
+for program in "${ceph_programs[@]}"; do
+    command -v "$program" >/dev/null 2>&1 || missing+=("$program")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "install_servers.sh: installed ${ceph_packages[*]}, but these programs are still" >&2
+    echo "missing: ${missing[*]}. Check the package names for this system's Ceph release." >&2
+    exit 1
+fi

@@ -39,6 +39,7 @@ from azure.core.pipeline.policies import AsyncHTTPPolicy
 from azure.storage.blob import BlobServiceClient
 from helpers import as_another_process
 from helpers.azure_crash_job import content
+from helpers.polling import wait_until
 
 import magicfs
 from magicfs.errors import (
@@ -232,10 +233,9 @@ def run_job(fs, container: str, committer: str | None = None):
 
 def commit_requests(server, job, messages) -> list[tuple[str, str, str]]:
     """The requests Azurite handled during ``job.commit_job(messages)``."""
-    before = len(server.requests())
+    before = len(server.settled_requests())
     job.commit_job(messages)
-    time.sleep(0.2)  # the log is written asynchronously
-    return server.requests()[before:]
+    return server.settled_requests()[before:]
 
 
 def expected_blobs() -> dict[str, bytes]:
@@ -269,6 +269,9 @@ def test_job_commit_sends_no_copy_request_at_all(azurite_logged, abfs_logged, lo
     during = commit_requests(azurite_logged, job, messages)
     copies = [b for op, _, b in during if op == "Blob_StartCopyFromURL"]
     assert copies == []
+    # The window held the commit (a positive control: an empty log would pass above).
+    published = Counter(b for op, _, b in during if op == "BlockBlob_CommitBlockList")
+    assert published == Counter(list(expected_blobs()))
 
 
 def test_manifest_committer_copies_every_file_for_contrast(
@@ -683,8 +686,8 @@ def test_a_failed_record_save_never_writes_the_record_of_its_file(
     for name in ("a.csv", "b.csv"):
         with committer.fs.open(task.path(name), "wb") as f:
             f.write(name.encode() * 100)
-        if name == "a.csv":
-            time.sleep(0.2)  # A's save is running (held) when B closes
+        if name == "a.csv":  # A's save is running (held) when B closes
+            wait_until(lambda: fault.failed, "A's record save reaches the held request")
     [(path, error)] = TASK_FILES.settle(committer.job_id, task.attempt_id)
     assert path == task.path("a.csv") and isinstance(error, ServiceRequestError)
     assert len(fault.failed) == 1

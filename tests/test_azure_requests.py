@@ -22,7 +22,6 @@ keeps its guarantee:
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import adlfs
@@ -64,15 +63,13 @@ def _job_state(path: str) -> bool:
 
 
 def requests_of(server, container: str, since: int) -> list[tuple[str, str]]:
-    """(operation, blob) of the requests on ``container`` logged after the first ``since``."""
-    time.sleep(0.3)  # Azurite writes its log asynchronously
-    return [(op, blob) for op, c, blob in server.requests()[since:] if c == container]
+    """(operation, blob) of the requests on ``container`` answered after the first ``since``."""
+    return [(op, blob) for op, c, blob in server.settled_requests()[since:] if c == container]
 
 
 def logged_so_far(server) -> int:
-    """How many requests the log holds once those already sent are in it."""
-    time.sleep(0.3)  # Azurite writes its log asynchronously
-    return len(server.requests())
+    """How many requests were answered so far (the log holds them all: a barrier)."""
+    return len(server.settled_requests())
 
 
 def files_of(tasks: int, per_task: int) -> list[dict[str, bytes]]:
@@ -130,7 +127,7 @@ def test_each_file_costs_its_marker_block_publish_and_one_delete(
 ):
     tasks = files_of(3, 4)
     names = [name for files in tasks for name in files]
-    since = len(azurite_logged.requests())
+    since = logged_so_far(azurite_logged)
     run_job(make_committer(abfs_logged, logged_container), tasks)
     log = requests_of(azurite_logged, logged_container, since)
 
@@ -224,7 +221,7 @@ def test_a_task_committed_elsewhere_reads_its_writer_records(
         for path, info in reader_for(azurite_logged).find(logged_container, detail=True).items()
         if "/_writer-" in path
     }
-    since = len(azurite_logged.requests())
+    since = logged_so_far(azurite_logged)
     message = committer.commit_task(task)
     log = requests_of(azurite_logged, logged_container, since)
 
@@ -271,7 +268,7 @@ def test_writers_whose_checks_overlap_share_them(azurite_logged, abfs_logged, lo
     committer.setup_job()
     task = committer.task_attempt(0)
     committer.setup_task(task)
-    since = len(azurite_logged.requests())
+    since = logged_so_far(azurite_logged)
     writers = [committer.fs.open(task.path(f"f-{n:02d}.bin"), "wb") for n in range(20)]
     for n, writer in enumerate(writers):
         writer.write(content(str(n), 5000))
@@ -295,7 +292,7 @@ def test_in_memory_saves_no_record_and_publishes_every_file(
     tasks = files_of(3, 4)
     names = [name for files in tasks for name in files]
     committer = make_committer(abfs_logged, logged_container, in_memory=True)
-    since = len(azurite_logged.requests())
+    since = logged_so_far(azurite_logged)
     run_job(committer, tasks)
     log = requests_of(azurite_logged, logged_container, since)
 

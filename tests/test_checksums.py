@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import botocore.compat
 import fsspec
 import pytest
-from helpers import pending_uploads, visible_keys
+from helpers import as_another_process, pending_uploads, visible_keys
 from helpers.reference_documents import PENDING
 
 import magicfs
@@ -170,9 +170,75 @@ def test_a_tampered_part_checksum_fails_the_job_naming_the_file(
     message = str(error)
     assert tampered.record.rsplit("/", 1)[1] in message
     assert "commits[0].extraData.magicfs.checksum.parts" in message and problem in message
+    assert f"(the record of s3://{target.bucket}/out/a.csv)" in message  # the file too
     assert "nothing of it is visible" in message
     assert visible_keys(target.client, target.bucket) == []
     assert pending_uploads(target.client, target.bucket) == []
+
+
+CHECKSUM_KEYS = ("magicfs.checksum.algorithm", "magicfs.checksum.parts", "magicfs.checksum.object")
+
+
+def test_a_record_stripped_of_its_checksums_fails_the_job(make_committer, target):
+    """Without the pendingset's declaration a stripped record would pass for one written
+    without checksums (as Hadoop's are), and its parts would complete unchecked."""
+    committer = make_committer()
+    committer.setup_job()
+    tampered = write_task(committer, 0, {"a.csv": b"a" * 100, "b.csv": b"b"})
+    document = json.loads(committer.store_fs.cat_file(tampered.record))
+    assert document["extraData"]["magicfs.checksum.algorithm"] == "CRC32"  # declared
+    for key in CHECKSUM_KEYS:
+        del document["commits"][1]["extraData"][key]
+    committer.store_fs.pipe_file(tampered.record, json.dumps(document).encode())
+
+    with pytest.raises(JobCommitError) as failed:
+        committer.commit_job([tampered])
+    assert isinstance(failed.value.__cause__, InvalidCommitData)
+    message = str(failed.value)
+    assert "commits[1].extraData.magicfs.checksum.algorithm" in message
+    assert f"the record of {target.bucket}/out/b.csv has no checksums" in message
+    assert "written with CRC32 checksums" in message and "nothing of it is visible" in message
+    assert visible_keys(target.client, target.bucket) == []
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_pending_stripped_before_task_commit_fails_the_task(make_committer, target):
+    """A task committed by another process reads the files' ``.pending`` records: one
+    stripped of its checksums while its siblings keep theirs is refused, naming it."""
+    committer = make_committer()
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    for name in ("a.csv", "b.csv"):
+        with committer.fs.open(task.path(name), "wb") as f:
+            f.write(name.encode() * 10)
+    as_another_process(committer, task)
+    pending = committer.store_fs._strip_protocol(task.path("b.csv")) + ".pending"
+    document = json.loads(committer.store_fs.cat_file(pending))
+    for key in CHECKSUM_KEYS:
+        del document["extraData"][key]
+    committer.store_fs.pipe_file(pending, json.dumps(document).encode())
+
+    with pytest.raises(InvalidCommitData) as refused:
+        committer.commit_task(task)
+    message = str(refused.value)
+    assert pending.rsplit("/", 1)[1] in message and "extraData.magicfs.checksum" in message
+    assert f"the record of {target.bucket}/out/b.csv has no checksums" in message
+    committer.abort_job()
+    assert visible_keys(target.client, target.bucket) == []
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_records_without_checksums_still_commit(make_committer, target):
+    """A job whose writers declared none (``checksum=None``, as Hadoop's records) declares
+    nothing in its pendingsets and commits."""
+    committer = make_committer(checksum=None)
+    committer.setup_job()
+    message = write_task(committer, 0, {"a.csv": b"a"})
+    document = json.loads(committer.store_fs.cat_file(message.record))
+    assert "magicfs.checksum.algorithm" not in document["extraData"]
+    committer.commit_job([message])
+    assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS", "out/a.csv"]
 
 
 def test_without_checksums_nothing_is_declared_or_recorded(make_committer, target):

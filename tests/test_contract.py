@@ -197,6 +197,39 @@ def test_without_messages_the_last_committed_attempt_wins(target):
     assert_nothing_left(target, unpublished=["from-attempt-0.csv"])
 
 
+@scenario("commit_twice", lambda c: c.guarantees)
+def test_an_attempt_committed_twice_is_published_once(target):
+    """A task commit retried after a lost reply: both identical messages reach the job."""
+    committer = target.committer()
+    committer.setup_job()
+    task = started_task(committer, 0)
+    write(committer, task, TASKS[0])
+    first = committer.commit_task(task)
+    if target.kind.recommits:
+        second = committer.commit_task(task)
+        assert second == first
+    else:
+        with pytest.raises(FileNotFoundError, match="has already committed: it cannot commit"):
+            committer.commit_task(task)
+        second = first
+    summary = committer.commit_job([first, second])
+    assert target.contents() == TASKS[0]
+    assert (summary.files, summary.tasks) == (len(TASKS[0]), 1)
+    assert_published_names(target, summary, TASKS[0])
+    assert_nothing_left(target)
+
+
+@scenario("two_attempts_named", lambda c: c.speculation_safe)
+def test_messages_of_two_attempts_of_one_task_fail_the_job(target):
+    committer = target.committer()
+    messages = two_committed_attempts(committer)
+    named = r"two messages for task .* \(attempts .*_0 and .*_1\)"
+    with pytest.raises(JobCommitError, match=named):
+        committer.commit_job(messages)
+    assert target.visible() == []
+    assert_nothing_left(target, unpublished=[*attempt_output(0), *attempt_output(1)])
+
+
 # --- 4. abort_job ----------------------------------------------------------------------------
 
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import io
 import signal
 import threading
-import time
 import tracemalloc
 from typing import ClassVar
 
 import fsspec
 import pytest
+from helpers.polling import wait_until
 
 from magicfs import MagicFileSystem
 from magicfs.layouts.magic import MagicJobLayout
@@ -145,8 +145,10 @@ def test_parts_in_flight_stay_within_the_process_buffer_budget(store, monkeypatc
         target=lambda: magic.pipe_file(task_path(root, "b.bin"), b"x" * (6 * PART))
     )
     writing.start()
-    time.sleep(0.5)
     # Eight parts may be in flight for this file, but the process's budget holds two.
+    wait_until(
+        lambda: deferred_writer.BUFFER_BUDGET.used >= 2 * PART, "the writer fills the budget"
+    )
     assert deferred_writer.BUFFER_BUDGET.used == 2 * PART
     assert writing.is_alive()
     GatedStore.gate.set()

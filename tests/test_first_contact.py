@@ -168,7 +168,8 @@ def test_older_chained_task_urls_still_open(s3_options, s3_client, bucket):
 
 
 def test_dask_to_csv_compresses_by_the_name_function(s3_options, s3_client, bucket):
-    dd = pytest.importorskip("dask.dataframe")
+    import dask.dataframe as dd
+
     import magicfs.dask
 
     ddf = dd.from_pandas(FRAME, npartitions=2)

@@ -38,7 +38,15 @@ LAYERS = [
     ("committers", ["committers/"]),
     (
         "integrations",
-        ["integrations/", "__init__.py", "__main__.py", "dask.py", "ray.py", "spark.py"],
+        [
+            "integrations/",
+            "__init__.py",
+            "__main__.py",
+            "dask.py",
+            "duckdb.py",
+            "ray.py",
+            "spark.py",
+        ],
     ),
 ]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 
 import pytest
 from helpers import as_another_process, object_keys, pending_uploads, visible_keys
 from helpers.faults import Faults, InjectedFault, s3_error
+from helpers.polling import wait_until
 
 from magicfs import MagicCommitter
 from magicfs.errors import (
@@ -293,7 +293,7 @@ def test_task_commit_refuses_files_still_open(make_committer, s3_client, bucket)
     committer.fs.pipe_file(task.path("closed.csv"), b"1")
     still_open = committer.fs.open(task.path("open.csv"), "wb")
     still_open.write(b"2")
-    time.sleep(0.2)  # the marker is written in the background
+    wait_until(lambda: still_open._start.done(), "the open file's marker and upload exist")
     with pytest.raises(CommitFailedError, match=r"1 files are still open, e.g. s3://.*open.csv"):
         committer.commit_task(task)
     with pytest.raises(OSError, match="its task attempt was aborted"):
@@ -343,8 +343,8 @@ def test_writer_that_keeps_writing_after_its_job_ended(make_committer, s3_client
     zombie = committer.task_attempt(0)
     committer.setup_task(zombie)
     stream = committer.fs.open(zombie.path("zombie.bin"), "wb")
-    stream.write(b"z" * (6 * MiB))  # a part is already uploaded
-    time.sleep(0.2)
+    stream.write(b"z" * (6 * MiB))  # a part is on its way
+    wait_until(lambda: stream._start.done(), "the zombie's upload exists")
     if ending == "commit":
         committer.commit_job([])
     else:

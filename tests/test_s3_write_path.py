@@ -13,6 +13,7 @@ import weakref
 
 import pytest
 from helpers import complete_from_pending, object_keys, pending_uploads, visible_keys
+from helpers.polling import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -344,7 +345,7 @@ def test_write_for_a_job_that_is_not_active_is_refused_and_aborted(s3, s3_client
         magic.open(path, "wb") as f,
     ):
         f.write(b"zombie data")
-        time.sleep(0.2)  # let the background check finish
+        wait_until(lambda: f._checking.done(), "the zombie check has answered")
         f.write(b"more")
     assert_nothing_left(s3_client, bucket)
     assert object_keys(s3_client, bucket) == []
@@ -402,8 +403,7 @@ def test_rm_of_magic_files_aborts_their_uploads(magic, s3_client, bucket):
             f.write(b"data")
     open_file = magic.open(magic_file(bucket, "still-open.csv"), "wb")
     open_file.write(b"partial")
-    time.sleep(0.2)
-    assert len(pending_uploads(s3_client, bucket)) == 3
+    wait_until(lambda: len(pending_uploads(s3_client, bucket)) == 3, "the open file's upload")
     magic.rm(f"{bucket}/out/__magic", recursive=True)
     assert pending_uploads(s3_client, bucket) == []
     assert object_keys(s3_client, bucket) == []

@@ -207,6 +207,12 @@ def test_unknown_options_are_refused_listing_the_valid_ones(spark, tmp_path):
         for valid in ("format:", "partitionBy:", "compression:", "storage_options.<name>"):
             assert valid.lower() in message.lower()
     assert not (tmp_path / "out").exists()  # refused before the job was set up
+    # A store option that looks like JSON and is not (Python's quotes) names itself.
+    with pytest.raises(Exception, match=r"option storage_options\.client_kwargs is not valid"):
+        sales(spark, 10, 1).write.format("magicfs").mode("append").option(
+            "storage_options.client_kwargs", "{'region_name': 'eu-west-1'}"
+        ).save(f"file://{tmp_path}/out")
+    assert not (tmp_path / "out").exists()
     with pytest.raises(Exception, match="compression 'snappy' is not supported for csv"):
         sales(spark, 10, 1).write.format("magicfs").mode("append").option("format", "csv").option(
             "compression", "snappy"

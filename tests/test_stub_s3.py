@@ -432,7 +432,6 @@ def test_throttling_answers_slowdown_above_the_rate():
     with StubS3Process(rate=20) as stub:
         client = stub.boto3_client(retries={"total_max_attempts": 1, "mode": "standard"})
         client.create_bucket(Bucket="t")
-        time.sleep(0.2)  # the bucket refills its burst (rate / 10 = 2 requests)
 
         def put(n: int) -> str:
             try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 from typing import Any
 
 import fsspec
@@ -34,6 +36,7 @@ __all__ = [
     "StagingCommitter",
     "TaskAttempt",
     "TaskCommitMessage",
+    "accepted_options",
     "committer_for",
 ]
 
@@ -108,4 +111,44 @@ def committer_for(
         known = ", ".join(sorted(COMMITTERS))
         raise ValueError(f"unknown committer {committer!r} for {dest} (available: {known})")
     cls, fixed = COMMITTERS[committer]
+    check_options(committer, options)
     return cls(dest, job_id=job_id, storage_options=storage_options, **fixed, **options)
+
+
+def accepted_options(committer: str) -> list[str]:
+    """The options ``committer_for(..., committer=committer, **options)`` accepts, sorted.
+
+    Read from the constructors' signatures up the class's method resolution order (a
+    constructor taking ``**kwargs`` passes the rest on), less what the name fixes.
+    """
+    cls, fixed = COMMITTERS[committer]
+    names = {"job_id", "storage_options"}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        parameters = inspect.signature(init).parameters.values()
+        keywords = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        names.update(p.name for p in parameters if p.kind in keywords)
+        names.difference_update(("self", "dest"))
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            break
+    return sorted(names - set(fixed))
+
+
+def check_options(committer: str, options: dict[str, Any]) -> None:
+    """Refuse an option ``committer`` does not take, naming it, a likely fix and the rest.
+
+    Without this a typo (``conflict_mod="replace"``) reaches a constructor as a bare
+    ``TypeError``, or worse, an option meant for another committer is silently dropped.
+    """
+    accepted = accepted_options(committer)
+    for name in options:
+        if name in accepted:
+            continue
+        close = difflib.get_close_matches(name, accepted, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"unknown option {name!r} for the {committer} committer{hint}; "
+            f"its options are: {', '.join(accepted)}"
+        )

@@ -12,7 +12,16 @@ one of these states:
   with ``commit_job()`` or roll it back with ``abort_job()``;
 * ``committed``: the commit finished but its clean-up did not: ``cleanup_job()``;
 * ``ended``: neither marker nor journal, but a tree is left (an abort or clean-up cut
-  short, or tasks of a driver that died before committing): ``abort_job()``.
+  short, or a commit that stopped before its journal): ``abort_job()``.
+
+Only the driver knew whether every task an ``active`` or ``ended`` job needs has
+committed, so their next step is a roll-back; committing one takes the caller's word
+for what to publish: ``commit_job(messages)`` or ``commit_job(all_committed_tasks=True)``
+(:mod:`magicfs.protocol.active_jobs`).
+
+:func:`describe_job` of one job id also tells two states :func:`find_jobs` never
+returns (they leave no tree to find): ``done``, committed and cleaned up (its
+``_SUCCESS`` names it, nothing else of it is left), and ``unknown``, nothing of it there.
 
 (The staging committers keep their records in the staging directory, on the executors'
 and driver's shared filesystem; recover them with ``committer_for(..., committer=
@@ -35,7 +44,7 @@ from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SU
 from ..paths import is_magic_element, join
 from ..protocol.committer import OutputCommitter
 from ..stores.capabilities import speaks_s3
-from ..stores.deferred import collect, take
+from ..stores.deferred import collect
 from ..stores.s3.failures import listing_error
 from ..stores.s3.store import S3Store, iterate
 from . import committer_for
@@ -44,12 +53,14 @@ from .manifest import ManifestCommitter
 
 log = logging.getLogger("magicfs.jobs")
 
-STATES = ("active", "committing", "committed", "ended")
+STATES = ("active", "committing", "committed", "ended", "done", "unknown")
 #: A job marker is a small JSON document; more than this is not one of ours.
 MARKER_BYTES = 1 << 20
 #: The committers whose jobs are found here (an index entry naming another is read as
 #: the store's own committer's).
 JOB_COMMITTERS = ("magic", "block-list", "magic-layout", "manifest")
+#: The states of a job that left nothing to find (:func:`describe_job`).
+LEFT_NOTHING = ("done", "unknown")
 #: Directories a walk for jobs visits at most (local disks, memory: no index there).
 WALK_LIMIT = 100_000
 
@@ -69,12 +80,37 @@ class JobState:
     host: str | None  # where it was set up
 
     @property
+    def what_happened(self) -> str:
+        """Of a job whose commit never began (``active``, ``ended``): what the store shows."""
+        records = f"{self.task_records} task records"
+        if self.state == "active":
+            return f"the driver stopped before committing, or is still running; {records}"
+        return (
+            "ended before any commit began (an abort or clean-up cut short, or a commit "
+            f"stopped before its journal); {records} left"
+        )
+
+    @property
     def next_step(self) -> str:
+        """What happened to the job and the safe next step (the module docstring)."""
+        say_what = (
+            "; publish only by saying what: commit_job(messages) with the tasks' messages, "
+            "or commit_job(all_committed_tasks=True) if the committed tasks are the whole job"
+        )
+        if self.state == "active":
+            return (
+                f"{self.what_happened}. Once the driver is known gone, roll it back: "
+                f"abort_job(){say_what}"
+            )
+        if self.state == "ended" and self.task_records:
+            return f"{self.what_happened}. Roll it back: abort_job(){say_what}"
         return {
-            "active": "running, or its driver died: commit_job() or abort_job()",
-            "committing": "commit interrupted: commit_job() to finish, or abort_job() to roll back",
+            "committing": "commit interrupted: commit_job() finishes it with its journal's "
+            "records, or abort_job() rolls it back",
             "committed": "committed, clean-up unfinished: cleanup_job()",
             "ended": "ended, tree left: abort_job() (or cleanup_job())",
+            "done": "committed and cleaned up (its _SUCCESS names it): nothing to do",
+            "unknown": "nothing of this job is left here",
         }[self.state]
 
     def to_dict(self) -> dict[str, Any]:
@@ -258,21 +294,23 @@ def _directories(fs: Any, directory: str) -> list[str]:
 
 
 def _describe(probe: OutputCommitter, candidate: _Candidate) -> JobState | None:
-    """The state of the job ``candidate`` names, or ``None``: not a valid job id, or only
-    an index entry that outlived its job (logged)."""
+    """The state of the job ``candidate`` names, or ``None``: not a valid job id, or a job
+    that left nothing to find (``done``, ``unknown``: an index entry that outlived its job
+    is logged)."""
     url = probe.store_fs.unstrip_protocol(candidate.destination)
     committer = _committer(url, candidate, probe)
     if committer is None:
         return None
     state = describe_job(committer)
-    if candidate.tree or state.state != "ended" or state.task_records or _tree_left(committer):
+    if state.state not in LEFT_NOTHING:
         return state
-    log.info(
-        "job %s at %s: its job index entry names it, but it left nothing there: not "
-        "listed (the entry is stale; deleting it is safe)",
-        candidate.job_id,
-        url,
-    )
+    if not candidate.tree:
+        log.info(
+            "job %s at %s: its job index entry names it, but it left nothing there: not "
+            "listed (the entry is stale; deleting it is safe)",
+            candidate.job_id,
+            url,
+        )
     return None
 
 
@@ -287,17 +325,6 @@ def _committer(url: str, candidate: _Candidate, probe: OutputCommitter) -> Outpu
     return None
 
 
-def _tree_left(committer: OutputCommitter) -> bool:
-    """Does anything of the job's own tree remain (one listing of at most a page)?"""
-    if isinstance(committer, MagicLayoutCommitter):
-        deferred = committer.deferred
-        return bool(deferred.run(take(deferred.alist_records(committer.layout.magic_dir), 1)))
-    if isinstance(committer, ManifestCommitter):
-        committer.store_fs.invalidate_cache(committer.layout.job_dir)
-        return bool(committer.store_fs.exists(committer.layout.job_dir))
-    return True
-
-
 def describe_job(committer: OutputCommitter) -> JobState:
     """The state of ``committer``'s job (see the module docstring)."""
     keeper = committer._journal()
@@ -306,19 +333,22 @@ def describe_job(committer: OutputCommitter) -> JobState:
         with contextlib.suppress(InvalidCommitData):
             journal = keeper.read()
     marker = _marker(committer)
+    records = _task_records(committer)
     if journal is not None:
         state = "committed" if journal.phase == "committed" else "committing"
     elif marker is not None:
         state = "active"
-    else:
+    elif records or _tree_left(committer):
         state = "ended"
+    else:  # nothing of it left: cleaned up after its commit, or never here
+        state = "done" if committer.job_state() == "committed" else "unknown"
     return JobState(
         job_id=committer.job_id,
         committer=committer.name,
         destination=committer.url,
         state=state,
         phase=journal.phase if journal else None,
-        task_records=_task_records(committer),
+        task_records=records,
         deletes=journal.deletes if journal else 0,
         started=_iso(marker.get("created")) if marker else None,
         host=marker.get("hostname") if marker else None,
@@ -360,6 +390,22 @@ def _task_records(committer: OutputCommitter) -> int:
         files = iterate(store, store.alist_keys(bucket, f"{key}/", delimiter="/"))
         return sum(1 for path in files if path.endswith(suffix))
     return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
+
+
+def _tree_left(committer: OutputCommitter) -> bool:
+    """Is anything left under the job's own directory (its tree)? One listing request."""
+    layout = getattr(committer, "layout", None)
+    if isinstance(layout, MagicJobLayout):
+        directory = layout.magic_dir
+    elif isinstance(layout, ManifestJobLayout):
+        directory = layout.job_dir
+    else:
+        return False
+    store = getattr(committer, "store", None)
+    if isinstance(store, S3Store):  # retried and paced (the store's calls)
+        bucket, key = store.split(directory)
+        return next(iterate(store, store.alist_keys(bucket, f"{key}/")), None) is not None
+    return bool(_names(committer.store_fs, directory))
 
 
 def _names(fs: Any, directory: str) -> list[str]:

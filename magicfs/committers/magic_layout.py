@@ -89,7 +89,13 @@ from ..paths import final_destination, is_deferred_write
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.journal import JournalKeeper
-from ..records import TASK_ATTEMPT_ID_KEY, IOStatisticsSnapshot, PendingSet, SinglePendingCommit
+from ..records import (
+    TASK_ATTEMPT_ID_KEY,
+    IOStatisticsSnapshot,
+    PendingSet,
+    SinglePendingCommit,
+    declared_checksums,
+)
 from ..statistics import IOStatisticsStore
 from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
 from ..stores.job_check import job_still_active
@@ -302,7 +308,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
             job_id=self.job_id,
             commits=commits,
             iostatistics=stats,
-            extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id},
+            extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
         )
         self._save_task_record(task, pendingset)
         if not self.keeps_attempt_records:

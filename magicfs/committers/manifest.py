@@ -336,7 +336,7 @@ class ManifestCommitter(OutputCommitter):
             committer=MANIFEST_COMMITTER_CLASS,
             job_id=self.job_id,
             job_id_source=self.job_id_source,
-            diagnostics=self._diagnostics("committer_commit_job"),
+            diagnostics={**self._diagnostics("committer_commit_job"), **loaded.diagnostics},
             filenames=list(published.filenames),
             iostatistics=statistics,
             metrics=self._success_metrics(

@@ -40,6 +40,7 @@ from ..records import (
     PendingSet,
     SinglePendingCommit,
     SuccessData,
+    check_checksums_agree,
 )
 from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredStore
@@ -93,6 +94,7 @@ class PendingsetCommitter(OutputCommitter):
         writers' statistics, summed (the pendingset's, not each commit's)."""
         stats = IOStatisticsSnapshot()
         seen: dict[str, str] = {}
+        check_checksums_agree(commits, sources)
         for commit, source in zip(commits, sources, strict=True):
             self.deferred.check(commit, source)
             check_commit(commit, self.bucket, self.dest_key, source)
@@ -162,7 +164,8 @@ class PendingsetCommitter(OutputCommitter):
                 self.deferred.check(commit, source)
                 check_commit(commit, self.bucket, self.dest_key, source)
             except InvalidCommitData as e:
-                raise InvalidCommitData(source, f"commits[{index}].{e.field}", e.problem) from None
+                problem = f"{e.problem} (the record of {self.deferred.url(commit.destination)})"
+                raise InvalidCommitData(source, f"commits[{index}].{e.field}", problem) from None
         duplicate = spool.first_duplicate()
         if duplicate is not None:
             destination, (owner, _), (source, index) = duplicate
@@ -208,7 +211,7 @@ class PendingsetCommitter(OutputCommitter):
             metrics=self._success_metrics(
                 published.files, published.bytes, loaded.tasks, start, rows
             ),
-            diagnostics=self._success_diagnostics(**diagnostics),
+            diagnostics=self._success_diagnostics(**diagnostics, **loaded.diagnostics),
             iostatistics=statistics,
         )
         for destination in spool.first_destinations(MAX_FILENAMES):

@@ -61,6 +61,7 @@ from ..filesystems.magic import MagicOptions
 from ..layouts.manifest import ManifestJobLayout
 from ..names import PENDINGSET_SUFFIX
 from ..paths import join
+from ..protocol.active_jobs import ACTIVE_JOBS
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.journal import JournalKeeper
@@ -69,6 +70,7 @@ from ..records import (
     IOStatisticsSnapshot,
     PendingSet,
     SinglePendingCommit,
+    declared_checksums,
 )
 from ..stores.capabilities import speaks_s3
 from ..stores.local import TaskLocalFileSystem
@@ -190,6 +192,8 @@ class StagingCommitter(S3PendingsetCommitter):
     def _setup_job(self, resume: bool) -> None:
         _private_directory(self.buffer_dir)
         self.wrapped.setup_job(resume=resume)
+        # The wrapped job is this one's bookkeeping: it ends with it, never by itself.
+        ACTIVE_JOBS.ended(self.wrapped.job_id, self.wrapped.url)
 
     def job_active(self) -> bool:
         return self.wrapped.job_active()
@@ -245,7 +249,7 @@ class StagingCommitter(S3PendingsetCommitter):
                 iostatistics=IOStatisticsSnapshot(
                     counters={"committer_task_file_count": len(commits)}
                 ),
-                extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id},
+                extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
             )
             wrapped = self._wrapped_task(task)
             record = join(wrapped.work_path, task.task_id + PENDINGSET_SUFFIX)

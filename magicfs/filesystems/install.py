@@ -88,7 +88,8 @@ def _magic_class(original: Any) -> type:
 
         def __reduce__(self) -> Any:
             # Unpickles as a plain MagicFileSystem: works where install() never ran.
-            return _rebuild, (self.fs, {key: getattr(self, key) for key in _MAGIC_OPTIONS})
+            options = {key: getattr(self, key) for key in _MAGIC_OPTIONS if key != "checksum"}
+            return _rebuild, (self.fs, {**options, "checksum": self.checksum_algorithm})
 
     InstalledMagicFileSystem.__name__ = f"Magic{original.__name__}"
     InstalledMagicFileSystem.__qualname__ = InstalledMagicFileSystem.__name__

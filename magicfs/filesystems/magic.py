@@ -159,7 +159,9 @@ class MagicFileSystem(ChainedFileSystem):
         self.check_job_active = check_job_active
         self.background_close = background_close
         self.retry_policy = retry_policy
-        self.checksum = checked_algorithm(checksum)
+        # Not ``self.checksum``: that is fsspec's ``checksum(path)`` (Dask calls it), passed
+        # to the store below.
+        self.checksum_algorithm = checked_algorithm(checksum)
         self.block_lists = block_lists
         self.intent_markers = intent_markers
         self.job_root = job_root.rstrip("/") if job_root else None
@@ -185,7 +187,7 @@ class MagicFileSystem(ChainedFileSystem):
             check_job_active=self.check_job_active,
             background_close=self.background_close,
             retry_policy=self.retry_policy,
-            checksum=self.checksum,
+            checksum=self.checksum_algorithm,
             intent_markers=self.intent_markers,
         )
 

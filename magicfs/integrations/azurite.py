@@ -11,11 +11,15 @@ started it dies). With a request log (``--debug``) a run can count its requests
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import re
 import shutil
 import time
+import urllib.error
+import urllib.request
+import uuid
 
 from .local_server import LOOPBACK, SupervisedServer, accepts_connections
 
@@ -30,6 +34,8 @@ LOCAL_BINARY = (
     pathlib.Path(__file__).resolve().parents[2] / ".ci/node/node_modules/.bin/azurite-blob"
 )
 
+#: The container name of :meth:`LocalAzurite.settled_requests`'s barrier requests.
+BARRIER = "log-barrier-"
 _LISTENING = re.compile(rb"successfully listens on http://127\.0\.0\.1:(\d+)")
 #: One request in Azurite's ``--debug`` log: the operation its dispatcher picked.
 _OPERATION = re.compile(r"DispatchMiddleware: Operation=(\w+)")
@@ -153,17 +159,28 @@ class LocalAzurite(SupervisedServer):
                 found.append((request_id, operation.group(1)))
         return [(op, *targets.get(request_id, ("", ""))) for request_id, op in found]
 
-    def operations(self) -> list[tuple[str, str]]:
-        """Every request logged so far, in order, as (operation, blob name), once the
-        log has stopped growing (Azurite writes it asynchronously)."""
-        if self.debug_log is None:
-            raise ValueError("this Azurite server was started without a request log")
-        size, stable_since = -1, time.monotonic()
+    def settled_requests(self, timeout: float = 30.0) -> list[tuple[str, str, str]]:
+        """:meth:`requests`, once every request answered before this call is in the log.
+
+        Azurite writes its log asynchronously, in the order it dispatched the requests.
+        So this sends a *barrier*: one unauthenticated request for a container named
+        ``log-barrier-<nonce>`` (refused, but logged with its container), and waits until
+        the log shows it. Barrier requests are left out of the list, so counts taken
+        with this method before and after some work differ by that work's requests.
+        """
+        barrier = f"{BARRIER}{uuid.uuid4().hex[:16]}"
+        url = f"{self.blob_endpoint}/{barrier}?restype=container"
+        with contextlib.suppress(urllib.error.HTTPError):  # 403, as meant: it is logged
+            urllib.request.urlopen(url, timeout=10).close()
+        deadline = time.monotonic() + timeout
         while True:
-            now = self.debug_log.stat().st_size if self.debug_log.exists() else 0
-            if now != size:
-                size, stable_since = now, time.monotonic()
-            elif time.monotonic() - stable_since >= 0.5:
-                break
-            time.sleep(0.05)
-        return [(operation, blob) for operation, _, blob in self.requests()]
+            logged = self.requests()
+            if any(container == barrier for _, container, _ in logged):
+                return [entry for entry in logged if not entry[1].startswith(BARRIER)]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Azurite's log did not show request {barrier} in {timeout} s")
+            time.sleep(0.01)
+
+    def operations(self) -> list[tuple[str, str]]:
+        """Every request answered so far, in order, as (operation, blob name)."""
+        return [(operation, blob) for operation, _, blob in self.settled_requests()]

@@ -13,6 +13,11 @@ speed), 8 requests at a time. What does not depend on the machine's load — fil
 requests, server-side copies, bytes copied — is printed as it is; the seconds as the
 median of the runs with their spread, because on a busy machine one run of each side
 says little (one run has shown magicfs ahead and another behind).
+
+Every number is measured, on both sides alike: requests by the clients' botocore hooks,
+server-side copies and their bytes by the server itself (it counts every ``CopyObject``
+and ``UploadPartCopy`` it answers, ``EmbeddedS3Server.copies()``), read before and
+after each side's commits.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .embedded_s3 import EmbeddedS3Server
+from .embedded_s3 import CopyCount, EmbeddedS3Server
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -144,15 +149,15 @@ def _magic_job(server: EmbeddedS3Server, say: Any) -> Any:
 
 
 @dataclass
-class _Run:
-    """One commit of the demo's files by one side: seconds and requests per phase."""
+class CommitRun:
+    """One commit of the demo's files by one side: seconds and requests per phase, and
+    the server-side copies the server answered during the commits."""
 
     task_seconds: float
     job_seconds: float
     task_requests: int
     job_requests: int
-    copies: int
-    bytes_copied: int
+    copied: CopyCount
 
 
 @contextlib.contextmanager
@@ -172,53 +177,60 @@ def _task_of(name: str) -> int:
     return int(name.rsplit("/", 1)[-1].split("-")[1])
 
 
-def _magic_commit(server: EmbeddedS3Server, files: dict[str, bytes], run: int) -> _Run:
+def magicfs_commit(
+    server: EmbeddedS3Server, files: dict[str, bytes], run: int, committer: str = "magic"
+) -> CommitRun:
     """Commit ``files`` once more with magicfs, as the demo job did.
 
     Every task's files are written first, at full speed and synchronously
     (``background_close=False``), so that the commits that follow, timed on the costly
     server, carry exactly the commits' own requests. One attempt per task, as on the
-    classic side.
+    classic side. ``committer``: the demo's is ``magic``; the tests also run ``manifest``
+    (which renames, so copies, on S3) to see the copies counted.
     """
     import magicfs
 
     options = {**server.storage_options, "skip_instance_cache": True}
-    committer = magicfs.committer_for(
-        f"s3://{BUCKET}/runs/magic-{run}",
+    job = magicfs.committer_for(
+        f"s3://{BUCKET}/runs/{committer}-{run}",
+        committer=committer,
         storage_options=options,
         threads=THREADS,
         progress=False,
     )
-    writer = magicfs.MagicFileSystem(fs=committer.store_fs, background_close=False)
-    requests = _Requests(committer.store_fs.s3)
-    committer.setup_job()
+    writer = magicfs.MagicFileSystem(fs=job.store_fs, background_close=False)
+    requests = _Requests(job.store_fs.s3)
+    job.setup_job()
     attempts = []
     for index in range(TASKS):
-        task = committer.task_attempt(index)
-        committer.setup_task(task)
+        task = job.task_attempt(index)
+        job.setup_task(task)
         for name, data in files.items():
             if _task_of(name) == index:
                 writer.pipe_file(task.path(name), data)
         attempts.append(task)
     requests.take()
     with _costly(server):
+        copies_before = server.copies()
         start = time.perf_counter()
-        messages = [committer.commit_task(task) for task in attempts]
+        messages = [job.commit_task(task) for task in attempts]
         task_seconds = time.perf_counter() - start
         task_requests = sum(requests.take().values())
         start = time.perf_counter()
-        committer.commit_job(messages)
+        job.commit_job(messages)
         job_seconds = time.perf_counter() - start
         job_requests = sum(requests.take().values())
-    return _Run(task_seconds, job_seconds, task_requests, job_requests, 0, 0)
+        copied = server.copies() - copies_before
+    return CommitRun(task_seconds, job_seconds, task_requests, job_requests, copied)
 
 
-def _classic_commit(server: EmbeddedS3Server, files: dict[str, bytes], run: int) -> _Run:
+def classic_commit(server: EmbeddedS3Server, files: dict[str, bytes], run: int) -> CommitRun:
     """Commit ``files`` once with FileOutputCommitter v1's algorithm on S3.
 
-    Each task's files are placed under ``_temporary/0/_temporary/<attempt>/`` (copied at
-    memory speed, before timing); task commit renames the attempt's files to
-    ``_temporary/0/<task>/``, job commit renames those to the destination. On S3 every
+    ``files`` are the demo job's output, at ``s3://demo/sales/<name>``. Each task's files
+    are placed under ``_temporary/0/_temporary/<attempt>/`` (copied at memory speed,
+    before timing); task commit renames the attempt's files to ``_temporary/0/<task>/``,
+    job commit renames those to the destination. On S3 every
     rename is a server-side copy plus a delete, ``THREADS`` at a time, as magicfs's
     completions are. (No failed or duplicate attempts here: v1 on S3 has no safe answer
     to them.)
@@ -233,27 +245,25 @@ def _classic_commit(server: EmbeddedS3Server, files: dict[str, bytes], run: int)
         for source, name in pristine.items()
     ]
     _rename_all(client, renames, delete=False)  # the tasks' output, before timing
-    sizes = {name: len(data) for name, data in files.items()}
     requests.take()
-    copied = 0
     with _costly(server):
+        copies_before = server.copies()
         start = time.perf_counter()
         for index in range(TASKS):
             attempt = f"{root}/_temporary/attempt_{index}/"
             sources = _listing(client, attempt)
             _rename_all(client, [(s, f"{root}/task_{index}/{s[len(attempt) :]}") for s in sources])
-            copied += sum(sizes[s[len(attempt) :]] for s in sources)
         task_seconds = time.perf_counter() - start
         task_requests = sum(requests.take().values())
         start = time.perf_counter()
         sources = _listing(client, f"{root}/task_")
         targets = [f"{dest}/{s.split('/', 5)[5]}" for s in sources]
         _rename_all(client, list(zip(sources, targets, strict=True)))
-        copied += sum(sizes[s.split("/", 5)[5]] for s in sources)
         client.put_object(Bucket=BUCKET, Key=f"{dest}/_SUCCESS", Body=b"")
         job_seconds = time.perf_counter() - start
         job_requests = sum(requests.take().values())
-    return _Run(task_seconds, job_seconds, task_requests, job_requests, 2 * len(files), copied)
+        copied = server.copies() - copies_before
+    return CommitRun(task_seconds, job_seconds, task_requests, job_requests, copied)
 
 
 def _rename_all(client: Any, pairs: list[tuple[str, str]], delete: bool = True) -> None:
@@ -287,19 +297,19 @@ def _count(values: list[int]) -> str:
 
 def _compare(server: EmbeddedS3Server, files: dict[str, bytes], say: Any) -> None:
     """Commit the demo's files ``RUNS`` times by each side and print the comparison."""
-    magic = [_magic_commit(server, files, run) for run in range(RUNS)]
-    classic = [_classic_commit(server, files, run) for run in range(RUNS)]
+    magic = [magicfs_commit(server, files, run) for run in range(RUNS)]
+    classic = [classic_commit(server, files, run) for run in range(RUNS)]
     rows = [
         ("files published", f"{len(files)}", f"{len(files)}"),
         (
             "server-side copies",
-            _count([r.copies for r in magic]),
-            _count([r.copies for r in classic]),
+            _count([r.copied.copies for r in magic]),
+            _count([r.copied.copies for r in classic]),
         ),
         (
             "bytes copied on the server",
-            _count([r.bytes_copied for r in magic]),
-            _count([r.bytes_copied for r in classic]),
+            _count([r.copied.bytes for r in magic]),
+            _count([r.copied.bytes for r in classic]),
         ),
         (
             "requests, task commits",
@@ -350,10 +360,9 @@ def run_demo(keep: bool = False) -> int:
     def say(text: str = "") -> None:
         print(text, flush=True)
 
-    with EmbeddedS3Server() as server:
+    with EmbeddedS3Server(buckets=[BUCKET]) as server:
         say(f"embedded S3 server (moto) on {server.endpoint_url}")
         client = server.boto3_client()
-        client.create_bucket(Bucket=BUCKET)
 
         say(f"\n1. job -> {DEST}: {TASKS} tasks writing partitioned Parquet through magic paths")
         summary = _magic_job(server, say)
@@ -408,6 +417,7 @@ def _show_contrast(server: EmbeddedS3Server, fs: Any, say: Any) -> None:
         if not path.endswith("/_SUCCESS")
     }
     _compare(server, files, say)
+    say("   Requests are counted by the clients, copies and their bytes by the server.")
     say("   Counts and bytes are the same on every run and machine; seconds are the median")
     say("   (min-max) and move with the machine's load. With these ~400 KB files a copy is")
     say("   short; v1 copies every byte twice and its cost grows with the data, magicfs's")

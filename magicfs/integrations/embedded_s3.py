@@ -21,8 +21,19 @@ which moto uses, closes the connection after every response, so each request wou
 cost a new TCP connection and a new server thread on both sides: CPU that grows with
 the number of requests and that S3 never charges (see :class:`_KeepAliveHandler`).
 
-Run ``python -m magicfs.integrations.embedded_s3 --port 0`` to start one by hand: it prints its
-endpoint and the credentials to use, and serves until interrupted (Ctrl-C, SIGTERM).
+The server also counts the server-side copies it answered and the bytes they moved
+(:meth:`EmbeddedS3Server.copies`): the demo reports what the server did, not what its
+client meant to ask.
+
+Three ways to start one, each on a free loopback port, with buckets made at start:
+
+* ``magicfs.local_s3(bucket="bkt")`` (:mod:`magicfs.integrations.local_s3`): one server
+  in the background of this Python process, stopped at exit; returns its storage
+  options. The README's and the docs' examples start from it;
+* ``magicfs server --bucket bkt`` (:mod:`magicfs.integrations.cli.server`): in a terminal,
+  for other processes; prints the options to use and serves until Ctrl-C or SIGTERM;
+* ``python -m magicfs.integrations.embedded_s3 --port 0``: the same, with the ready line
+  :class:`EmbeddedS3Server` waits for and the cost settings above.
 """
 
 from __future__ import annotations
@@ -33,13 +44,15 @@ import io
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 import urllib.parse
 import urllib.request
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
 from .local_server import (
     ACCESS_KEY,
@@ -53,6 +66,37 @@ from .local_server import (
 )
 
 _READY = "MAGICFS-S3-READY"
+
+#: S3's rule for bucket names (lower-case letters, digits, dots and hyphens; 3-63 long;
+#: a letter or digit at both ends).
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+
+
+def bucket_name(name: str) -> str:
+    """``name`` if S3 accepts it as a bucket name, else ``ValueError`` saying why."""
+    if not _BUCKET_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"invalid bucket name {name!r}: use 3-63 lower-case letters, digits, dots or "
+            "hyphens, starting and ending with a letter or digit (e.g. 'bkt')"
+        )
+    return name
+
+
+class CopyCount(NamedTuple):
+    """Server-side copies (``CopyObject``, ``UploadPartCopy``) a server answered with
+    success, the bytes they moved, and the seconds the copy bandwidth delayed them by
+    (``size / bandwidth`` each). Subtract two counts for what happened between."""
+
+    copies: int
+    bytes: int
+    delayed: float = 0.0
+
+    def __sub__(self, other: object) -> CopyCount:
+        if not isinstance(other, CopyCount):
+            return NotImplemented
+        return CopyCount(
+            self.copies - other.copies, self.bytes - other.bytes, self.delayed - other.delayed
+        )
 
 
 class EmbeddedS3Server(S3Endpoint):
@@ -68,11 +112,14 @@ class EmbeddedS3Server(S3Endpoint):
         latency_ms: float = 0.0,
         copy_mb_per_s: float = 0.0,
         startup_timeout: float = 30.0,
+        buckets: Sequence[str] = (),
     ):
         self.requested_port = port
         self.latency_ms = latency_ms
         self.copy_mb_per_s = copy_mb_per_s
         self.startup_timeout = startup_timeout
+        #: Buckets the server has when it starts.
+        self.buckets = [bucket_name(name) for name in buckets]
         self.port: int | None = None
         self._child: ChildServer | None = None
 
@@ -83,6 +130,7 @@ class EmbeddedS3Server(S3Endpoint):
         return f"http://{LOOPBACK}:{self.port}"
 
     def start(self) -> EmbeddedS3Server:
+        _require_moto()
         env = dict(os.environ)
         env.setdefault("AWS_EC2_METADATA_DISABLED", "true")
         command = [
@@ -96,6 +144,7 @@ class EmbeddedS3Server(S3Endpoint):
             "--copy-mb-per-s",
             str(self.copy_mb_per_s),
             "--exit-with-parent",
+            *(argument for name in self.buckets for argument in ("--bucket", name)),
         ]
         self._child = ChildServer(
             "embedded S3 server", command, _READY, startup_timeout=self.startup_timeout, env=env
@@ -137,6 +186,21 @@ class EmbeddedS3Server(S3Endpoint):
         self._control(f"{_COPY_PATH}?mb_per_s={mb_per_s}")
         self.copy_mb_per_s = mb_per_s
 
+    def copies(self) -> CopyCount:
+        """The server-side copies the server has answered with success so far, and their
+        bytes (a ranged ``UploadPartCopy`` counts its range)."""
+        with urllib.request.urlopen(f"{self.endpoint_url}{_COPIES_PATH}", timeout=30) as reply:
+            counted = json.load(reply)
+        return CopyCount(int(counted["copies"]), int(counted["bytes"]), float(counted["delayed"]))
+
+    def create_bucket(self, name: str) -> None:
+        """Create bucket ``name`` unless the server has it already."""
+        client = self.boto3_client()
+        try:
+            client.head_bucket(Bucket=bucket_name(name))
+        except client.exceptions.ClientError:
+            client.create_bucket(Bucket=name)
+
     def _control(self, path: str) -> None:
         request = urllib.request.Request(f"{self.endpoint_url}{path}", method="POST")
         with urllib.request.urlopen(request, timeout=30):
@@ -151,17 +215,46 @@ class EmbeddedS3Server(S3Endpoint):
 
 _LATENCY_PATH = "/_magicfs/latency"
 _COPY_PATH = "/_magicfs/copy-bandwidth"
+_COPIES_PATH = "/_magicfs/copies"
+
+
+class _CopyCounter:
+    """The server-side copies answered with success and their bytes (thread-safe: the
+    server answers requests on threads)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.copies = 0
+        self.bytes = 0
+        self.delayed = 0.0
+
+    def add(self, size: int, delay: float) -> None:
+        with self._lock:
+            self.copies += 1
+            self.bytes += size
+            self.delayed += delay
+
+    def as_json(self) -> bytes:
+        with self._lock:
+            counted = {"copies": self.copies, "bytes": self.bytes, "delayed": self.delayed}
+            return json.dumps(counted).encode()
 
 
 def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
-    """Delay each request, and each server-side copy by its size (see the module docstring).
+    """Delay each request, and each server-side copy by its size; count the copies (see
+    the module docstring).
 
     ``POST /_magicfs/latency?ms=N`` and ``POST /_magicfs/copy-bandwidth?mb_per_s=N``
-    change the settings at run time.
+    change the settings at run time; ``GET /_magicfs/copies`` answers the copy count as
+    JSON (``{"copies": N, "bytes": N, "delayed": seconds}``).
     """
     settings = {"delay": latency_ms / 1000.0, "copy": copy_mb_per_s * 1e6}
+    counter = _CopyCounter()
 
     def control(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") == _COPIES_PATH:
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [counter.as_json()]
         query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
         if environ.get("PATH_INFO") == _LATENCY_PATH:
             settings["delay"] = float(query.get("ms", ["0"])[0]) / 1000.0
@@ -171,16 +264,25 @@ def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
         return [b""]
 
     def costly(environ: dict[str, Any], start_response: Any) -> Any:
-        if environ.get("PATH_INFO") in (_LATENCY_PATH, _COPY_PATH):
+        if environ.get("PATH_INFO") in (_LATENCY_PATH, _COPY_PATH, _COPIES_PATH):
             return control(environ, start_response)
         if settings["delay"]:
             time.sleep(settings["delay"])
+        statuses: list[str] = []
+
+        def recording_start_response(status: str, headers: Any, *args: Any) -> Any:
+            statuses.append(status)
+            return start_response(status, headers, *args)
+
         # The whole response is built here, before werkzeug sends a byte of it: an error
         # answers a complete 500 (see _keep_alive_handler).
-        body = list(app(environ, start_response))
-        if not settings["copy"] or "HTTP_X_AMZ_COPY_SOURCE" not in environ:
+        body = list(app(environ, recording_start_response))
+        if "HTTP_X_AMZ_COPY_SOURCE" not in environ or not statuses[-1].startswith("2"):
             return body
-        time.sleep(_copied_bytes(app, environ) / settings["copy"])
+        size = _copied_bytes(app, environ)
+        delay = size / settings["copy"] if settings["copy"] else 0.0
+        counter.add(size, delay)
+        time.sleep(delay)
         return body
 
     return costly
@@ -286,12 +388,61 @@ def _keep_alive_handler(base: Any) -> Any:
     return KeepAliveHandler
 
 
-def serve(port: int, latency_ms: float, copy_mb_per_s: float, exit_with_parent: bool) -> None:
-    """Run the server in this process.
+def serve(
+    port: int,
+    latency_ms: float = 0.0,
+    copy_mb_per_s: float = 0.0,
+    exit_with_parent: bool = False,
+    buckets: Sequence[str] = (),
+    ready_line: bool = True,
+) -> None:
+    """Run the server in this process, with ``buckets`` made before it answers.
 
     Started by :class:`EmbeddedS3Server` (``exit_with_parent``) it stops when its parent
-    closes its stdin; started by hand it serves until SIGINT or SIGTERM.
+    closes its stdin. Otherwise it prints how to connect and serves until SIGINT (Ctrl-C)
+    or SIGTERM, then returns: it never starts another process, so none is left behind.
+    ``ready_line`` first prints the line :class:`EmbeddedS3Server` waits for (``magicfs
+    server``, for people, leaves it out).
     """
+    server = _make_server(port, latency_ms, copy_mb_per_s, buckets)
+    bound = server.server_address[1]
+    if ready_line:
+        announce_ready(_READY, bound)
+    if exit_with_parent:
+        watch_parent(server.shutdown)
+    else:
+
+        def stop(*_: object) -> None:
+            # shutdown() waits for serve_forever() to return: not from its own thread.
+            threading.Thread(target=server.shutdown).start()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        print(_banner(bound, latency_ms, copy_mb_per_s, buckets), flush=True)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C in a terminal reaches children
+            server.serve_forever()
+    finally:
+        server.server_close()
+    if not exit_with_parent:
+        print("magicfs S3 server stopped", flush=True)
+
+
+def _require_moto() -> None:
+    """Say which extra to install before a server fails to start without moto."""
+    import importlib.util
+
+    if importlib.util.find_spec("moto") is None:
+        raise ModuleNotFoundError(
+            "the embedded S3 server runs moto, which is not installed: pip install 'magicfs[demo]'",
+            name="moto",
+        )
+
+
+def _make_server(port: int, latency_ms: float, copy_mb_per_s: float, buckets: Iterable[str]) -> Any:
+    """moto behind the cost middleware and the keep-alive handler, listening on
+    127.0.0.1:``port`` (0: a free port), with ``buckets`` made."""
+    _require_moto()
     os.environ.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "true")
     from moto.moto_server.werkzeug_app import (
         DomainDispatcherApplication,
@@ -305,19 +456,23 @@ def serve(port: int, latency_ms: float, copy_mb_per_s: float, exit_with_parent: 
         DomainDispatcherApplication(create_backend_app), latency_ms, copy_mb_per_s
     )
     handler = _keep_alive_handler(MotoRequestHandler)
-    server = make_server("127.0.0.1", port, app, threaded=True, request_handler=handler)
-    bound = server.server_address[1]
-    announce_ready(_READY, bound)
-    if exit_with_parent:
-        watch_parent(server.shutdown)
-    else:
-        print(_banner(bound, latency_ms, copy_mb_per_s), flush=True)
-        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    with contextlib.suppress(KeyboardInterrupt):
-        server.serve_forever()
+    server = make_server(LOOPBACK, port, app, threaded=True, request_handler=handler)
+    for name in buckets:
+        _create_bucket(app, f"http://{LOOPBACK}:{server.server_address[1]}", name)
+    return server
 
 
-def _banner(port: int, latency_ms: float, copy_mb_per_s: float) -> str:
+def _create_bucket(app: Any, endpoint: str, name: str) -> None:
+    """Create bucket ``name`` by calling the app directly (nothing listens yet)."""
+    from werkzeug.test import Client
+
+    reply = Client(app).put(f"/{bucket_name(name)}", base_url=endpoint)
+    if reply.status_code != 200:
+        raise RuntimeError(f"creating bucket {name!r} failed: {reply.status} {reply.text}")
+
+
+def _banner(port: int, latency_ms: float, copy_mb_per_s: float, buckets: Sequence[str]) -> str:
+    """How to connect: the endpoint, then the options for Python, the AWS CLI and magicfs."""
     endpoint = f"http://{LOOPBACK}:{port}"
     options = s3_storage_options(endpoint)
     costs = []
@@ -325,14 +480,18 @@ def _banner(port: int, latency_ms: float, copy_mb_per_s: float) -> str:
         costs.append(f"{latency_ms:g} ms added to every request")
     if copy_mb_per_s:
         costs.append(f"server-side copies at {copy_mb_per_s:g} MB/s")
+    bucket = buckets[0] if buckets else "BUCKET"
+    holding = f"bucket{'s' if len(buckets) > 1 else ''} {', '.join(buckets)}" if buckets else ""
+    store = f"--endpoint-url {endpoint} -o key={ACCESS_KEY} -o secret={SECRET_KEY}"
     return "\n".join(
         [
-            f"magicfs embedded S3 server (moto, data in memory) on {endpoint}"
-            + (f": {', '.join(costs)}" if costs else ""),
+            f"magicfs S3 server (moto, data in memory) on {endpoint}"
+            + "".join(f", {part}" for part in [holding, *costs] if part),
             f"  credentials: AWS_ACCESS_KEY_ID={ACCESS_KEY} AWS_SECRET_ACCESS_KEY={SECRET_KEY}",
-            f"  s3fs / storage_options: {json.dumps(options)}",
-            f"  command line: magicfs uploads list --endpoint-url {endpoint} "
-            f"-o key={ACCESS_KEY} -o secret={SECRET_KEY} s3://BUCKET",
+            f"  Python:      opts = {json.dumps(options)}",
+            f"  AWS CLI:     aws --endpoint-url {endpoint} s3 ls s3://{bucket}/"
+            " (with the credentials above)",
+            f"  magicfs:     magicfs uploads list {store} s3://{bucket}/",
             "  stop with Ctrl-C",
         ]
     )
@@ -351,12 +510,28 @@ def main(argv: list[str] | None = None) -> None:
         help="speed of server-side copies (S3: about 10); 0 = as fast as moto copies",
     )
     parser.add_argument(
+        "--bucket",
+        action="append",
+        default=[],
+        type=bucket_argument,
+        metavar="NAME",
+        help="a bucket the server has from the start (repeatable)",
+    )
+    parser.add_argument(
         "--exit-with-parent",
         action="store_true",
         help="stop when stdin closes (how magicfs's tests and demo run it)",
     )
     args = parser.parse_args(argv)
-    serve(args.port, args.latency_ms, args.copy_mb_per_s, args.exit_with_parent)
+    serve(args.port, args.latency_ms, args.copy_mb_per_s, args.exit_with_parent, args.bucket)
+
+
+def bucket_argument(text: str) -> str:
+    """argparse's type for ``--bucket``: a bad name is a usage error that says why."""
+    try:
+        return bucket_name(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 if __name__ == "__main__":

@@ -70,7 +70,13 @@ class TaskAttempt:
 def check_relative(relative: str) -> str:
     """A relative output path that stays inside the destination, or ``ValueError``."""
     if not isinstance(relative, str) or not relative.strip("/"):
-        raise ValueError(f"relative output path must be a non-empty string, not {relative!r}")
+        raise ValueError(
+            f"task.path()/task.url() name one output file relative to the destination, "
+            f"not {relative!r}: for a writer that takes a directory "
+            "(pyarrow.dataset.write_dataset(base_dir=...), a partitioned to_parquet) give "
+            "it task.work_path (with filesystem=job.fs), or task.work_url with "
+            "storage_options=job.storage_options"
+        )
     if relative.startswith("/") or "://" in relative or relative.startswith("magic::"):
         raise ValueError(f"output path {relative!r} must be relative to the destination")
     for element in relative.split("/"):
@@ -133,6 +139,27 @@ class TaskCommitMessage:
 Messages: TypeAlias = Sequence["TaskCommitMessage | None"]
 """What job commit is given: one message per task. Spark hands ``None`` for a task that
 never reported; job commit refuses such a list and names the missing message."""
+
+
+def distinct(messages: Messages | None) -> Messages | None:
+    """``messages`` with repeats of one message dropped (the first kept, order kept).
+
+    Committing an attempt twice (a ``commit_task`` retried after a lost reply, or an
+    engine reporting a task twice) gives equal messages: they name one record, so the
+    job commits it once. Two *different* messages for one task stay, for the job to
+    refuse. ``None`` (a task that never reported) is kept, every time, to be refused.
+    """
+    if messages is None:
+        return None
+    seen: set[TaskCommitMessage] = set()
+    kept: list[TaskCommitMessage | None] = []
+    for message in messages:
+        if message is not None:
+            if message in seen:
+                continue
+            seen.add(message)
+        kept.append(message)
+    return kept
 
 
 def total_rows(messages: Messages | None) -> int | None:

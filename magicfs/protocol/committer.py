@@ -60,14 +60,23 @@ Decisions shared by all committers:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 import socket
 import time
+from collections.abc import Iterator
 
-from ..errors import CommitFailedError, JobAlreadyActiveError, JobCommitError
+from ..errors import (
+    CommitFailedError,
+    JobAlreadyActiveError,
+    JobCommitError,
+    NothingToCommitError,
+)
+from ..filesystems.listings import refreshes_listings
 from ..names import SUCCESS_FILE
 from ..task_files import TASK_FILES
+from .active_jobs import ACTIVE_JOBS
 from .attempts import JobSummary, Messages, TaskAttempt, TaskCommitMessage, total_rows
 from .hooks import Loaded, Published
 from .job_commit import JobCommit
@@ -112,6 +121,7 @@ class OutputCommitter(TaskLifecycle):
 
     # -- job setup ----------------------------------------------------------------------------
 
+    @refreshes_listings  # readers in this process then miss the old _SUCCESS it deleted
     def setup_job(self, *, resume: bool = False) -> None:
         """Set the job up; refuse a job id that is already in use here (see module docs).
 
@@ -141,6 +151,12 @@ class OutputCommitter(TaskLifecycle):
                 if deleting is not None:
                     deleting.result()
         self._fresh_job_id = False  # set up: from now on its id is in use
+        ACTIVE_JOBS.set_up(
+            self.job_id,
+            self.url,
+            recover=self.recover_command(all_committed_tasks=True),
+            rollback=self.rollback_command(),
+        )
         log.info(
             "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",
             self.job_id,
@@ -185,7 +201,10 @@ class OutputCommitter(TaskLifecycle):
 
     # -- job commit ------------------------------------------------------------------------------
 
-    def commit_job(self, messages: Messages | None = None) -> JobSummary:
+    @refreshes_listings  # readers in this process then list what the commit left
+    def commit_job(
+        self, messages: Messages | None = None, *, all_committed_tasks: bool = False
+    ) -> JobSummary:
         """Commit the job: every file of the committed tasks appears at its final name.
 
         Publishes exactly the task attempts ``messages`` name, without listing; without
@@ -197,8 +216,23 @@ class OutputCommitter(TaskLifecycle):
         own (:meth:`wait_cleanup` waits for it). Called again with the same job
         id, in any process, it finishes a commit that an earlier driver started.
 
+        **Who may list.** Only the job's driver knows whether every task it needs has
+        committed. So without messages it lists only in the process where
+        :meth:`setup_job` ran for this job id and destination (until the job is
+        committed or aborted there). In any other process, a commit that had begun (its
+        journal exists) is finished with exactly the journal's records; with no journal
+        the call is refused (:class:`~magicfs.errors.JobCommitError`, ``recoverable``,
+        nothing changed) unless ``messages`` or ``all_committed_tasks=True`` say what to
+        publish (:mod:`magicfs.protocol.active_jobs`). A job with nothing left to
+        publish still gets :class:`~magicfs.errors.NothingToCommitError`.
+
         Args:
             messages: the :meth:`commit_task` messages, one per task.
+            all_committed_tasks: list the committed tasks and publish them as the whole
+                job, in any process: the caller vouches that no task is missing. Where it
+                decided what was published (not the set-up process, no journal),
+                ``_SUCCESS`` records it (diagnostics ``magicfs.recovered``, ``.by``,
+                ``.at``; the classic committers' zero-byte ``_SUCCESS`` cannot).
 
         Returns:
             A :class:`~magicfs.JobSummary`: files, bytes, tasks, seconds, and
@@ -211,9 +245,32 @@ class OutputCommitter(TaskLifecycle):
                 the file. What was made visible has been rolled back unless the error
                 says ``recoverable`` (then ``commit_job()`` again finishes the job).
             magicfs.errors.NothingToCommitError: the job was already committed.
+            ValueError: both ``messages`` and ``all_committed_tasks`` were given.
         """
+        if messages is not None and all_committed_tasks:
+            raise ValueError(
+                f"job {self.job_id}: commit_job() takes messages or all_committed_tasks=True, "
+                "not both: the messages already say exactly what to publish"
+            )
         self.wait_cleanup()  # a clean-up of this job still running here finishes first
-        return JobCommit(self, messages).run()
+        with self._ending_job():
+            return JobCommit(self, messages, all_committed_tasks).run()
+
+    @contextlib.contextmanager
+    def _ending_job(self) -> Iterator[None]:
+        """Forget this process's job (:mod:`.active_jobs`) once it has ended here: the
+        commit, abort or clean-up returned, found no job, or failed and was rolled back.
+        A failure that leaves the job to be finished (``recoverable``) keeps it."""
+        try:
+            yield
+        except NothingToCommitError:
+            ACTIVE_JOBS.ended(self.job_id, self.url)
+            raise
+        except JobCommitError as e:
+            if not e.recoverable:
+                ACTIVE_JOBS.ended(self.job_id, self.url)
+            raise
+        ACTIVE_JOBS.ended(self.job_id, self.url)
 
     def wait_cleanup(self, timeout: float | None = None) -> str | None:
         """Wait for the clean-up of this job still running in the background, if any.
@@ -233,6 +290,7 @@ class OutputCommitter(TaskLifecycle):
 
     # -- abort and clean-up ---------------------------------------------------------------------
 
+    @refreshes_listings  # readers in this process then list what the abort left
     def abort_job(self, *, force: bool = False) -> None:
         """Abort the job: nothing of it stays visible, nothing parked. Idempotent.
 
@@ -240,6 +298,10 @@ class OutputCommitter(TaskLifecycle):
         mode after old data was deleted (see the module docstring; ``force=True``). A
         commit that had finished (``_SUCCESS`` written) is kept: only its clean-up is done.
         """
+        with self._ending_job():
+            self._abort_job(force)
+
+    def _abort_job(self, force: bool) -> None:
         start = time.monotonic()
         TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
         self.wait_cleanup()
@@ -269,6 +331,7 @@ class OutputCommitter(TaskLifecycle):
             f" ({undone} files of its interrupted commit deleted)" if undone else "",
         )
 
+    @refreshes_listings  # readers in this process then list what the clean-up left
     def cleanup_job(self) -> None:
         """Delete the job's tree, aborting anything it left. Idempotent.
 
@@ -287,8 +350,9 @@ class OutputCommitter(TaskLifecycle):
                 stage="cleanup",
                 recoverable=True,
             )
-        self._end_job()
-        self._clean_up(None, None)
+        with self._ending_job():
+            self._end_job()
+            self._clean_up(None, None)
 
     # -- what the committers' job hooks share ----------------------------------------------------
 
@@ -308,8 +372,9 @@ class OutputCommitter(TaskLifecycle):
 
         One message per task, from this job, naming a record under ``records_under``; a
         missing message (Spark's ``None`` for a task that never reported) is an error.
+        (Identical messages were merged into one by :func:`~.attempts.distinct` before.)
         """
-        tasks: dict[str, str] = {}
+        tasks: dict[str, TaskCommitMessage] = {}
         present = self._reported(messages)
         for message in present:
             if message.job_id != self.job_id:
@@ -322,12 +387,21 @@ class OutputCommitter(TaskLifecycle):
                     f"job {self.job_id}: message for task {message.task_id} names a record "
                     f"outside this job: {message.record}"
                 )
-            if message.task_id in tasks:
+            earlier = tasks.setdefault(message.task_id, message)
+            if earlier is message:
+                continue
+            if earlier.attempt_id == message.attempt_id:
                 raise CommitFailedError(
-                    f"job {self.job_id}: two messages for task {message.task_id} (attempts "
-                    f"{tasks[message.task_id]} and {message.attempt_id})"
+                    f"job {self.job_id}: two different messages for attempt "
+                    f"{message.attempt_id} ({earlier.files} files in {earlier.record}, "
+                    f"{message.files} files in {message.record}): give commit_job the "
+                    "message of the attempt's last commit_task"
                 )
-            tasks[message.task_id] = message.attempt_id
+            raise CommitFailedError(
+                f"job {self.job_id}: two messages for task {message.task_id} (attempts "
+                f"{earlier.attempt_id} and {message.attempt_id}): give commit_job one "
+                "message per task, the attempt to publish"
+            )
         return [message.record for message in present]
 
     def _reported(self, messages: Messages) -> list[TaskCommitMessage]:

@@ -30,7 +30,9 @@ from .journal import JournalKeeper
 class Loaded:
     """The task records a job commit publishes, loaded and (after ``validate``) checked.
 
-    ``payload`` is the committer's own form of them (pendingsets, manifests on disk).
+    ``payload`` is the committer's own form of them (pendingsets, manifests on disk);
+    ``diagnostics``: what this commit adds to ``_SUCCESS``'s diagnostics (how its records
+    were chosen, when whoever recovered it said so).
     """
 
     records: list[str]
@@ -39,6 +41,7 @@ class Loaded:
     bytes: int
     payload: Any = None
     iostatistics: IOStatisticsSnapshot = field(default_factory=IOStatisticsSnapshot)
+    diagnostics: dict[str, str] = field(default_factory=dict)
 
     def discard(self) -> None:
         """Release local resources (the manifest committer's spill files)."""

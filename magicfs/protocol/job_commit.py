@@ -24,14 +24,16 @@ import time
 from collections.abc import Callable, Iterator
 
 from ..errors import NothingToCommitError
+from ..filesystems.listings import refreshes_listings_of
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsStore
 from ..task_files import TASK_FILES
-from .attempts import JobSummary, Messages, total_rows
+from .active_jobs import ACTIVE_JOBS
+from .attempts import JobSummary, Messages, distinct, total_rows
 from .cleanup import BackgroundCleanup
 from .hooks import CommitterHooks, Loaded, Published
 from .options import elapsed
-from .recovery import Recovery
+from .recovery import Recovery, recovered_diagnostics
 
 log = logging.getLogger("magicfs.committer")
 
@@ -53,9 +55,16 @@ class StageTimer:
 class JobCommit:
     """One call of ``commit_job(messages)``: its stages, its journal, its loaded records."""
 
-    def __init__(self, committer: CommitterHooks, messages: Messages | None):
+    def __init__(
+        self, committer: CommitterHooks, messages: Messages | None, all_committed_tasks: bool
+    ):
         self.committer = committer
-        self.messages = messages
+        self.messages = distinct(messages)
+        #: The caller declared the committed tasks the whole job (see ``commit_job``).
+        self.all_committed_tasks = all_committed_tasks
+        #: Set up in this process: the only one that may list without saying so.
+        self.set_up_here = ACTIVE_JOBS.set_up_here(committer.job_id, committer.url)
+        self.journal_read = False  # read before the job ends (a listing not meant)
         self.start = time.monotonic()
         self.stages = StageTimer(committer.stats)
         self.keeper = committer._journal()
@@ -68,6 +77,9 @@ class JobCommit:
         """The whole commit; a retried one resumes from its journal."""
         c = self.committer
         TASK_FILES.settle(c.job_id)  # this process's files still closing: let them finish
+        if self.messages is None and not self.all_committed_tasks and not self.set_up_here:
+            self.journal = self.recovery.refuse_unmeant_listing()
+            self.journal_read = True
         was_active = self._end_job()
         if self.journal is not None:
             self.recovery.check_resumable(self.journal, self.messages)
@@ -111,7 +123,8 @@ class JobCommit:
             if self.messages is not None and c.loads_named_while_ending:
                 self.named = pool.submit(self._load_named)
             try:
-                self.journal = self.keeper.read() if self.keeper is not None else None
+                if not self.journal_read:
+                    self.journal = self.keeper.read() if self.keeper is not None else None
                 was_active = ending.result()
             except BaseException:
                 self._drop_named()
@@ -179,6 +192,8 @@ class JobCommit:
             except FileNotFoundError:
                 self._check_not_committed_already()
                 raise
+            if self.all_committed_tasks and self.journal is None and not self.set_up_here:
+                self.loaded.diagnostics.update(recovered_diagnostics())
             return self.loaded
 
     def _check_not_committed_already(self) -> None:
@@ -248,7 +263,7 @@ def clean_up_committed(
         )
         log.info("job %s: %s", c.job_id, left)
         return left
-    c._cleanup_run = BackgroundCleanup(c.job_id, work)
+    c._cleanup_run = BackgroundCleanup(c.job_id, refreshes_listings_of(c, work))
     return None
 
 

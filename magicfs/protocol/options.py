@@ -139,9 +139,13 @@ class CommitterOptions:
         """
         return dict(self.store_options)
 
-    def recover_command(self) -> str:
-        """The command line that finishes this job's interrupted commit."""
-        return f"magicfs jobs recover --job {self.job_id} {self.url}"
+    def recover_command(self, *, all_committed_tasks: bool = False) -> str:
+        """The command line that finishes this job's interrupted commit (its journal's
+        records). ``all_committed_tasks``: the one that publishes every committed task of
+        a job whose commit never began, the explicit choice that needs
+        (:mod:`magicfs.protocol.active_jobs`)."""
+        choice = " --all-committed-tasks" if all_committed_tasks else ""
+        return f"magicfs jobs recover{choice} --job {self.job_id} {self.url}"
 
     def rollback_command(self) -> str:
         """The command line that rolls this job's interrupted commit back."""

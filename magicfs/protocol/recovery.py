@@ -9,11 +9,22 @@ records; no second conflict check) or roll it back. The one case where rolling b
 would lose data — ``replace`` mode once an old file was deleted — is left to be
 finished instead, both when a commit fails in-process and when ``abort_job()`` is asked
 to roll it back (``force=True`` insists).
+
+Without a journal, nothing fixes what the job is: only its driver knew whether every
+task it needed had committed. So a commit that lists the committed tasks in a process
+that did not set the job up is refused before anything changes, unless the caller says
+what to publish (:meth:`Recovery.refuse_unmeant_listing`,
+:mod:`magicfs.protocol.active_jobs`); when the caller declares the committed tasks the
+whole job, ``_SUCCESS`` records that choice (:func:`recovered_diagnostics`).
 """
 
 from __future__ import annotations
 
+import datetime
+import getpass
 import logging
+import os
+import socket
 import time
 
 from ..errors import JobCommitError
@@ -72,6 +83,42 @@ class Recovery:
             c.job_id,
             len(journal.records),
             journal.phase,
+        )
+
+    def refuse_unmeant_listing(self) -> CommitJournal:
+        """``commit_job()`` without messages where the job was not set up: the journal.
+
+        With a journal, the commit began and finishes with exactly its records (returned).
+        With none, the committed tasks are listed as the commit would list them (the job
+        is not ended): nothing to publish raises the commit's own
+        :class:`~magicfs.errors.NothingToCommitError` (never set up, already committed);
+        anything else is refused before anything changes, the error naming both ways to
+        say what to publish and the rollback.
+        """
+        c = self.committer
+        journal = self.keeper.read() if self.keeper is not None else None
+        if journal is not None:
+            return journal
+        active = c.job_active()
+        records = c._records_to_commit(None, active)
+        state = (
+            "it is still active: its driver stopped before committing, or is still running"
+            if active
+            else "it has ended but its task records are left (a commit or abort was cut short)"
+        )
+        raise JobCommitError(
+            f"job {c.job_id} at {c.url}: not committed: {len(records)} task records, no "
+            f"commit begun (no journal), and {state}. Without messages, commit_job() "
+            "lists the committed tasks only in the process that set the job up, the one that "
+            "knows whether every task has committed. Say what to publish: "
+            "commit_job(messages) with the tasks' messages (magicfs jobs recover --messages "
+            f"FILE --job {c.job_id} {c.url}), or commit_job(all_committed_tasks=True) if the "
+            f"committed tasks are the whole job ({c.recover_command(all_committed_tasks=True)}"
+            f"); or, once its driver is known gone, roll it back with abort_job() "
+            f"({c.rollback_command()})",
+            job_id=c.job_id,
+            stage="load",
+            recoverable=True,
         )
 
     def old_data_deleted(self, journal: CommitJournal) -> bool:
@@ -198,3 +245,25 @@ class Recovery:
             return c._unpublish(loaded)
         finally:
             loaded.discard()
+
+
+#: What ``_SUCCESS`` says of a commit whose committed tasks were declared the whole job.
+ALL_COMMITTED_TASKS = (
+    "all-committed-tasks: the committed tasks were published as the whole job, as whoever "
+    "committed it declared (not the process that set the job up; no commit had begun)"
+)
+
+
+def recovered_diagnostics() -> dict[str, str]:
+    """``_SUCCESS`` diagnostics of a commit that published every committed task because
+    its caller said they are the whole job: the choice, who made it, when."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in some containers
+        user = "unknown"
+    now = datetime.datetime.now(datetime.UTC)
+    return {
+        "magicfs.recovered": ALL_COMMITTED_TASKS,
+        "magicfs.recovered.by": f"{user}@{socket.gethostname()} (pid {os.getpid()})",
+        "magicfs.recovered.at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }

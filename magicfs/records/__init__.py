@@ -15,7 +15,14 @@ from .manifest import (
     path_to_uri,
     uri_to_path,
 )
-from .pending import TASK_ATTEMPT_ID_KEY, PendingSet, SinglePendingCommit
+from .pending import (
+    CHECKSUM_ALGORITHM_KEY,
+    TASK_ATTEMPT_ID_KEY,
+    PendingSet,
+    SinglePendingCommit,
+    check_checksums_agree,
+    declared_checksums,
+)
 from .success import (
     MANIFEST_COMMITTER_CLASS,
     MAX_FILENAMES,
@@ -25,6 +32,7 @@ from .success import (
 )
 
 __all__ = [
+    "CHECKSUM_ALGORITHM_KEY",
     "MANIFEST_COMMITTER_CLASS",
     "MANIFEST_TYPE",
     "MAX_FILENAMES",
@@ -40,6 +48,8 @@ __all__ = [
     "SinglePendingCommit",
     "SuccessData",
     "TaskManifest",
+    "check_checksums_agree",
+    "declared_checksums",
     "path_to_uri",
     "uri_to_path",
 ]

@@ -25,6 +25,10 @@ STORE_KEY = "magicfs.store"
 BLOCK_LIST_STORE = "azure-block-list"
 #: Extra-data key naming the task attempt that committed a pendingset (HADOOP-17258).
 TASK_ATTEMPT_ID_KEY = "task.attempt.id"
+#: Extra-data key of the checksum algorithm a file's parts carry (a ``.pending``'s; see
+#: :mod:`magicfs.stores.s3.checksums`) and, in a pendingset's own extraData, the
+#: algorithm every file of the attempt declared (:func:`declared_checksums`).
+CHECKSUM_ALGORITHM_KEY = "magicfs.checksum.algorithm"
 
 
 @dataclass
@@ -200,11 +204,23 @@ class PendingSet(Record):
                     f"(also commits[{seen[key]}])",
                 )
             seen[key] = index
+        extra_data = reader.string_map("extraData")
+        declared = extra_data.get(CHECKSUM_ALGORITHM_KEY)
+        for index, commit in enumerate(commits):
+            if declared and commit.extra_data.get(CHECKSUM_ALGORITHM_KEY) != declared:
+                reader.fail(
+                    f"commits[{index}].extraData.{CHECKSUM_ALGORITHM_KEY}",
+                    f"the record of {commit.destination} has "
+                    f"{commit.extra_data.get(CHECKSUM_ALGORITHM_KEY) or 'no'} checksums, but "
+                    f"every file of this attempt was written with {declared} checksums "
+                    f"(the pendingset's extraData.{CHECKSUM_ALGORITHM_KEY}): the record was "
+                    "changed after it was saved",
+                )
         return cls(
             job_id=reader.string("jobId", required=False) or "",
             commits=commits,
             iostatistics=reader.iostatistics(),
-            extra_data=reader.string_map("extraData"),
+            extra_data=extra_data,
         )
 
     def check_destination(self, bucket: str, key_prefix: str, source: str | None) -> None:
@@ -214,6 +230,40 @@ class PendingSet(Record):
                 commit.check_destination(bucket, key_prefix, source)
             except InvalidCommitData as e:
                 raise InvalidCommitData(source, f"commits[{index}].{e.field}", e.problem) from None
+
+
+def declared_checksums(commits: list[SinglePendingCommit]) -> dict[str, str]:
+    """What a task attempt's pendingset declares of its files' checksums (its extraData).
+
+    Where every file's record carries one checksum algorithm, the pendingset says so, and
+    loading it refuses a record without it: a record stripped of its checksums no longer
+    passes for one written without them. Records without checksums (Hadoop's, or a job's
+    with ``checksum=None``) declare nothing and still commit.
+    """
+    algorithms = {commit.extra_data.get(CHECKSUM_ALGORITHM_KEY) for commit in commits}
+    if len(algorithms) != 1 or None in algorithms:
+        return {}
+    return {CHECKSUM_ALGORITHM_KEY: algorithms.pop() or ""}
+
+
+def check_checksums_agree(commits: list[SinglePendingCommit], sources: list[str]) -> None:
+    """Refuse an attempt whose files disagree on checksums (some carry them, some not):
+    a record changed before task commit. Names the record (``sources[i]`` is where
+    ``commits[i]`` came from) and its file."""
+    found = sorted({c.extra_data.get(CHECKSUM_ALGORITHM_KEY) or "" for c in commits} - {""})
+    if not found:
+        return
+    declared = found[0]
+    for commit, source in zip(commits, sources, strict=True):
+        if commit.extra_data.get(CHECKSUM_ALGORITHM_KEY) != declared:
+            raise InvalidCommitData(
+                source,
+                f"extraData.{CHECKSUM_ALGORITHM_KEY}",
+                f"the record of {commit.destination} has "
+                f"{commit.extra_data.get(CHECKSUM_ALGORITHM_KEY) or 'no'} checksums, but "
+                f"other files of its attempt were written with {declared} checksums: the "
+                "record was changed after it was saved",
+            )
 
 
 _URI_START = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*:|/)")

@@ -75,6 +75,10 @@ class Committer:
     #: Jobs with different ids to one destination never touch each other (the classic
     #: committers share ``_temporary/<app attempt>`` and collide, as in Hadoop).
     isolates_jobs: bool = True
+    #: A second ``commit_task`` of a committed attempt (a retry after a lost reply)
+    #: returns the same message; ``False``: it is refused and the first message stands
+    #: (staging: the attempt's local files were uploaded and deleted by the first).
+    recommits: bool = True
     #: ``conflict_mode`` applies to the whole destination, or per partition directory
     #: (``partitioned``: ``fail`` at task commit, ``replace`` of the partitions written,
     #: files at the top always appended).
@@ -117,6 +121,7 @@ COMMITTERS = {
             "directory",
             S3_STORES,
             speculation="last",
+            recommits=False,
             deferred_writes=True,
             success_committer="directory",
             detects_duplicate_destinations=True,
@@ -125,6 +130,7 @@ COMMITTERS = {
             "partitioned",
             S3_STORES,
             speculation="last",
+            recommits=False,
             deferred_writes=True,
             success_committer="partitioned",
             detects_duplicate_destinations=True,

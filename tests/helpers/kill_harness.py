@@ -27,8 +27,10 @@ time (:data:`ROWS`), each run reproducible from its seed.
    phase until a ``delay`` rule on the phase's n-th S3 request is armed, and is killed
    the moment that request is held.
 4. Recovery runs in a fresh process (``recover`` command) with a new committer for the
-   same destination and job id: ``commit_job()``, ``commit_job(messages)`` with the saved
-   messages, ``abort_job()`` or ``cleanup_job()``; a call refused with a recoverable
+   same destination and job id: ``commit_job()`` (``all_committed_tasks=True``: the
+   recovering process did not set the job up, so it says that the committed tasks are
+   the whole job; a journal, when there is one, decides instead), ``commit_job(messages)``
+   with the saved messages, ``abort_job()`` or ``cleanup_job()``; a call refused with a recoverable
    :class:`~magicfs.errors.JobCommitError` is followed by the plan's next call. Then the
    last call is made once more (in this process, with a fresh committer): it must be
    harmless.
@@ -255,7 +257,7 @@ def call(committer, action: str, spec: JobSpec) -> dict[str, Any]:
     start = time.monotonic()
     try:
         if action == "commit":
-            summary = committer.commit_job()
+            summary = committer.commit_job(all_committed_tasks=True)
         elif action == "commit-messages":
             summary = committer.commit_job(list(saved_messages(spec).values()))
         elif action == "abort":
@@ -453,7 +455,7 @@ ROWS: dict[str, Row] = {
         Row(
             "task-commit",
             "task killed during task commit, then abort_job() or cleanup_job() (or "
-            "commit_job(): the committed tasks)",
+            "commit_job(all_committed_tasks=True): the committed tasks)",
             ("magic", "magic-mem", "directory", "manifest"),
             phases=("task_commit",),
             plans=("abort", "cleanup,abort", "commit"),

@@ -1,6 +1,8 @@
 """The ``magicfs`` command line (argparse): the demo and the operator tools.
 
 * ``magicfs demo``: the main job against an embedded S3 server on 127.0.0.1;
+* ``magicfs server``: that S3 server on 127.0.0.1 with a bucket, to try magicfs with,
+  until Ctrl-C (:mod:`.server`);
 * ``magicfs uploads list|abort PATH``: pending multipart uploads under an S3 path
   (:mod:`.uploads`, Hadoop's ``hadoop s3guard uploads``);
 * ``magicfs jobs list|recover|rollback|cleanup PATH``: jobs left under a destination
@@ -19,7 +21,7 @@ import logging
 import os
 import sys
 
-from . import inspect_record, jobs, success, uploads
+from . import inspect_record, jobs, server, success, uploads
 from .common import EXIT_FAILED, CliError, configure_logging, scrub
 
 log = logging.getLogger("magicfs.cli")
@@ -53,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--keep", action="store_true", help="leave the server running and print how to use it"
     )
+    server.add_parser(sub)
     uploads.add_parser(sub)
     jobs.add_parser(sub)
     inspect_record.add_parser(sub)
@@ -66,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         from ..demo import run_demo
 
         return run_demo(keep=args.keep)
+    if args.command == "server":
+        return server.run(args)
     configure_logging(args.verbose)
     return run_command(args)
 

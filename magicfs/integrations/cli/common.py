@@ -26,6 +26,7 @@ from typing import Any, TextIO
 
 from ...stores.capabilities import speaks_s3
 from ...stores.s3.store import S3Store, iterate
+from ..option_values import decode_option
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -98,7 +99,8 @@ def add_common_options(parser: argparse.ArgumentParser) -> None:
 
 
 def storage_option(text: str) -> tuple[str, Any]:
-    """argparse type for ``KEY=VALUE``; the value as JSON when it parses, else the string.
+    """argparse type for ``KEY=VALUE``; the value as JSON when it parses, else the string
+    (refused where it looks like JSON and does not parse: :mod:`..option_values`).
 
     The error message never repeats ``text``: it may be a secret typed without its key.
     """
@@ -106,10 +108,9 @@ def storage_option(text: str) -> tuple[str, Any]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError("expected KEY=VALUE (the value was not echoed)")
     try:
-        parsed: Any = json.loads(value)
-    except ValueError:
-        parsed = value
-    return key.strip(), parsed
+        return key.strip(), decode_option(key.strip(), value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 _DURATION_PART = re.compile(r"(\d+)([dhms])")
@@ -246,7 +247,7 @@ def store_errors(url: str) -> Iterator[None]:
         if isinstance(e, FileNotFoundError):
             raise NotFound(f"{url}: no such file or directory") from None
         if isinstance(e, PermissionError):
-            raise CliError(f"{url}: access denied") from None
+            raise CliError(f"{url}: access denied: {_denial(e)}") from None
         if isinstance(e, IsADirectoryError):
             raise CliError(f"{url}: is a directory, not a file") from None
         code = error_code(e)
@@ -257,6 +258,19 @@ def store_errors(url: str) -> Iterator[None]:
         if is_not_connected(e):
             raise CliError(f"{url}: {answer(e)}") from None
         raise CliError(f"{url}: {e}") from None
+
+
+def _denial(error: PermissionError) -> str:
+    """The store's own words for a refusal (its code and message), and what to check."""
+    from ...stores.s3.failures import answer, http_status
+    from ...stores.s3.store import error_code
+
+    if http_status(error) is None and error_code(error) is None:
+        return f"{error}; check this user's permissions on the path"
+    return (
+        f"{answer(error)}; check the credentials (-o key=... or the profile in use) and "
+        "that their policy allows this action on the path"
+    )
 
 
 def read_limited(fs: Any, path: str, limit: int, url: str) -> bytes:

@@ -1,33 +1,46 @@
 """``magicfs jobs list|recover|rollback|cleanup PATH``: jobs left under a destination.
 
 After a driver dies, its job's state is still in the destination (see
-:mod:`magicfs.committers.jobs`). ``list`` shows every such job and what it needs next;
-the other actions end one job (``--job ID``) exactly as the committer's own methods do:
+:mod:`magicfs.committers.jobs`). ``list`` shows every such job, what happened to it and
+the commands that end it; the other actions end one job (``--job ID``) exactly as the
+committer's own methods do:
 
-* ``recover``: ``commit_job()`` — finish an interrupted commit (the same task records,
-  no second conflict check), or commit the committed tasks of a job whose driver died
-  before committing;
+* ``recover``: ``commit_job()`` — finish an interrupted commit (its journal's task
+  records, no second conflict check). A job whose commit never began (``active``, or
+  ``ended`` with task records) is refused unless the operator says what to publish:
+  ``--messages FILE`` (the tasks' commit messages: exactly those attempts) or
+  ``--all-committed-tasks`` (every committed task is the whole job; ``_SUCCESS`` records
+  the choice). Only the driver knew whether every task had committed;
 * ``rollback``: ``abort_job()`` — delete every file an interrupted commit had made
   visible, abort every upload; refused (exit 1) for a ``replace`` commit that had
-  already deleted old data, unless ``--force``;
+  already deleted old data, unless ``--force``, and for a job that has committed (its
+  output stays; ``cleanup`` finishes an unfinished clean-up);
 * ``cleanup``: ``cleanup_job()`` — finish the clean-up of a committed job (refused while
-  a commit is unfinished).
+  a commit is unfinished). A job already committed and cleaned up (its ``_SUCCESS``
+  names it, nothing else is left) needs nothing: exit 0, saying so.
 
-Exit 0 when done (``list``: also when nothing is found, unless ``--fail-if-any``), 1 when
-the action failed (the message says what is left and what to run).
+A job id of which nothing is left at PATH (no marker, journal, task record or tree, no
+``_SUCCESS`` naming it) is refused by every action (exit 1), naming the jobs that are
+there. Exit 0 when done (``list``: also when nothing is found, unless
+``--fail-if-any``), 1 when the action failed or was refused (the message says what is
+left and what to run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import pathlib
 import sys
 from typing import Any
 
 from ...committers import committer_for
-from ...committers.jobs import describe_job, find_jobs
+from ...committers.jobs import JobState, describe_job, find_jobs
 from ...errors import JobCommitError, NothingToCommitError
 from ...layouts.magic import check_job_id
+from ...protocol.attempts import TaskCommitMessage
+from ...protocol.committer import OutputCommitter
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -46,6 +59,10 @@ ACTIONS = {
     "rollback": "roll the job back (abort_job()): nothing of it stays visible",
     "cleanup": "finish a committed job's clean-up (cleanup_job())",
 }
+#: States whose commit never began: only the driver knew whether every task committed.
+NOT_BEGUN = ("active", "ended")
+#: A messages file is a list of small JSON documents; more than this is not one.
+MESSAGES_BYTES = 256 << 20
 
 
 def add_parser(sub: Any) -> None:
@@ -72,6 +89,8 @@ def add_parser(sub: Any) -> None:
             choices=("magic", "manifest"),
             help="default: magic for s3:// destinations, manifest elsewhere",
         )
+        if name == "recover":
+            _add_choices(action)
         if name == "rollback":
             action.add_argument(
                 "--force",
@@ -80,6 +99,23 @@ def add_parser(sub: Any) -> None:
                 "data cannot come back; the new data is deleted too)",
             )
         action.set_defaults(handler=run_action)
+
+
+def _add_choices(parser: argparse.ArgumentParser) -> None:
+    """``recover``'s two ways to say what a job whose commit never began publishes."""
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument(
+        "--messages",
+        metavar="FILE",
+        help="publish exactly the task attempts these commit messages name: a JSON list of "
+        "TaskCommitMessage objects (message.to_json()), or one per line",
+    )
+    choice.add_argument(
+        "--all-committed-tasks",
+        action="store_true",
+        help="publish every committed task as the whole job (you know no task is missing); "
+        "_SUCCESS records this choice (diagnostics magicfs.recovered)",
+    )
 
 
 def _add_path(parser: argparse.ArgumentParser) -> None:
@@ -94,13 +130,17 @@ def _job_id(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+# -- list ----------------------------------------------------------------------------------------
+
+
 def run_list(args: argparse.Namespace) -> int:
     fs, path = open_fs(args.path, args)
     url = fs.unstrip_protocol(path)
     with store_errors(url):
         jobs = find_jobs(url, fs=fs)
     if args.json:
-        print_json({"destination": url, "jobs": [job.to_dict() for job in jobs]})
+        documents = [{**job.to_dict(), "commands": _commands(job)} for job in jobs]
+        print_json({"destination": url, "jobs": documents})
     else:
         print(f"Jobs under {url}: {len(jobs) or 'none'}")
         for job in jobs:
@@ -113,22 +153,51 @@ def run_list(args: argparse.Namespace) -> int:
             )
             print(f"      destination: {job.destination}")
             print(f"      next: {job.next_step}")
-            print(f"      magicfs jobs {_command(job.state)} --job {job.job_id} {job.destination}")
+            for command, why in _explained_commands(job):
+                print(f"      {command}" + (f"    # {why}" if why else ""))
     return EXIT_FAILED if args.fail_if_any and jobs else EXIT_OK
 
 
-def _command(state: str) -> str:
-    return {"committed": "cleanup", "ended": "rollback"}.get(state, "recover")
+def _explained_commands(job: JobState) -> list[tuple[str, str]]:
+    """The commands that end ``job``, the recommended one first, each with why (or ``""``)."""
+    base = f"--job {job.job_id} {job.destination}"
+    if job.state in NOT_BEGUN:
+        rollback = (f"magicfs jobs rollback {base}", "once its driver is known gone")
+        if not job.task_records:
+            return [rollback]
+        return [
+            rollback,
+            (f"magicfs jobs recover --messages FILE {base}", "or publish exactly these tasks"),
+            (
+                f"magicfs jobs recover --all-committed-tasks {base}",
+                f"or publish the {plural(job.task_records, 'committed task')} as the whole job",
+            ),
+        ]
+    verb = {"committed": "cleanup", "committing": "recover"}.get(job.state, "rollback")
+    return [(f"magicfs jobs {verb} {base}", "")]
+
+
+def _commands(job: JobState) -> list[str]:
+    return [command for command, _ in _explained_commands(job)]
+
+
+# -- recover, rollback, cleanup ----------------------------------------------------------------
 
 
 def run_action(args: argparse.Namespace) -> int:
     fs, path = open_fs(args.path, args)
     url = fs.unstrip_protocol(path)
+    messages = read_messages(args.messages, args.job) if getattr(args, "messages", None) else None
     committer = committer_for(url, committer=args.committer, job_id=args.job, fs=fs)
     with store_errors(url):
         before = describe_job(committer)
+        if before.state == "unknown":
+            raise CliError(_unknown_job(committer, fs))
+        _refuse(args, before)
+        if messages is not None and before.state in NOT_BEGUN:
+            check_records_exist(committer, messages, args.messages)
         try:
-            outcome = _act(args, committer)
+            outcome = _act(args, committer, before, messages)
         except (JobCommitError, NothingToCommitError) as e:
             raise CliError(str(e)) from None
     document = {
@@ -141,22 +210,231 @@ def run_action(args: argparse.Namespace) -> int:
     if args.json:
         print_json(document)
     else:
-        detail = ", ".join(f"{key} {value}" for key, value in outcome.items() if value is not None)
-        print(f"job {committer.job_id} at {url}: {args.action} done ({detail})")
+        print(_done(committer, args.action, before, outcome))
     sys.stdout.flush()
     return EXIT_OK
 
 
-def _act(args: argparse.Namespace, committer: Any) -> dict[str, Any]:
+def _unknown_job(committer: OutputCommitter, fs: Any) -> str:
+    """The refusal of a job id of which nothing is left: which jobs are there instead."""
+    found = [job.job_id for job in find_jobs(committer.url, fs=fs)]
+    there = ", ".join(found) if found else "none"
+    return (
+        f"no job {committer.job_id} at {committer.url}: nothing of it is there (no job "
+        f"marker, journal, task record or tree of the {committer.name} committer, no "
+        f"_SUCCESS naming it). Jobs found there: {there} (magicfs jobs list {committer.url})"
+    )
+
+
+def _refuse(args: argparse.Namespace, before: JobState) -> None:
+    """Refuse, before anything changes, what the job's state makes wrong to do."""
+    base = f"--job {before.job_id} {before.destination}"
+    if args.action == "recover" and before.state in NOT_BEGUN:
+        if before.state == "ended" and not before.task_records:
+            raise CliError(
+                f"job {before.job_id} at {before.destination}: nothing to recover: no task "
+                f"of it committed ({before.what_happened}); roll it back: magicfs jobs "
+                f"rollback {base}"
+            )
+        if args.messages is None and not args.all_committed_tasks:
+            raise CliError(
+                f"job {before.job_id} at {before.destination}: not recovered: no commit of "
+                f"it began ({before.what_happened}), and only its driver knew whether every "
+                f"task had committed. Say what to publish: magicfs jobs recover --messages "
+                f"FILE {base} (exactly the tasks' commit messages, a JSON list) or magicfs "
+                f"jobs recover --all-committed-tasks {base} (the "
+                f"{plural(before.task_records, 'committed task')} are the whole job; recorded "
+                f"in _SUCCESS). Or, once the driver is known gone, roll it back: magicfs jobs "
+                f"rollback {base}"
+            )
+    if args.action == "rollback" and before.state in ("committed", "done"):
+        left = (
+            f"; its clean-up is unfinished: magicfs jobs cleanup {base}"
+            if before.state == "committed"
+            else ""
+        )
+        raise CliError(
+            f"job {before.job_id} has already committed to {before.destination}: nothing to "
+            f"roll back, its output stays{left}"
+        )
+
+
+def _act(
+    args: argparse.Namespace,
+    committer: OutputCommitter,
+    before: JobState,
+    messages: list[TaskCommitMessage] | None,
+) -> dict[str, Any]:
     if args.action == "recover":
-        summary = committer.commit_job()
+        summary = committer.commit_job(messages, all_committed_tasks=args.all_committed_tasks)
         return {
             "files": summary.files,
             "bytes": summary.bytes,
+            "tasks": summary.tasks,
+            "recoveredFrom": _recovered_from(args, before),
             "cleanupIncomplete": summary.cleanup_incomplete,
         }
     if args.action == "rollback":
         committer.abort_job(force=args.force)
         return {}
-    committer.cleanup_job()
+    if before.state != "done":  # done: already cleaned up, nothing to do (idempotent)
+        committer.cleanup_job()
     return {}
+
+
+def _recovered_from(args: argparse.Namespace, before: JobState) -> str:
+    """What decided the published set: the journal, the messages, or the operator's word."""
+    if before.state not in NOT_BEGUN:
+        return "journal"
+    return "messages" if args.messages is not None else "all-committed-tasks"
+
+
+def _done(
+    committer: OutputCommitter, action: str, before: JobState, outcome: dict[str, Any]
+) -> str:
+    """The one line that says what the action did."""
+    head = f"job {committer.job_id} at {committer.url}"
+    if action == "recover":
+        chosen = {
+            "journal": "the records its interrupted commit's journal names",
+            "messages": "exactly the attempts the messages name",
+            "all-committed-tasks": "every committed task, as you declared (recorded in _SUCCESS)",
+        }[outcome["recoveredFrom"]]
+        line = (
+            f"{head}: committed {plural(outcome['files'], 'file')} "
+            f"({plural(outcome['bytes'], 'byte')}) of {plural(outcome['tasks'], 'task')}: "
+            f"{chosen}"
+        )
+        incomplete = outcome.get("cleanupIncomplete")
+        return f"{line}. {incomplete}" if incomplete else line
+    if action == "rollback":
+        return (
+            f"{head}: rolled back (it was {before.state}): nothing of it is visible, "
+            "nothing of its tree is left"
+        )
+    if before.state == "done":
+        return f"{head}: already committed and cleaned up (its _SUCCESS names it): nothing to do"
+    return f"{head}: cleaned up (it was {before.state}): nothing of its tree is left"
+
+
+# -- the messages of --messages FILE -------------------------------------------------------------
+
+
+def read_messages(path: str, job_id: str) -> list[TaskCommitMessage]:
+    """The task commit messages in ``path``: a JSON list, or one JSON object per line.
+
+    Each must be a whole :class:`TaskCommitMessage` of job ``job_id``, one per task: a
+    wrong file is refused here, naming the entry and field, before the job is touched.
+    """
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise CliError(f"--messages {path}: cannot read it: {e}") from None
+    if len(text) > MESSAGES_BYTES:
+        raise CliError(f"--messages {path}: larger than {MESSAGES_BYTES:,} bytes")
+    entries = _message_documents(path, text)
+    if not entries:
+        raise CliError(f"--messages {path}: no messages in it (a JSON list of messages)")
+    messages = [_message(path, where, entry) for where, entry in entries]
+    tasks: dict[str, str] = {}
+    for message, (where, _) in zip(messages, entries, strict=True):
+        if message.job_id != job_id:
+            raise CliError(
+                f"--messages {path}: {where}: job_id is {message.job_id!r}, not the job "
+                f"recovered ({job_id}): give the messages of job {job_id}"
+            )
+        if message.task_id in tasks:
+            raise CliError(
+                f"--messages {path}: {where}: a second message for task {message.task_id} "
+                f"(attempts {tasks[message.task_id]} and {message.attempt_id}): keep the "
+                "one attempt to publish"
+            )
+        tasks[message.task_id] = message.attempt_id
+    return messages
+
+
+def _message_documents(path: str, text: str) -> list[tuple[str, Any]]:
+    """(where, parsed JSON) of each message: list entries, or lines."""
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
+    if isinstance(document, list):
+        return [(f"entry {index}", entry) for index, entry in enumerate(document)]
+    if isinstance(document, dict):
+        return [("entry 0", document)]
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append((f"line {number}", json.loads(line)))
+        except ValueError as e:
+            raise CliError(
+                f"--messages {path}: line {number}: not JSON ({e}): the file must hold a "
+                "JSON list of task commit messages, or one message per line"
+            ) from None
+    return entries
+
+
+#: The fields of a message and the JSON types they take.
+_FIELDS: dict[str, tuple[type, ...]] = {
+    "committer": (str,),
+    "job_id": (str,),
+    "task_id": (str,),
+    "attempt_id": (str,),
+    "record": (str,),
+    "files": (int,),
+    "bytes": (int,),
+}
+
+
+def _message(path: str, where: str, entry: Any) -> TaskCommitMessage:
+    """One entry as a message, or a refusal naming its field."""
+    if not isinstance(entry, dict):
+        raise CliError(
+            f"--messages {path}: {where}: not a JSON object but {type(entry).__name__}: each "
+            "entry is one task's commit message (TaskCommitMessage.to_json())"
+        )
+    for name, types in _FIELDS.items():
+        value = entry.get(name)
+        if not isinstance(value, types) or isinstance(value, bool):
+            raise CliError(
+                f"--messages {path}: {where}: field {name} is missing or not a "
+                f"{types[0].__name__} (a TaskCommitMessage has {', '.join(_FIELDS)})"
+            )
+    rows = entry.get("rows")
+    if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool)):
+        raise CliError(f"--messages {path}: {where}: field rows is not an integer")
+    return TaskCommitMessage(**{name: entry[name] for name in _FIELDS}, rows=rows)
+
+
+def check_records_exist(
+    committer: OutputCommitter, messages: list[TaskCommitMessage], path: str
+) -> None:
+    """Every record the messages name is one of this job's task records and is there
+    (else the commit would fail and abort the job): one listing of its tasks directory."""
+    fs = committer.store_fs
+    tasks_dir = getattr(getattr(committer, "layout", None), "tasks_dir", None)
+    if tasks_dir is None:  # not a committer of ``magicfs jobs``
+        return
+    outside = [m for m in messages if m.record.rsplit("/", 1)[0] != tasks_dir]
+    if outside:
+        raise CliError(
+            f"--messages {path}: the message of task {outside[0].task_id} names a record "
+            f"outside job {committer.job_id}'s task records ({outside[0].record}, not in "
+            f"{fs.unstrip_protocol(tasks_dir)}): give this job's messages"
+        )
+    fs.invalidate_cache(tasks_dir)
+    try:
+        present = {entry.rstrip("/") for entry in fs.ls(tasks_dir, detail=False)}
+    except FileNotFoundError:
+        present = set()
+    missing = sorted({m.record for m in messages} - present)
+    if missing:
+        raise CliError(
+            f"--messages {path}: {plural(len(missing), 'record')} they name "
+            f"{'is' if len(missing) == 1 else 'are'} not there, e.g. "
+            f"{fs.unstrip_protocol(missing[0])}: not the messages of this job's committed "
+            "tasks as they stand (an attempt aborted since?); nothing was changed"
+        )

@@ -3,7 +3,9 @@
 Spark passes options as strings in a case-insensitive map. Options prefixed
 ``storage_options.`` go to the store's fsspec filesystem; dots nest further
 (``storage_options.client_kwargs.endpoint_url``) and values that parse as JSON
-(``true``, ``8``, ``{"a": 1}``) are decoded, others stay strings.
+(``true``, ``8``, ``{"a": 1}``) are decoded, others stay strings; text that looks like
+JSON but does not parse, or is not an object for a ``*_kwargs`` option, is refused
+(:mod:`magicfs.integrations.option_values`).
 
 Any other option must be one of :data:`OPTIONS`: Spark accepts every option name
 without a word, so a misspelt one (``formt``) or one this source does not implement
@@ -12,9 +14,10 @@ would otherwise be ignored and the job write something else than asked.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
+
+from ..option_values import decode_option
 
 PREFIX = "storage_options."
 FORMATS = ("parquet", "csv", "json")
@@ -55,15 +58,15 @@ def storage_options(options: Mapping[str, str]) -> dict[str, Any]:
         target = result
         for parent in parents:
             target = target.setdefault(parent, {})
-        target[leaf] = _decode(value)
+        target[leaf] = value if not isinstance(value, str) else _decode(key, value)
     return result
 
 
-def _decode(value: str) -> Any:
+def _decode(key: str, value: str) -> Any:
     try:
-        return json.loads(value)
-    except (TypeError, ValueError):
-        return value
+        return decode_option(key, value)
+    except ValueError as e:
+        raise ValueError(f"magicfs: {e} (nothing was written)") from None
 
 
 def split_columns(value: str | None) -> list[str]:

@@ -15,6 +15,11 @@ checksums travel there and Hadoop still reads the record:
 * ``magicfs.checksum.object``: the object's checksum as S3 reports a multipart object
   (the algorithm over the parts' concatenated digests, then ``-<parts>``).
 
+Task commit declares the algorithm in the pendingset's own extraData when every file of
+the attempt carries it (:func:`magicfs.records.pending.declared_checksums`), so a record
+stripped of these three keys is refused at job commit instead of passing for a record
+written without checksums (Hadoop's declare nothing and still commit).
+
 Before anything is published, each record is checked (:func:`check_record`): one
 checksum per part, each of the algorithm's size, and the parts agreeing with the
 object's. A record whose checksums were edited fails there, naming the file and the
@@ -47,9 +52,9 @@ import botocore.compat
 import botocore.httpchecksum as httpchecksum
 
 from ...errors import InvalidCommitData
-from ...records import SinglePendingCommit
+from ...records import CHECKSUM_ALGORITHM_KEY, SinglePendingCommit
 
-ALGORITHM_KEY = "magicfs.checksum.algorithm"
+ALGORITHM_KEY = CHECKSUM_ALGORITHM_KEY  # a pendingset declares it too (records.pending)
 PARTS_KEY = "magicfs.checksum.parts"
 OBJECT_KEY = "magicfs.checksum.object"
 

@@ -24,8 +24,9 @@ counts as "not honoured" for the files that asked (safe, though the fallback's H
 leaves the race window below), and is kept only for :data:`FAILED_PROBE_TTL` seconds: a
 passing fault must not turn an atomic condition into HEAD-then-write for good.
 A process killed during the probe leaves one small object in the job's tree (deleted
-with it by the job's clean-up) and possibly one upload on it (``magicfs uploads``
-lists it).
+with it by the job's clean-up) and possibly one upload on it, which the job's sweep
+aborts with its others (:func:`.sweep.sweep_job`: every upload inside the job's own
+tree is the job's).
 
 **The fallback** where a condition is not honoured: HEAD the key just before the write
 and refuse if something is there, naming the file and the store's limitation. One HEAD

@@ -250,8 +250,9 @@ def sweep_job(
     snapshot: UnmarkedRecord | None = None,
 ) -> SweepOutcome:
     """Abort every upload of the job, except the ids in ``keep``: those on one of its
-    ``keys`` and, for an unmarked job (``snapshot``: its record), those under the
-    destination not in its snapshot.
+    ``keys``, those on a key inside the job's own tree (no writer's: the conditional-write
+    probe's, left by a process killed while probing) and, for an unmarked job
+    (``snapshot``: its record), those under the destination not in its snapshot.
 
     ``keep``: the upload ids this job completed (or must keep). ``own_ids(keys)``: the
     upload ids the job's own records name on those keys (asked only for keys another
@@ -260,10 +261,16 @@ def sweep_job(
     """
     prefix = f"{dest_key}/" if dest_key else ""
     listed = iterate(store, store.alist_uploads(bucket, prefix)) if uploads is None else uploads
+    own_tree = f"{prefix}{MAGIC_JOB_PREFIX}{job_id}/"
     candidates = [
         u
         for u in listed
-        if u.upload_id not in keep and (u.key in keys or _unmarked_candidate(u, snapshot, dest_key))
+        if u.upload_id not in keep
+        and (
+            u.key in keys
+            or u.key.startswith(own_tree)  # a probe's, its process killed (.conditional)
+            or _unmarked_candidate(u, snapshot, dest_key)
+        )
     ]
     outcome = SweepOutcome()
     if not candidates:
