@@ -218,7 +218,8 @@ def test_jobs_list_prints_each_job_s_destination_and_command(store, capsys):
     assert out.startswith(f"Jobs under {store.root}: 3\n")
     for job in sorted(jobs, key=lambda j: j.dest):
         assert f"      destination: {job.url}\n" in out
-        assert f"      magicfs jobs recover --job {job.job_id} {job.url}\n" in out
+        # the command recommended for an active job names its own destination
+        assert f"      magicfs jobs rollback --job {job.job_id} {job.url}    # " in out
     document = json.loads(cli_list(store, "", "--json"))
     assert document["destination"] == store.root
     assert [(j["jobId"], j["destination"]) for j in document["jobs"]] == [
