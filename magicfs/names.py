@@ -47,6 +47,10 @@ JOURNAL_PAGE_SUFFIX = ".json"
 #: In a magic job's tree: the job found no other job covering its destination at set-up,
 #: so its writers put no per-file intent marker (:mod:`magicfs.stores.s3.tracking`).
 UNMARKED_FILE = "_magicfs_unmarked"
+#: The job index, at the top of a bucket or container: one entry per job, at
+#: ``__magicfs_jobs/<destination key>/<job id>.json`` (:mod:`magicfs.layouts.job_index`).
+JOB_INDEX = "__magicfs_jobs"
+JOB_INDEX_SUFFIX = ".json"
 
 
 def journal_page(number: int) -> str:

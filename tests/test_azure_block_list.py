@@ -56,6 +56,7 @@ from magicfs.task_files import TASK_FILES, TaskFiles
 BLOCK = 64 << 10
 TESTS = pathlib.Path(__file__).resolve().parent
 MAGIC = "__magic_job-"
+INDEX = "__magicfs_jobs"
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -77,15 +78,20 @@ def sdk(server) -> BlobServiceClient:
 
 
 def visible_data(reader, container: str) -> dict[str, bytes]:
-    """Every published blob of the container outside the job's tree, except _SUCCESS."""
+    """Every published blob of the container outside the job's state, except _SUCCESS."""
     reader.invalidate_cache()
-    names = [p for p in reader.find(container) if MAGIC not in p and not p.endswith("/_SUCCESS")]
+    names = [p for p in reader.find(container) if not _job_state(p) and not p.endswith("/_SUCCESS")]
     return {name: reader.cat_file(name) for name in names}
 
 
 def job_tree(reader, container: str) -> list[str]:
+    """The job's state: its tree, and its entry in the container's job index."""
     reader.invalidate_cache()
-    return [p for p in reader.find(container) if MAGIC in p]
+    return [p for p in reader.find(container) if _job_state(p)]
+
+
+def _job_state(path: str) -> bool:
+    return MAGIC in path or f"/{INDEX}/" in path
 
 
 def success_of(reader, container: str) -> dict:

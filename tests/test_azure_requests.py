@@ -35,6 +35,7 @@ from magicfs.task_files import TASK_FILES
 
 BLOCK = 64 << 10
 MAGIC = "__magic_job-"
+INDEX = "__magicfs_jobs"
 
 
 def make_committer(fs, container: str, **options) -> magicfs.OutputCommitter:
@@ -46,14 +47,19 @@ def reader_for(server) -> adlfs.AzureBlobFileSystem:
 
 
 def published(server, container: str) -> dict[str, bytes]:
-    """Every published blob of the container outside the job's tree, but ``_SUCCESS``."""
+    """Every published blob of the container outside the job's state, but ``_SUCCESS``."""
     reader = reader_for(server)
-    names = [p for p in reader.find(container) if MAGIC not in p and not p.endswith("_SUCCESS")]
+    names = [p for p in reader.find(container) if not _job_state(p) and not p.endswith("_SUCCESS")]
     return {name.split("/", 1)[1]: reader.cat_file(name) for name in names}
 
 
 def job_tree(server, container: str) -> list[str]:
-    return [p for p in reader_for(server).find(container) if MAGIC in p]
+    """The job's state: its tree, and its entry in the container's job index."""
+    return [p for p in reader_for(server).find(container) if _job_state(p)]
+
+
+def _job_state(path: str) -> bool:
+    return MAGIC in path or f"/{INDEX}/" in path
 
 
 def requests_of(server, container: str, since: int) -> list[tuple[str, str]]:

@@ -167,11 +167,13 @@ def test_setup_of_a_fresh_job_id_sends_no_lookups(request_log, bucket, s3_option
     request_log.attach(committer.store_fs)
     committer.setup_job()
     # no GET of a journal or _SUCCESS, no HEAD of a job marker: the old _SUCCESS is
-    # deleted and the job marker written; then the intent-marker mode is decided (other
-    # jobs' trees at "" and "out", the snapshot of pending uploads, the unmarked record)
+    # deleted and the job marker written, with the job's index entry alongside (one round
+    # trip for the three: tests/test_job_index.py); then the intent-marker mode is decided
+    # (other jobs' trees at "" and "out", the snapshot of pending uploads, the unmarked
+    # record)
     assert request_log.counts() == {
         "DeleteObjects": 1,
-        "PutObject": 2,
+        "PutObject": 3,
         "ListObjectsV2": 2,
         "ListMultipartUploads": 1,
     }

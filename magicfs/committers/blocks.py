@@ -12,7 +12,9 @@ records* of the attempt (:mod:`magicfs.stores.azure.records`: a few PendingSets 
 process and attempt instead of a blob per file, which Azure would delete one request
 at a time).
 
-* ``setup_job``: delete an old ``_SUCCESS`` as the conflict mode says, write the job marker.
+* ``setup_job``: delete an old ``_SUCCESS`` as the conflict mode says, write the job marker
+  and, alongside it, the job's entry in the container's job index (how ``magicfs jobs
+  list`` finds the job from a prefix above it: :mod:`magicfs.layouts.job_index`).
 * tasks write through ``committer.fs`` under ``task.path(...)``
   (:mod:`magicfs.filesystems.deferred_view`).
 * ``commit_task``: list the attempt's directory (with the markers' metadata), take this

@@ -3,7 +3,9 @@
 For operators (``magicfs jobs``) and for scripts that recover after a crash: every job
 of the magic and manifest committers keeps its state in the destination itself, in names
 readers skip (``__magic_job-<id>/`` on S3, ``_temporary/<id>/`` elsewhere), so listing
-them needs nothing but the destination:
+them needs nothing but the destination; the jobs *below* a prefix are found through the
+bucket's job index (:func:`find_jobs`, :mod:`magicfs.layouts.job_index`). A job is in
+one of these states:
 
 * ``active``: set up, not ended (its job marker exists): tasks may still be running;
 * ``committing``: a commit started and did not finish (its journal exists): finish it
@@ -30,23 +32,37 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidCommitData
+from ..layouts import job_index
 from ..layouts.magic import MagicJobLayout
 from ..layouts.manifest import ManifestJobLayout
 from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SUFFIX, TEMPORARY
-from ..paths import join
+from ..paths import is_magic_element, join
 from ..protocol.committer import OutputCommitter
 from ..stores.capabilities import speaks_s3
+from ..stores.deferred import collect
 from ..stores.s3.failures import listing_error
 from ..stores.s3.store import S3Store, iterate
 from . import committer_for
+from .magic_layout import MagicLayoutCommitter
+from .manifest import ManifestCommitter
+
+log = logging.getLogger("magicfs.jobs")
 
 STATES = ("active", "committing", "committed", "ended", "done", "unknown")
 #: A job marker is a small JSON document; more than this is not one of ours.
 MARKER_BYTES = 1 << 20
+#: The committers whose jobs are found here (an index entry naming another is read as
+#: the store's own committer's).
+JOB_COMMITTERS = ("magic", "block-list", "magic-layout", "manifest")
+#: The states of a job that left nothing to find (:func:`describe_job`).
+LEFT_NOTHING = ("done", "unknown")
+#: Directories a walk for jobs visits at most (local disks, memory: no index there).
+WALK_LIMIT = 100_000
 
 
 @dataclass
@@ -116,29 +132,197 @@ class JobState:
 def find_jobs(
     dest: str, *, storage_options: dict[str, Any] | None = None, fs: Any = None
 ) -> list[JobState]:
-    """Every magic or manifest committer job with state under ``dest`` (a URL)."""
+    """Every magic, block-list or manifest committer job with state at ``dest`` (a URL)
+    or at any destination below it, the bucket's root included; sorted by destination,
+    then job id. Each job's :attr:`JobState.destination` is its own.
+
+    Found in a number of requests bounded by the number of jobs, never by the files
+    below ``dest``:
+
+    * **at** ``dest``: its jobs' trees, by name (S3: one delimited listing of
+      ``__magic_job-*``; other deferred stores: a listing of what those trees hold; and
+      ``_temporary/``, but on S3). This finds the jobs that have no index entry: set up
+      by Hadoop, by an older magicfs, or by a user whose permissions stop at their prefix;
+    * **below** ``dest``, on a store with buckets (S3, Azure, GCS): the bucket's job index,
+      ``__magicfs_jobs/<key of dest>/`` listed without a delimiter (:mod:`magicfs.layouts.
+      job_index`: a request per 1,000 jobs), and one read of each entry, for its committer,
+      where a store serves more than one (Azure);
+    * **below** ``dest`` on a local disk or in memory (no bucket, no index): a walk of its
+      directories for ``_temporary/`` (no request is sent; at most :data:`WALK_LIMIT`
+      directories, beyond which it fails naming ``dest``).
+
+    Then each job is described from its own tree (:func:`describe_job`: a few requests
+    each). An index entry is a pointer, not the truth: one whose job left nothing (its
+    clean-up was cut short between the tree and the entry, or the tree was deleted by
+    hand) is not listed; it is logged (``magicfs.jobs``, INFO) and costs nothing else.
+    """
     probe = committer_for(dest, storage_options=storage_options, fs=fs)
+    found: dict[tuple[str, str], _Candidate] = {}
+    for candidate in (*_trees_at(probe), *_below(probe)):
+        key = (candidate.destination, candidate.job_id)
+        found[key] = candidate.merged(found.get(key))
+    jobs = []
+    for candidate in sorted(found.values(), key=lambda c: (c.destination, c.job_id)):
+        state = _describe(probe, candidate)
+        if state is not None:
+            jobs.append(state)
+    return jobs
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    """A job some listing named: where, which, by which committer, and how it was found."""
+
+    destination: str  # as the store names it (bucket first, no protocol)
+    job_id: str
+    committer: str
+    tree: bool  # its tree was listed (else only an index entry names it)
+
+    def merged(self, earlier: _Candidate | None) -> _Candidate:
+        """This finding with an earlier one of the same job: its tree was seen if either
+        saw it; the committer is the later finding's (the index's word over a name's)."""
+        if earlier is None:
+            return self
+        return _Candidate(self.destination, self.job_id, self.committer, self.tree or earlier.tree)
+
+
+def _trees_at(probe: OutputCommitter) -> list[_Candidate]:
+    """The jobs whose trees lie directly at the probe's destination, by their names."""
     store_fs, root = probe.store_fs, probe.dest
+    found = [_Candidate(root, job_id, probe.name, True) for job_id in _magic_trees(probe)]
+    if not speaks_s3(store_fs):  # the manifest committer refuses S3
+        found += [
+            _Candidate(root, name, ManifestCommitter.name, True)
+            for name in _names(store_fs, join(root, TEMPORARY))
+            if not name.isdigit()  # FileOutputCommitter's _temporary/<app attempt>
+        ]
+    return found
+
+
+def _magic_trees(probe: OutputCommitter) -> list[str]:
+    """The job ids of the ``__magic_job-<id>`` trees at the probe's destination."""
     store = getattr(probe, "store", None)
-    if speaks_s3(store_fs) and isinstance(store, S3Store):
-        bucket, key = store.split(root)
+    if speaks_s3(probe.store_fs) and isinstance(store, S3Store):
+        bucket, key = store.split(probe.dest)
         trees = f"{key}/{MAGIC_JOB_PREFIX}" if key else MAGIC_JOB_PREFIX
-        ids = [
+        return [
             tree.rstrip("/").rsplit("/", 1)[-1][len(MAGIC_JOB_PREFIX) :]
             for tree in iterate(store, store.alist_prefixes(bucket, trees))
         ]
-        kind = "magic"
-    else:
-        ids = [name for name in _names(store_fs, join(root, TEMPORARY)) if not name.isdigit()]
-        kind = "manifest"
+    if not isinstance(probe, MagicLayoutCommitter):
+        return []
+    prefix = join(probe.dest, MAGIC_JOB_PREFIX)
+    listed = probe.deferred.run(collect(probe.deferred.alist_prefixed(prefix)))
+    return sorted({path[len(prefix) :].split("/", 1)[0] for path in listed})
+
+
+def _below(probe: OutputCommitter) -> list[_Candidate]:
+    """The jobs at or below the probe's destination that the store's index names (or, with
+    no index, that a walk of the directories finds)."""
+    where = job_index.bucket_and_key(probe.store_fs, probe.dest)
+    if where is None:
+        return _walk(probe)
+    bucket, key = where
+    directory = job_index.index_directory(bucket, key)
+    if isinstance(probe, MagicLayoutCommitter):
+        return _indexed(probe, bucket, directory)
+    probe.store_fs.invalidate_cache(directory)
+    entries = [job_index.parse_entry(bucket, path) for path in probe.store_fs.find(directory)]
+    return [
+        _Candidate(entry.destination, entry.job_id, probe.name, False)
+        for entry in entries
+        if entry is not None
+    ]
+
+
+def _indexed(probe: MagicLayoutCommitter, bucket: str, directory: str) -> list[_Candidate]:
+    """The index entries below ``directory`` through the probe's deferred store (S3: paged,
+    retried, paced), each read for its committer (at once, on the store's IO loop)."""
+    deferred = probe.deferred
+    listed = deferred.run(collect(deferred.alist_records(directory)))
+    entries = [e for e in (job_index.parse_entry(bucket, path) for path in listed) if e]
+    reads = [deferred.run_background(deferred.aread_record(e.entry, MARKER_BYTES)) for e in entries]
     found = []
-    for job_id in sorted(ids):
-        try:
-            committer = committer_for(dest, committer=kind, job_id=job_id, fs=store_fs)
-        except ValueError:  # not a valid job id: not one of ours
-            continue
-        found.append(describe_job(committer))
+    for entry, read in zip(entries, reads, strict=True):
+        named = job_index.entry_committer(read.result())
+        committer = named if named in JOB_COMMITTERS else probe.name
+        found.append(_Candidate(entry.destination, entry.job_id, committer, False))
     return found
+
+
+def _walk(probe: OutputCommitter) -> list[_Candidate]:
+    """The manifest jobs below the probe's destination on a store with no buckets (a
+    local disk, memory): every directory's ``_temporary/``, by a walk that lists
+    directories only where it must (no request is sent) and refuses to go on past
+    :data:`WALK_LIMIT` directories rather than answer for part of the tree."""
+    fs, found = probe.store_fs, []
+    waiting, visited = [probe.dest], 0
+    while waiting:
+        directory = waiting.pop()
+        visited += 1
+        if visited > WALK_LIMIT:
+            raise OSError(
+                f"{fs.unstrip_protocol(probe.dest)}: more than {WALK_LIMIT:,} directories "
+                "below it; list the jobs of a directory closer to their destinations"
+            )
+        for entry in _directories(fs, directory):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if name == TEMPORARY:
+                found += [
+                    _Candidate(directory, job_id, ManifestCommitter.name, True)
+                    for job_id in _names(fs, entry)
+                    if not job_id.isdigit()
+                ]
+            elif not is_magic_element(name):  # a job's magic tree holds no job
+                waiting.append(entry)
+    return found
+
+
+def _directories(fs: Any, directory: str) -> list[str]:
+    """The subdirectories of ``directory`` (symbolic links left out: no cycles)."""
+    try:
+        entries = fs.ls(directory, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [
+        e["name"].rstrip("/")
+        for e in entries
+        if e.get("type") == "directory"
+        and not e.get("islink")
+        and e["name"].rstrip("/") != directory.rstrip("/")
+    ]
+
+
+def _describe(probe: OutputCommitter, candidate: _Candidate) -> JobState | None:
+    """The state of the job ``candidate`` names, or ``None``: not a valid job id, or a job
+    that left nothing to find (``done``, ``unknown``: an index entry that outlived its job
+    is logged)."""
+    url = probe.store_fs.unstrip_protocol(candidate.destination)
+    committer = _committer(url, candidate, probe)
+    if committer is None:
+        return None
+    state = describe_job(committer)
+    if state.state not in LEFT_NOTHING:
+        return state
+    if not candidate.tree:
+        log.info(
+            "job %s at %s: its job index entry names it, but it left nothing there: not "
+            "listed (the entry is stale; deleting it is safe)",
+            candidate.job_id,
+            url,
+        )
+    return None
+
+
+def _committer(url: str, candidate: _Candidate, probe: OutputCommitter) -> OutputCommitter | None:
+    """The committer of the job ``candidate`` names: the one its index entry names, or,
+    should that one not serve this store, the store's own; ``None`` for an invalid id."""
+    for name in dict.fromkeys((candidate.committer, probe.name)):
+        try:
+            return committer_for(url, committer=name, job_id=candidate.job_id, fs=probe.store_fs)
+        except ValueError:  # not a committer of this store, or not a valid job id
+            continue
+    return None
 
 
 def describe_job(committer: OutputCommitter) -> JobState:

@@ -4,7 +4,8 @@ Layout: see :mod:`magicfs.layouts.magic`. One job, start to end (the stages are 
 class's, :mod:`magicfs.protocol.committer`):
 
 * ``setup_job``: check the conflict mode, delete an old ``_SUCCESS``, write the job
-  marker (from now on the job accepts writers). Then, with ``intent_markers="auto"``,
+  marker (from now on the job accepts writers) and, alongside it, the job's entry in the
+  bucket's job index (:mod:`magicfs.layouts.job_index`). Then, with ``intent_markers="auto"``,
   look for other jobs' trees at the destination and above it (one delimited listing
   per directory level, at once): none found, the job is *unmarked* — it writes its
   unmarked record in its tree and its writers put no per-file intent marker
@@ -33,8 +34,8 @@ class's, :mod:`magicfs.protocol.committer`):
   (:func:`magicfs.stores.s3.sweep.sweep_job`): everything not committed is aborted —
   failed, superseded, speculative and unreported attempts, killed writers, lost-reply
   duplicates — but what another job's tree may own. Then delete the tree, journal
-  last, and look again at what was left to other jobs (:func:`~magicfs.stores.s3.sweep.
-  abort_spared`).
+  last (the job's index entry in the same DeleteObjects), and look again at what was
+  left to other jobs (:func:`~magicfs.stores.s3.sweep.abort_spared`).
 
 All but the S3 parts is the magic-layout committer's flow (:mod:`.magic_layout`); this
 class is its S3 configuration: ``in_memory``, checksums, the refusal that tells a file

@@ -4,8 +4,10 @@ The flow is written once, against the commit side of the deferred-store contract
 (:class:`~magicfs.stores.deferred.DeferredStore`: every record read, write, listing and
 delete is the adapter's, on the store's IO loop, retried where the store is):
 
-* ``setup_job``: the job marker (from now on the job accepts writers);
-  ``setup_task``: the attempt's started marker.
+* ``setup_job``: the job marker (from now on the job accepts writers) and, at once,
+  the job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`: how
+  ``magicfs jobs list`` finds the job from any prefix above it; a refused entry is
+  logged and fails nothing); ``setup_task``: the attempt's started marker.
 * ``commit_task``: one listing of every record named like the attempt (its started
   marker, its saved pendingset, its directory), the attempt's commits gathered (this
   process's, or its ``.pending`` records), the pendingset saved twice — as
@@ -18,8 +20,10 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
 * ``commit_job``: the task records listed (or named by the messages), the nothing-to-commit
   refusals, the job commit of :mod:`.pendingsets`, ``_SUCCESS``.
 * clean-up: the job's tree deleted files first, then task records, the journal last
-  (a clean-up cut short never leaves a tree a retried commit reads as fewer tasks); when,
-  the committer's ``cleanup`` option says (:mod:`magicfs.protocol.cleanup`).
+  (a clean-up cut short never leaves a tree a retried commit reads as fewer tasks), the
+  index entry in the same request as the tree's last batch (no round trip of its own;
+  the entry lasts as long as anything of the tree); when, the committer's ``cleanup``
+  option says (:mod:`magicfs.protocol.cleanup`).
 
 **Requests per task, and why each stays** (issue 28). Set-up: a HEAD of the job marker
 and the started marker's PUT; commit: one listing by the attempt's name (its directory,
@@ -71,6 +75,7 @@ from typing import Any
 from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
+from ..layouts import job_index
 from ..layouts.magic import MagicJobLayout
 from ..names import (
     JOURNAL_FILE,
@@ -137,6 +142,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
         self._listings: dict[str, concurrent.futures.Future[dict[str, dict[str, str]]]] = {}
         self.bucket, self.dest_key = self.deferred.split(self.dest)
+        #: The job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`).
+        self.index_entry = job_index.entry_path(self.bucket, self.dest_key, self.job_id)
         # Writes to the destination outside task paths are refused (job_root).
         self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest, **self._view_options(spec))
 
@@ -229,8 +236,19 @@ class MagicLayoutCommitter(PendingsetCommitter):
     # -- job ------------------------------------------------------------------------------
 
     def _setup_job(self, resume: bool) -> None:
-        if not resume:
-            self._put(self.layout.job_marker, self._job_marker_document())
+        """The job marker; with it, at once (one round trip), the job's index entry (the
+        same JSON). A resumed job has both already."""
+        if resume:
+            return
+        document = self._job_marker_document()
+        saving = self.deferred.awrite_record(self.index_entry, document)
+        entry = self.deferred.run_background(saving)
+        try:
+            self._put(self.layout.job_marker, document)
+        finally:
+            concurrent.futures.wait([entry])
+        if (error := entry.exception()) is not None:
+            job_index.index_failed("saved", self.index_entry, self.job_id, self.url, error)
 
     def job_active(self) -> bool:
         """Whether the job marker exists, by a shared check started after this call
@@ -471,7 +489,7 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         with self.stats.track("committer_cleanup"):
             self._discard_left(published)
-            delete_tree(self._tree_pages(), self._delete_files)
+            delete_tree(self._tree_pages(), self._delete_files, self._delete_last)
             self.store_fs.invalidate_cache(self.layout.magic_dir)
 
     def _discard_left(self, published: Published | None) -> None:
@@ -492,6 +510,18 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _tree_pages(self) -> Iterable[list[str]]:
         """The job's tree, page by page."""
         return self._pages(self.layout.magic_dir)
+
+    def _delete_last(self, paths: list[str]) -> None:
+        """The tree's last batch (the journal, if any) and, in the same request where the
+        store deletes in batches, the job's index entry: it goes with the last of the tree,
+        not before. A refused entry (permissions that stop at the destination) fails
+        nothing: the batch is sent again without it."""
+        try:
+            self._delete_files([*paths, self.index_entry])
+        except Exception as error:
+            if paths:
+                self._delete_files(paths)  # the tree's own failure, if that is what it was
+            job_index.index_failed("deleted", self.index_entry, self.job_id, self.url, error)
 
 
 def save_checked(
@@ -565,19 +595,40 @@ def load_trusted(committer: MagicLayoutCommitter, paths: list[str]) -> list[Sing
     return loaded
 
 
-def delete_tree(pages: Iterable[list[str]], delete: Callable[[list[str]], None]) -> None:
+def delete_tree(
+    pages: Iterable[list[str]],
+    delete: Callable[[list[str]], None],
+    delete_last: Callable[[list[str]], None] | None = None,
+) -> None:
     """Delete a job's tree, listed in ``pages``: files and markers first, then task
     records, then the journal's pages, the journal last — a clean-up cut short must not
     leave a tree that a retried commit would read as a job with fewer tasks. The later
-    ranks wait on local disk (:class:`~magicfs.stores.spool.OrderedPaths`)."""
+    ranks wait on local disk (:class:`~magicfs.stores.spool.OrderedPaths`).
+
+    ``delete_last`` (default ``delete``) deletes the last batch, called exactly once even
+    when the tree is empty (with ``[]``): the clean-up adds the job's index entry to it.
+    Each batch is sent when the next one is known, so the last is known as the last."""
     records = OrderedPaths()
+    held: list[str] = []
+
+    def send(batch: list[str]) -> None:
+        nonlocal held
+        if batch:
+            if held:
+                delete(held)
+            held = batch
+
     try:
         for page in pages:
             ranked = [_deletion_order(p) for p in page]
             records.add(r for r in ranked if r[0] > 0)
-            delete([p for rank, p in ranked if rank == 0])
+            send([p for rank, p in ranked if rank == 0])
         for batch in records.batches(DELETE_BATCH):
-            delete(list(batch))
+            send(list(batch))
+        if delete_last is not None:
+            delete_last(held)
+        elif held:
+            delete(held)
     finally:
         records.discard()
 

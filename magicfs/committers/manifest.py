@@ -20,6 +20,10 @@ Decisions (Hadoop's choices in parentheses):
 * Output validation, when enabled, runs *before* ``_SUCCESS`` is written (after).
 * Clean-up deletes ``_temporary/<job id>`` only (all of ``_temporary``), so jobs with
   different ids may write to one destination.
+* On a store with buckets (GCS; Azure with this committer), set-up also writes the job's
+  entry in the bucket's job index, alongside the job marker, and clean-up deletes it
+  once the job's directory is gone (:mod:`magicfs.layouts.job_index`): ``magicfs jobs
+  list`` finds the job from any prefix above it. A local disk or memory has no index.
 * Manifest sources must lie in their own attempt's working directory; a tampered
   manifest naming any other file is refused before anything moves.
 * Two tasks writing the same destination file: the later rename wins, as in Hadoop.
@@ -28,6 +32,7 @@ Decisions (Hadoop's choices in parentheses):
 
 from __future__ import annotations
 
+import concurrent.futures
 import getpass
 import logging
 import time
@@ -37,6 +42,7 @@ from typing import Any, cast
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
+from ..layouts import job_index
 from ..layouts.manifest import ManifestJobLayout
 from ..names import MANIFEST_SUFFIX
 from ..protocol.attempts import Messages
@@ -112,6 +118,11 @@ class ManifestCommitter(OutputCommitter):
         self.save_attempts = save_attempts
         self.layout = ManifestJobLayout(self.dest, self.job_id, self.app_attempt)
         self.store = RenameStore(self.store_fs, self.threads)
+        #: The job's entry in its bucket's job index; ``None`` where the store has no
+        #: buckets (local disks, memory: :mod:`magicfs.layouts.job_index`).
+        self.index_entry: str | None = None
+        if (where := job_index.bucket_and_key(self.store_fs, self.dest)) is not None:
+            self.index_entry = job_index.entry_path(*where, self.job_id)
         # job_root: writes to the destination outside task paths are refused.
         self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest)
 
@@ -133,11 +144,22 @@ class ManifestCommitter(OutputCommitter):
     # -- job setup ----------------------------------------------------------------------------
 
     def _setup_job(self, resume: bool) -> None:
-        with self.stats.track("job_stage_setup"):
-            for directory in (self.layout.manifests_dir, self.layout.tasks_dir):
-                self.store.mkdirs(directory)
-            if not resume:
-                self.store.write_bytes(self.layout.job_marker, self._job_marker_document())
+        """The job's directories and marker; with them, at once, its index entry (the
+        marker's JSON), where the store has an index."""
+        document = self._job_marker_document()
+        entry = None if resume else self.index_entry
+        with self.stats.track("job_stage_setup"), concurrent.futures.ThreadPoolExecutor(1) as pool:
+            saving = pool.submit(self.store.write_bytes, entry, document) if entry else None
+            try:
+                for directory in (self.layout.manifests_dir, self.layout.tasks_dir):
+                    self.store.mkdirs(directory)
+                if not resume:
+                    self.store.write_bytes(self.layout.job_marker, document)
+            finally:
+                if saving is not None:
+                    concurrent.futures.wait([saving])
+        if entry and saving is not None and (error := saving.exception()) is not None:
+            job_index.index_failed("saved", entry, self.job_id, self.url, error)
 
     def job_active(self) -> bool:
         return self.store.info(self.layout.job_marker) is not None
@@ -358,6 +380,17 @@ class ManifestCommitter(OutputCommitter):
             raise CommitFailedError(
                 f"job {self.job_id}: clean-up of {job_dir} failed: {outcome.error}"
             )
+        self._delete_index_entry()
+
+    def _delete_index_entry(self) -> None:
+        """Delete the job's index entry, once its directory is gone (a rename store deletes
+        a tree by itself: the entry costs a request of its own, after it)."""
+        if self.index_entry is None:
+            return
+        try:
+            self.store.delete_file(self.index_entry)
+        except Exception as error:
+            job_index.index_failed("deleted", self.index_entry, self.job_id, self.url, error)
 
 
 def _principal() -> str:

@@ -157,6 +157,13 @@ class RgwServer(S3Endpoint):
                     raise
         raise AssertionError("unreachable")
 
+    def create_user(self, uid: str, access_key: str, secret_key: str) -> dict[str, Any]:
+        """Another S3 user of the cluster (no buckets, no rights to others' until a bucket
+        policy grants some); returns s3fs options that act as it over HTTP."""
+        self._run("radosgw-admin", "user", "create", f"--uid={uid}", f"--display-name={uid}",
+                  f"--access-key={access_key}", f"--secret-key={secret_key}")  # fmt: skip
+        return s3_storage_options(self.endpoint_url, (access_key, secret_key), self.region_name)
+
     def collect_garbage(self) -> None:
         """Free deleted objects' data now: RGW's garbage collection waits hours by default,
         and the memstore OSD (:attr:`memstore_bytes`) fills up and stalls a benchmark

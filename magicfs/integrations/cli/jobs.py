@@ -151,6 +151,7 @@ def run_list(args: argparse.Namespace) -> int:
                 f"  {job.job_id}  {job.committer}  {job.state}{phase}{deletes}, "
                 f"{plural(job.task_records, 'committed task')}{started}"
             )
+            print(f"      destination: {job.destination}")
             print(f"      next: {job.next_step}")
             for command, why in _explained_commands(job):
                 print(f"      {command}" + (f"    # {why}" if why else ""))
