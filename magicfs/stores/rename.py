@@ -4,10 +4,11 @@ Every stage goes through :class:`RenameStore`, so what differs between stores li
 here and nowhere else:
 
 * **rename**: local disks rename atomically (``os.rename`` through fsspec's ``mv``).
-  Object stores have no rename: a file is copied server-side, then the source deleted.
-  We do that ourselves per file (``cp_file`` + ``rm_file``): fsspec's recursive ``mv``
-  is broken on s3fs and adlfs, and gcsfs's ``mv`` retries an API the GCS emulator
-  lacks for half a minute per file.
+  GCS moves an object within a bucket atomically, copying nothing (``objects.move``),
+  where the bucket has it: probed once per bucket, without gcsfs's half-minute retries
+  on the emulators that lack it (:mod:`.gcs_moves`). Other object stores have no rename:
+  a file is copied server-side, then the source deleted. We do that ourselves per file
+  (``cp_file`` + ``rm_file``): fsspec's recursive ``mv`` is broken on s3fs and adlfs.
 * **etags**: the store's version tag of a file, where it has one (``etag`` in
   gcsfs's and adlfs's ``info()``); used for rename recovery and output validation.
 * **rename recovery**: a rename that raised may still have happened (a lost
@@ -26,6 +27,7 @@ import fsspec
 
 from ..records import path_to_uri, uri_to_path
 from .capabilities import capabilities
+from .gcs_moves import object_moves
 
 log = logging.getLogger("magicfs.manifest.store")
 
@@ -44,6 +46,9 @@ class RenameStore:
         self.needs_parent_directories = found.needs_directories
         #: Capability: a renamed file keeps its etag (true where rename is a real rename).
         self.etags_preserved_in_rename = found.etag_preserved_in_rename
+        #: The store's atomic move of one object (GCS's ``objects.move``, probed on first
+        #: use); ``None``: the store has none, a rename copies then deletes.
+        self.moves = object_moves(fs)
 
     # -- paths and URIs -------------------------------------------------------------------
 
@@ -161,15 +166,16 @@ class RenameStore:
     # -- rename ---------------------------------------------------------------------------------
 
     def rename(self, source: str, dest: str) -> None:
-        """Move one file; on stores without rename, copy then delete the source."""
+        """Move one file: a rename, or an atomic move (GCS, where the bucket has it); on
+        stores without either, copy then delete the source."""
         if self.supports_atomic_rename:
             self.fs.mv(source, dest)
-        else:
+        elif self.moves is None or not self.moves.move(source, dest):
             self.fs.cp_file(source, dest)
             self.fs.rm_file(source)
 
     def rename_dir(self, source: str, dest: str) -> int:
-        """Move a directory tree; O(1) on a local disk, a copy and delete per file elsewhere.
+        """Move a directory tree; O(1) on a local disk, a rename per file elsewhere.
 
         Returns the number of files moved (counted, on a local disk, by one listing).
         """
@@ -177,7 +183,7 @@ class RenameStore:
         if self.supports_atomic_rename:
             self._make_parent(dest)
             self.fs.mv(source, dest, recursive=True)
-        else:  # as S3A renames a directory: copy and delete each file, in parallel
+        else:  # as S3A renames a directory: each file (a move, or copy and delete), in parallel
             with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-rename") as pool:
                 list(pool.map(lambda path: self.rename(path, dest + path[len(source) :]), files))
         return len(files)
