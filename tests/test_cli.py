@@ -19,6 +19,7 @@ from helpers import object_keys, pending_uploads, visible_keys
 from helpers.cli import run_cli
 from helpers.paging import PagedUploadListing
 from helpers.reference_documents import MANIFEST_SUCCESS, SUCCESS
+from helpers.s3_targets import store_fixture
 
 import magicfs
 from conftest import _checked_bucket
@@ -54,8 +55,8 @@ def store() -> str:
 
 @pytest.fixture
 def server(request, store):
-    """The running S3 server of ``store`` (conftest's ``s3_server`` or ``rgw_server``)."""
-    return request.getfixturevalue("rgw_server" if store == "rgw" else "s3_server")
+    """The running S3 server of ``store`` (conftest's ``s3_server``, ``rgw_server``...)."""
+    return store_fixture(request, store, "server")
 
 
 @pytest.fixture
@@ -346,22 +347,23 @@ def test_list_uploads_follows_every_page(s3, s3_client, magic, bucket):
     assert sum(u.bytes for u in uploads) == 1 + 2 + 3 + 4 + 5
 
 
+@pytest.mark.parametrize("store", ["rgw", "seaweed"])
 @pytest.mark.parks_uploads("paging through parked uploads")
-def test_list_uploads_follows_real_pages_on_rgw(rgw_s3, rgw_bucket):
-    """RGW honours MaxUploads (moto answers in one page): with pages of 2, asked for by a
-    botocore hook on the client, every upload is listed once, over 3 real pages."""
-    magic = MagicFileSystem(fs=rgw_s3)
+def test_list_uploads_follows_real_pages(s3, bucket, magic):
+    """RGW and SeaweedFS honour MaxUploads (moto answers in one page): with pages of 2,
+    asked for by a botocore hook on the client, every upload is listed once, over 3 real
+    pages."""
     for index in range(5):
-        park(magic, rgw_bucket, f"data/part-{index}.csv", b"z" * (index + 1))
+        park(magic, bucket, f"data/part-{index}.csv", b"z" * (index + 1))
     markers = []
 
     def small_pages(params, **kwargs):
         params["MaxUploads"] = 2
         markers.append(params.get("KeyMarker", ""))
 
-    rgw_s3.s3.meta.events.register("before-parameter-build.s3.ListMultipartUploads", small_pages)
-    rgw_store = S3Store(rgw_s3)
-    listed = list(iterate(rgw_store, rgw_store.alist_uploads(rgw_bucket, "data/")))
+    s3.s3.meta.events.register("before-parameter-build.s3.ListMultipartUploads", small_pages)
+    s3_store = S3Store(s3)
+    listed = list(iterate(s3_store, s3_store.alist_uploads(bucket, "data/")))
     assert [u.key for u in listed] == [f"data/part-{index}.csv" for index in range(5)]
     assert markers == ["", "data/part-1.csv", "data/part-3.csv"]
 

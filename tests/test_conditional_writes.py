@@ -2,7 +2,8 @@
 
 magicfs probes whether the store honours ``If-None-Match: *`` on PutObject and on
 CompleteMultipartUpload (:mod:`magicfs.stores.s3.conditional`) and falls back to a HEAD
-where it does not. moto honours both; Ceph RGW 16.2 honours PutObject's only. A store
+where it does not. moto and SeaweedFS honour both; Ceph RGW 16.2 honours PutObject's
+only. A store
 that ignores the completion's condition is also made on moto, by a botocore hook that
 drops the header from the request (the store then never sees it, as RGW ignores it).
 """
@@ -14,6 +15,7 @@ import uuid
 
 import pytest
 from helpers import as_another_process, object_keys, pending_uploads, visible_keys
+from helpers.s3_targets import store_fixture
 from test_recovery import ALL, run_crashing_job
 
 from magicfs import MagicCommitter
@@ -61,10 +63,13 @@ def moto_committer(bucket, s3_options):
     return make
 
 
+#: Does the store honour If-None-Match on CompleteMultipartUpload (the atomic path)?
+HONOURS_COMPLETION = {"moto": True, "rgw": False, "seaweed": True}
 #: What each store does with If-None-Match on CompleteMultipartUpload, and so what the
 #: refusal of a create-only file over an existing object says.
 REFUSAL = {
     "moto": "the store refused to complete the upload over it (412 PreconditionFailed)",
+    "seaweed": "the store refused to complete the upload over it (412 PreconditionFailed)",
     "rgw": "this store does not honour If-None-Match on CompleteMultipartUpload "
     "(PutObject: refused with 412 PreconditionFailed, as asked; CompleteMultipartUpload: "
     "answered 200 and replaced the existing object), so magicfs checked with HEAD just "
@@ -90,6 +95,7 @@ PROBE = {
         ("DeleteObject", None),
     ],
 }
+PROBE["seaweed"] = PROBE["moto"]  # its completion refused: the probe's upload aborted
 
 
 def run_job(committer, files: dict[str, tuple[bytes, str]]):
@@ -146,13 +152,13 @@ def test_create_only_over_a_free_name_is_published(make_committer, target):
 
 def test_pipe_file_create_outside_a_job_is_refused_by_the_store(make_committer, target):
     # Not a task path: the magic filesystem hands it to s3fs, whose conditional PUT
-    # both stores honour (RGW too: only its completions ignore the condition).
+    # every store honours (RGW too: only its completions ignore the condition).
     target.client.put_object(Bucket=target.bucket, Key="other/x.csv", Body=b"theirs")
     committer = make_committer()
     with pytest.raises(OSError) as refused:
         committer.fs.pipe_file(f"{target.bucket}/other/x.csv", b"ours", mode="create")
-    # s3fs makes a FileExistsError of moto's 412; RGW's error reply has no <Message>,
-    # and s3fs turns it into OSError(22, None): the store's code is behind it.
+    # s3fs makes a FileExistsError of moto's 412; of RGW's (no <Message>) and SeaweedFS's
+    # an OSError(22, message): the store's code is behind it.
     assert error_code(refused.value) == "PreconditionFailed"
     assert isinstance(refused.value, FileExistsError) == (target.name == "moto")
     assert target.body("other/x.csv") == b"theirs"
@@ -170,7 +176,7 @@ def test_the_probe_is_paid_once_per_bucket_and_leaves_nothing(make_committer, ta
     completions = [inm for op, url, inm in sent.requests if op == "CompleteMultipartUpload"]
     heads = [url for op, url, _ in sent.requests if op == "HeadObject"]
     checked = sum(url.endswith(tuple(f"/out/{name}" for name in files)) for url in heads)
-    if target.name == "moto":
+    if HONOURS_COMPLETION[target.name]:  # the atomic path: no HEAD
         assert completions.count("*") == 3 + 1 and checked == 0
     else:
         assert completions.count("*") == 1 and checked == 3  # the probe's, then HEADs
@@ -209,6 +215,65 @@ def test_a_second_writer_of_a_create_only_path_is_refused(make_committer, target
     committer.commit_job([committer.commit_task(task)])
     assert target.body("out/x.csv") == b"first"
     assert pending_uploads(target.client, target.bucket) == []
+
+
+# --- stores that honour the completion's condition: the atomic path, raced ---------------
+
+#: The stores whose completions honour If-None-Match: a create-only file is published by
+#: one conditional request, with no HEAD before it.
+ATOMIC_STORES = ["moto", pytest.param("seaweed", marks=pytest.mark.seaweed)]
+
+
+@pytest.mark.parametrize("target", ATOMIC_STORES, indirect=True)
+def test_two_jobs_racing_for_one_create_only_name_publish_exactly_one(make_committer, target):
+    """Two jobs write ``x.csv`` create-only to one destination and commit at once: the
+    store's conditional completion lets exactly one publish; the other fails naming the
+    file, publishes nothing of its own and leaves nothing parked. Neither sends a HEAD."""
+    jobs = {name: make_committer() for name in ("first", "second")}
+    sent = {name: Sent(job.store_fs) for name, job in jobs.items()}
+    messages = {
+        name: run_job(job, {"x.csv": (name.encode() * 5, "xb"), f"{name}.csv": (b"own", "wb")})
+        for name, job in jobs.items()
+    }
+    barrier = threading.Barrier(len(jobs))
+    failures: dict[str, JobCommitError | None] = {}
+
+    def commit(name: str) -> None:
+        barrier.wait()
+        try:
+            jobs[name].commit_job(messages[name])
+            failures[name] = None
+        except JobCommitError as failure:
+            failures[name] = failure
+
+    threads = [threading.Thread(target=commit, args=(name,)) for name in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    (winner,) = [name for name, failure in failures.items() if failure is None]
+    (loser,) = [name for name, failure in failures.items() if failure is not None]
+    refusal = str(failures[loser])
+    assert f"s3://{target.bucket}/out/x.csv already exists" in refusal
+    assert REFUSAL[target.name] in refusal
+    assert target.body("out/x.csv") == winner.encode() * 5
+    assert visible_keys(target.client, target.bucket) == sorted(
+        ["out/_SUCCESS", "out/x.csv", f"out/{winner}.csv"]
+    )
+    assert pending_uploads(target.client, target.bucket) == []
+    for name, requests in sent.items():  # the atomic path: one conditional completion...
+        on_x = [
+            (op, inm)
+            for op, url, inm in requests.requests
+            if url.split("?")[0].endswith("/out/x.csv")
+        ]
+        completions = [inm for op, inm in on_x if op == "CompleteMultipartUpload"]
+        assert completions == ["*"]
+        # ... and no HEAD before it (the loser's job asks afterwards what its failed
+        # completion did, before it rolls back).
+        before = on_x[: on_x.index(("CompleteMultipartUpload", "*"))]
+        assert ("HeadObject", None) not in before, name
 
 
 # --- moto made to ignore If-None-Match (a botocore hook drops the header), as RGW does ---
@@ -305,12 +370,11 @@ def test_a_failed_probe_is_not_kept_for_good(moto_committer, s3_client, bucket, 
 # --- a job commit killed half-way, then finished: its own files are no conflict ----------
 
 
-@pytest.mark.parametrize("store", ["s3", pytest.param("rgw", marks=pytest.mark.rgw)])
+@pytest.mark.parametrize("store", ["s3", "rgw", "seaweed"])
 def test_killed_mid_publish_then_finished_with_create_only_files(request, store, tmp_path):
-    on_rgw = store == "rgw"
-    client = request.getfixturevalue("rgw_client" if on_rgw else "s3_client")
-    bucket = request.getfixturevalue("rgw_bucket" if on_rgw else "bucket")
-    server = request.getfixturevalue("rgw_server" if on_rgw else "s3_server")
+    client = store_fixture(request, store, "client")
+    bucket = store_fixture(request, store, "bucket")
+    server = store_fixture(request, store, "server")
     job_id = f"crash-{uuid.uuid4().hex[:8]}"
     messages = run_crashing_job(
         tmp_path,

@@ -4,8 +4,8 @@ Each test runs a job in a child process (``tests/helpers/kill_harness.py``) thro
 fault front whose ``delay`` rule holds one chosen request; the moment the rule fires the
 child is SIGKILLed and the front stopped, so that request never reaches the server.
 Recovery then runs in a fresh process (``commit_job`` / ``abort_job``) against the server
-itself, and the test checks what the store holds: moto, and Ceph RGW (a production S3
-implementation). The randomised version of the same experiment is
+itself, and the test checks what the store holds: moto, and two production S3
+implementations, Ceph RGW and SeaweedFS. The randomised version of the same experiment is
 ``tests/test_kill_recovery.py``.
 """
 
@@ -25,12 +25,14 @@ from helpers.kill_harness import (
     make_committer,
     recover_in_child,
 )
+from helpers.s3_targets import store_fixture
 
 
-@pytest.fixture(scope="module", params=["s3", "rgw"])
+@pytest.fixture(scope="module", params=["s3", "rgw", "seaweed"])
 def harness(request, tmp_path_factory):
-    """The harness on moto (``s3``) or Ceph RGW (``rgw``): each kill point runs on both."""
-    server = request.getfixturevalue("rgw_server" if request.param == "rgw" else "s3_server")
+    """The harness on moto (``s3``), Ceph RGW (``rgw``) or SeaweedFS (``seaweed``): each
+    kill point runs on each."""
+    server = store_fixture(request, request.param, "server")
     options = server.storage_options
     return KillHarness(
         server.endpoint_url,

@@ -8,42 +8,79 @@ and the harness checks what the store holds — visible files and their bytes,
 ``_SUCCESS``, pending uploads, the job's tree, the staging directory — before and after
 a second recovery call (the rules: ``helpers.kill_harness.judge``).
 
+The table runs on moto, every row, ``MAGICFS_KILL_RUNS`` runs per row (2), and on two
+production S3 implementations, Ceph RGW and SeaweedFS, leaner: the rows with an S3
+committer, with S3 committers only (the manifest committer's runs are on a local disk,
+the same whatever the store), ``MAGICFS_KILL_RUNS_EXTRA`` runs per row (1).
+
 Seeds are random per session and printed; ``MAGICFS_KILL_SEED=<seed>`` replays a run
-(its timing varies, so it lands near the same request) and ``MAGICFS_KILL_RUNS`` sets
-the runs per row. ``python benchmarks/kill_runs.py --runs 20`` runs many more.
+(its timing varies, so it lands near the same request). ``python
+benchmarks/kill_runs.py --runs 20`` runs many more (on moto).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 
 import pytest
-from helpers.kill_harness import ROWS, KillHarness
+from helpers.kill_harness import ROWS, KillHarness, Row
+from helpers.s3_targets import store_fixture
 
 pytestmark = pytest.mark.slow
 
 RUNS = int(os.environ.get("MAGICFS_KILL_RUNS", "2"))
+EXTRA_RUNS = int(os.environ.get("MAGICFS_KILL_RUNS_EXTRA", "1"))
 FIRST_SEED = int(os.environ.get("MAGICFS_KILL_SEED") or random.SystemRandom().randrange(10**6))
+#: The production stores the table also runs on, leaner (module docstring).
+EXTRA_STORES = ("rgw", "seaweed")
+
+
+def on_s3(row: Row) -> Row | None:
+    """``row`` with its S3 committers only; ``None`` if it has none."""
+    committers = tuple(c for c in row.committers if c != "manifest")
+    return dataclasses.replace(row, committers=committers) if committers else None
+
+
+def cases() -> list:
+    """(store, row key): every row on moto, the rows with an S3 committer elsewhere."""
+    found = [pytest.param("s3", key, id=key) for key in ROWS]
+    for store in EXTRA_STORES:
+        found += [
+            pytest.param(store, key, id=f"{key}-{store}") for key, row in ROWS.items() if on_s3(row)
+        ]
+    return found
 
 
 @pytest.fixture(scope="module")
-def harness(s3_server, tmp_path_factory):
-    return KillHarness(s3_server.endpoint_url, str(tmp_path_factory.mktemp("kill")))
+def harness(request, tmp_path_factory):
+    """The harness on ``request.param``'s store (moto: ``s3``), one per store."""
+    server = store_fixture(request, request.param, "server")
+    options = server.storage_options
+    return KillHarness(
+        server.endpoint_url,
+        str(tmp_path_factory.mktemp("kill")),
+        credentials=(options["key"], options["secret"]),
+    )
 
 
-@pytest.mark.parametrize("row", list(ROWS))
-def test_every_run_of_the_row_is_clean(harness, row):
+@pytest.mark.parametrize(("harness", "row"), cases(), indirect=["harness"])
+def test_every_run_of_the_row_is_clean(request, harness, row):
+    on_moto = request.node.callspec.params["harness"] == "s3"
+    table_row = ROWS[row] if on_moto else on_s3(ROWS[row])
+    assert table_row is not None
+    runs = RUNS if on_moto else EXTRA_RUNS
     calibrations = len(harness.calibration_results)
-    results = [harness.run(ROWS[row], seed) for seed in range(FIRST_SEED, FIRST_SEED + RUNS)]
+    results = [harness.run(table_row, seed) for seed in range(FIRST_SEED, FIRST_SEED + runs)]
     for result in results:
         print(result.line())
 
     unclean = [r for r in results if not r.clean]
     assert not unclean, "\n".join(
         f"{r.line()}\n  steps: {r.steps}\n  replay: MAGICFS_KILL_SEED={r.seed} "
-        f"MAGICFS_KILL_RUNS=1 pytest 'tests/test_kill_recovery.py::"
-        f"test_every_run_of_the_row_is_clean[{row}]'  or  {r.replay()}"
+        f"MAGICFS_KILL_RUNS=1 MAGICFS_KILL_RUNS_EXTRA=1 pytest 'tests/test_kill_recovery.py::"
+        f"{request.node.name}'  or (moto)  {r.replay()}"
         for r in unclean
     )
     # The unkilled runs that calibrated the phases are checked exactly the same way.

@@ -1,11 +1,11 @@
 """Jobs through a misbehaving S3: throttling, errors, lost replies, transient and persistent.
 
 The faults are injected on the wire by the fault front (``helpers.fault_front``) between
-s3fs and the store: moto, and Ceph RGW (a production S3 implementation). Transient faults
-must leave the exact output of a clean run and nothing parked (magicfs's retry policy,
-:mod:`magicfs.stores.s3.retry`, on top of botocore's); a fault that never goes away must end
-in an error that names what failed and what is left, and the command that finishes the job
-once the store is healthy again.
+s3fs and the store: moto, and two production S3 implementations, Ceph RGW and SeaweedFS.
+Transient faults must leave the exact output of a clean run and nothing parked (magicfs's
+retry policy, :mod:`magicfs.stores.s3.retry`, on top of botocore's); a fault that never
+goes away must end in an error that names what failed and what is left, and the command
+that finishes the job once the store is healthy again.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import pytest
 import s3fs
 from helpers import object_keys, pending_uploads, visible_keys
+from helpers.s3_targets import store_fixture
 
 import magicfs
 from conftest import _checked_bucket
@@ -28,8 +29,9 @@ TASKS = {t: {f"t{t}/f{n}.csv": f"{t},{n}\n".encode() for n in range(5)} for t in
 ALL = {f"out/{name}": data for files in TASKS.values() for name, data in files.items()}
 
 
-#: The stores every scenario runs on: moto and Ceph RGW, each behind its own fault front.
-S3_STORES = ["s3", "rgw"]
+#: The stores every scenario runs on: moto, Ceph RGW and SeaweedFS, each behind its own
+#: fault front.
+S3_STORES = ["s3", "rgw", "seaweed"]
 
 
 @pytest.fixture(params=S3_STORES)
@@ -41,7 +43,7 @@ def store(request) -> str:
 
 @pytest.fixture
 def server(request, store):
-    return request.getfixturevalue("rgw_server" if store == "rgw" else "s3_server")
+    return store_fixture(request, store, "server")
 
 
 @pytest.fixture
@@ -58,7 +60,7 @@ def bucket(request, s3_client):
 @pytest.fixture
 def faults_front(request, store):
     """The store's fault front with no rules and zeroed statistics; cleared afterwards."""
-    front = request.getfixturevalue("rgw_fault_front" if store == "rgw" else "fault_front")
+    front = store_fixture(request, store, "front")
     front.clear()
     yield front
     front.clear()

@@ -1,7 +1,8 @@
 """Every filesystem operation on a task path, on every store: the documentation's table, row by row.
 
-Each test is one row of "Operations on task paths" in docs/filesystem.md, run on S3 (moto
-and Ceph RGW, ``rgw``, a production S3 implementation; the magic committer), a local disk,
+Each test is one row of "Operations on task paths" in docs/filesystem.md, run on S3 (moto,
+and two production S3 implementations, Ceph RGW, ``rgw``, and SeaweedFS, ``seaweed``; the
+magic committer), a local disk,
 memory, Azure Blob (Azurite) and GCS (the emulator) — those four with the manifest committer
 — and Azure Blob with the block-list committer (``abfs-block-list``: S3's deferred
 semantics, blocks staged on the final blobs instead of multipart uploads). Each asserts what
@@ -25,6 +26,7 @@ import fsspec.asyn
 import pandas as pd
 import pytest
 from helpers import pending_uploads, visible_keys
+from helpers.s3_targets import store_fixture
 
 import magicfs
 from magicfs.errors import (
@@ -35,8 +37,8 @@ from magicfs.errors import (
 )
 from magicfs.task_files import TASK_FILES
 
-#: The S3 stores: moto and Ceph RGW (magic committer on both).
-S3 = ("s3", "rgw")
+#: The S3 stores: moto, Ceph RGW and SeaweedFS (magic committer on each).
+S3 = ("s3", "rgw", "seaweed")
 STORES = [*S3, "file", "memory", "abfs", "abfs-block-list", "mem-deferred", "gcs"]
 #: Stores whose task files are deferred: written on their final names, invisible, with no
 #: bytes to read until job commit (S3 multipart uploads, Azure staged blocks, the
@@ -46,6 +48,7 @@ DEFERRED = (*S3, "abfs-block-list", "mem-deferred")
 STORAGE_OF_TASK_FILES = {
     "s3": "an unfinished multipart upload",
     "rgw": "an unfinished multipart upload",
+    "seaweed": "an unfinished multipart upload",
     "abfs-block-list": "uncommitted blocks staged on abfs://",
     "mem-deferred": "parts staged in this process's memory aimed at mem-deferred://",
 }
@@ -160,10 +163,9 @@ def ts(request, tmp_path) -> TaskStore:
     kind = request.param
     client = bucket = None
     if kind in S3:
-        on_rgw = kind == "rgw"
-        bucket = request.getfixturevalue("rgw_bucket" if on_rgw else "bucket")
-        client = request.getfixturevalue("rgw_client" if on_rgw else "s3_client")
-        server = request.getfixturevalue("rgw_server" if on_rgw else "s3_server")
+        bucket = store_fixture(request, kind, "bucket")
+        client = store_fixture(request, kind, "client")
+        server = store_fixture(request, kind, "server")
         options = {**server.storage_options, "skip_instance_cache": True}
         committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=options)
         root = f"{bucket}/plain"

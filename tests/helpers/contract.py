@@ -38,6 +38,8 @@ from magicfs.records import MANIFEST_COMMITTER_CLASS
 from magicfs.stores.deferred import collect
 from magicfs.stores.registry import deferred_store_for
 
+from .s3_targets import store_fixture
+
 
 @dataclass(frozen=True)
 class Committer:
@@ -101,8 +103,9 @@ class Committer:
         return self.speculation is not None
 
 
-#: The S3 stores: moto (``s3``) and Ceph RGW (``rgw``, a production S3 implementation).
-S3_STORES = ("s3", "rgw")
+#: The S3 stores: moto (``s3``), and two production S3 implementations: Ceph RGW (``rgw``)
+#: and SeaweedFS (``seaweed``, its own S3 gateway; honours conditional completions).
+S3_STORES = ("s3", "rgw", "seaweed")
 #: The in-process deferred store (magicfs.stores.memory_deferred): staged bytes invisible
 #: until published, as on S3 and Azure, in this process's memory.
 IN_PROCESS = "mem-deferred"
@@ -389,9 +392,8 @@ def make_target(request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Ta
     """A :class:`Target` for ``pair`` on a fresh destination (conftest.py's store fixtures)."""
     store = pair.store
     if store in S3_STORES:
-        on_rgw = store == "rgw"
-        bucket = request.getfixturevalue("rgw_bucket" if on_rgw else "bucket")
-        server = request.getfixturevalue("rgw_server" if on_rgw else "s3_server")
+        bucket = store_fixture(request, store, "bucket")
+        server = store_fixture(request, store, "server")
         options = {**server.storage_options, "skip_instance_cache": True}
         # One s3fs for the committers and the observer: a client costs 0.1-0.4 s to make.
         fs = fsspec.filesystem("s3", **options)
@@ -400,7 +402,7 @@ def make_target(request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Ta
             fs,
             f"s3://{bucket}/out",
             {"fs": fs},
-            s3_client=request.getfixturevalue("rgw_client" if on_rgw else "s3_client"),
+            s3_client=store_fixture(request, store, "client"),
             bucket=bucket,
         )
         if pair.committer.name in _STAGING:

@@ -1,4 +1,4 @@
-"""One S3 test store, moto or Ceph RGW, for tests that run on both (``s3_target``).
+"""One S3 test store, moto, Ceph RGW or SeaweedFS, for tests that run on each (``s3_target``).
 
 A pytest plugin (``pytest_plugins`` in the root ``conftest.py``): a test that asks for
 the ``target`` fixture runs once on each store of :data:`S3_TARGETS`, and
@@ -18,8 +18,37 @@ from typing import Any
 
 import pytest
 
-#: moto (the embedded server), and Ceph RGW 16.2 marked ``rgw`` (``pytest -m rgw``).
-S3_TARGETS = ["moto", pytest.param("rgw", marks=pytest.mark.rgw)]
+#: moto (the embedded server), Ceph RGW 16.2 marked ``rgw`` (``pytest -m rgw``) and
+#: SeaweedFS marked ``seaweed``.
+S3_TARGETS = [
+    "moto",
+    pytest.param("rgw", marks=pytest.mark.rgw),
+    pytest.param("seaweed", marks=pytest.mark.seaweed),
+]
+
+#: The conftest fixtures of each S3 store, by role. moto is named ``s3`` in the files
+#: that parametrize a ``store`` (the fixture's name) and ``moto`` in those that use
+#: :data:`S3_TARGETS`.
+_MOTO = {"server": "s3_server", "client": "s3_client", "bucket": "bucket", "front": "fault_front"}
+STORE_FIXTURES: dict[str, dict[str, str]] = {
+    "s3": _MOTO,
+    "moto": _MOTO,
+    **{
+        store: {
+            "server": f"{store}_server",
+            "client": f"{store}_client",
+            "bucket": f"{store}_bucket",
+            "front": f"{store}_fault_front",
+        }
+        for store in ("rgw", "seaweed")
+    },
+}
+
+
+def store_fixture(request: Any, store: str, role: str) -> Any:
+    """The value of ``store``'s conftest fixture for ``role`` (``server``, ``client``,
+    ``bucket``: a new checked bucket, ``front``: the fault front before it)."""
+    return request.getfixturevalue(STORE_FIXTURES[store][role])
 
 
 @dataclass
@@ -38,20 +67,15 @@ class S3Target:
 
 def s3_target(request: Any) -> S3Target:
     """The fixture's value for ``request.param``: the conftest fixtures of that store."""
-    if request.param == "moto":
-        server = request.getfixturevalue("s3_server")
-        client = request.getfixturevalue("s3_client")
-        bucket = request.getfixturevalue("bucket")
-    else:
-        server = request.getfixturevalue("rgw_server")
-        client = request.getfixturevalue("rgw_client")
-        bucket = request.getfixturevalue("rgw_bucket")
+    server = store_fixture(request, request.param, "server")
+    client = store_fixture(request, request.param, "client")
+    bucket = store_fixture(request, request.param, "bucket")
     return S3Target(request.param, dict(server.storage_options), client, bucket, server)
 
 
 @pytest.fixture(params=S3_TARGETS)
 def target(request: Any) -> S3Target:
-    """The store the test runs on: moto, then Ceph RGW (marked ``rgw``)."""
+    """The store the test runs on: moto, Ceph RGW (marked ``rgw``), SeaweedFS (``seaweed``)."""
     return s3_target(request)
 
 
