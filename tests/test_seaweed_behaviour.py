@@ -175,3 +175,27 @@ def test_uploads_are_listed_with_real_initiation_times(seaweed_client, seaweed_b
     age = datetime.datetime.now(datetime.UTC) - listed["Initiated"]
     assert datetime.timedelta(seconds=-5) < age < datetime.timedelta(minutes=5)
     seaweed_client.abort_multipart_upload(Bucket=seaweed_bucket, Key="k", UploadId=upload_id)
+
+
+def test_uploads_are_paged_by_upload_id_with_no_next_key_marker(seaweed_client, seaweed_bucket):
+    """AWS lists uploads by key and pages with ``NextKeyMarker`` and
+    ``NextUploadIdMarker``; SeaweedFS lists them in an order of its own and gives only
+    ``NextUploadIdMarker``, which alone resumes the listing: each upload comes once."""
+    client, bucket = seaweed_client, seaweed_bucket
+    ids = {
+        client.create_multipart_upload(Bucket=bucket, Key=f"d/{n}")["UploadId"] for n in range(5)
+    }
+    seen, marker, pages = [], "", 0
+    while True:
+        page = client.list_multipart_uploads(
+            Bucket=bucket, Prefix="d/", MaxUploads=2, UploadIdMarker=marker
+        )
+        pages += 1
+        seen += [upload["UploadId"] for upload in page.get("Uploads", [])]
+        if not page["IsTruncated"]:
+            break
+        assert "NextKeyMarker" not in page
+        marker = page["NextUploadIdMarker"]
+    assert sorted(seen) == sorted(ids) and pages == 3
+    for upload in client.list_multipart_uploads(Bucket=bucket)["Uploads"]:
+        client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
