@@ -8,9 +8,10 @@ half a minute per file before it falls back to a copy. So magicfs asks once per 
 
 * the first rename in a bucket sends the move *without* retries (the probe); a 200 moved
   the file and every later rename in that bucket is a move (through gcsfs, with its
-  retries, as any request); 501, 405 or 400 (or a 404 while the source is there) mean
-  the store has no move: that rename and every later one in the bucket is gcsfs's
-  rewrite (copy) + delete;
+  retries, as any request); 501, 405, 400 or 403 (or a 404 while the source is there)
+  mean the store has no move, or this user may not use it: that rename and every later
+  one in the bucket is gcsfs's rewrite (copy) + delete (which fails with the store's own
+  error where the user may not copy either);
 * any other failure of the probe (a timeout, a 503) decides nothing: that one file is
   copied, and the next rename probes again.
 
@@ -35,10 +36,11 @@ log = logging.getLogger("magicfs.stores.gcs")
 
 #: The JSON API's move of one object within a bucket (after ``<endpoint>/storage/v1/``).
 MOVE_PATH = "b/{}/o/{}/moveTo/o/{}"
-#: Answers to the probe that say "this store has no move": not implemented
-#: (gcp-storage-emulator), method not allowed, bad request (fake-gcs-server takes the
-#: request for an upload without metadata).
-NO_MOVE_STATUSES = frozenset({400, 405, 501})
+#: Answers to the probe that say "no move here": not implemented (gcp-storage-emulator),
+#: method not allowed, bad request (fake-gcs-server takes the request for an upload
+#: without metadata; a requester-pays bucket, whose ``userProject`` the probe does not
+#: send), forbidden (a role without the move's permission).
+NO_MOVE_STATUSES = frozenset({400, 403, 405, 501})
 #: Seconds the probe waits for a reply (a move changes metadata only: it is quick).
 PROBE_TIMEOUT = 60.0
 
@@ -111,13 +113,7 @@ class GcsMoves:
         if not answer.moves:
             return False
         self.fs.call(
-            "POST",
-            MOVE_PATH,
-            bucket,
-            source_key,
-            dest_key,
-            headers=self._headers(),
-            json_out=True,
+            "POST", MOVE_PATH, bucket, source_key, dest_key, headers=_move_headers(), json_out=True
         )
         self._forget(source, dest)
         return True
@@ -130,8 +126,10 @@ class GcsMoves:
             self._forget(source, dest)
             log.info("gs://%s moves objects (objects.move): renames copy nothing", names[0])
             return True
-        if status == 404 and not self.fs.exists(source):
-            raise FileNotFoundError(source)
+        if status == 404:
+            self.fs.invalidate_cache(source)
+            if not self.fs.exists(source):
+                raise FileNotFoundError(source)
         if status in NO_MOVE_STATUSES or status == 404:
             answer.moves = False
             log.info(
@@ -147,7 +145,9 @@ class GcsMoves:
         """POST the move once (no retry); (HTTP status, or 0 with the error's text)."""
         quoted = (urllib.parse.quote(part, safe="") for part in (bucket, source_key, dest_key))
         url = self.endpoint + MOVE_PATH.format(*quoted)
-        request = urllib.request.Request(url, data=b"", method="POST", headers=self._headers())
+        headers = _move_headers()
+        self.fs.credentials.apply(headers)  # gcsfs's own requests add them themselves
+        request = urllib.request.Request(url, data=b"", method="POST", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT) as response:
                 response.read()
@@ -157,17 +157,12 @@ class GcsMoves:
         except OSError as failed:
             return 0, str(failed) or type(failed).__name__
 
-    def _headers(self) -> dict[str, str]:
-        """The move's headers: JSON, an idempotency token (a retried move is applied
-        once), and the filesystem's credentials (none when anonymous)."""
-        headers = {
-            "Content-Type": "application/json",
-            "X-Goog-GCS-Idempotency-Token": str(uuid.uuid4()),
-        }
-        self.fs.credentials.apply(headers)
-        return headers
-
     def _forget(self, source: str, dest: str) -> None:
         """gcsfs's listings cache knows neither name's new state."""
         self.fs.invalidate_cache(source)
         self.fs.invalidate_cache(dest)
+
+
+def _move_headers() -> dict[str, str]:
+    """A move's headers: JSON, and an idempotency token (a retried move is applied once)."""
+    return {"Content-Type": "application/json", "X-Goog-GCS-Idempotency-Token": str(uuid.uuid4())}
