@@ -24,6 +24,7 @@ as any rename is: the source gone and the destination of the right size.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -70,12 +71,13 @@ def known_answer(endpoint: str, bucket: str) -> bool | None:
 
 
 def is_gcsfs(fs: Any) -> bool:
-    """Is ``fs`` gcsfs's filesystem (recognised by its class, as the registry does)?"""
-    try:
-        from gcsfs import GCSFileSystem
-    except ImportError:
-        return False
-    return isinstance(fs, GCSFileSystem)
+    """Is ``fs`` gcsfs's filesystem (recognised by its class, as the registry does)?
+
+    Asked of gcsfs only where it is imported already (``fs`` cannot be one otherwise):
+    a job on another store does not pay gcsfs's import.
+    """
+    gcsfs = sys.modules.get("gcsfs")
+    return gcsfs is not None and isinstance(fs, gcsfs.GCSFileSystem)
 
 
 def object_moves(fs: Any) -> GcsMoves | None:
