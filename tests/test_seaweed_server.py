@@ -19,6 +19,8 @@ from helpers.seaweed import SeaweedServer
 
 from magicfs.integrations.local_server import ServerStartError, accepts_connections
 
+pytestmark = pytest.mark.seaweed  # pytest -m seaweed runs these too
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
