@@ -159,5 +159,8 @@ def test_moving_a_missing_file_raises_file_not_found_and_decides_nothing(gcs_ser
             store = RenameStore(fs)
             with pytest.raises(FileNotFoundError):
                 store.rename(f"{bucket}/missing.csv", f"{bucket}/there.csv")
+            renames = ("moveTo", "rewriteTo", "delete")
+            sent = [(s.operation, s.status) for s in front.log if s.operation in renames]
+            assert sent == [("moveTo", 404)]  # the probe only: no copy of nothing tried
             assert known_answer(fs.base, bucket) is None
             assert fs.ls(bucket, refresh=True) == []
