@@ -2,10 +2,10 @@
 
 It starts the command in its own process group and stops that group when its own stdin
 reaches end-of-file, which happens when the process that started it closes it *or dies*
-(even by SIGKILL: the kernel closes the pipe); on Linux the command also gets SIGKILL
-should the watchdog itself die. It runs as a script in an isolated interpreter, so it
-imports the standard library only, and nothing of the package: no thread may run before
-it forks the command (``preexec_fn``).
+(even by SIGKILL: the kernel closes the pipe), or when it gets SIGTERM; on Linux the
+command also gets SIGKILL should the watchdog itself die. It runs as a script in an
+isolated interpreter, so it imports the standard library only, and nothing of the
+package: no thread may run before it forks the command (``preexec_fn``).
 """
 
 from __future__ import annotations
@@ -59,7 +59,16 @@ def _watch(command: list[str]) -> int:
                 pass  # end-of-file: the parent closed it or died
         _stop_group(server)
 
-    signal.signal(signal.SIGTERM, lambda *_: _stop_group(server))
+    def stop_on_sigterm(*_: object) -> None:
+        # The handler runs on the main thread *inside* ``server.wait()``, which holds the
+        # Popen's wait lock: waiting here would deadlock (the server left a zombie and
+        # this process hung). So: signal the group and let a thread escalate; the main
+        # thread's wait then reaps the server and this process ends.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGTERM)
+        threading.Thread(target=_stop_group, args=(server,), daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     threading.Thread(target=stop_when_parent_leaves, daemon=True).start()
     return server.wait()
 
