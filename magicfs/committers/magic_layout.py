@@ -67,6 +67,7 @@ of them gets this flow.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -87,7 +88,13 @@ from ..names import (
 from ..parallel import loop_map
 from ..paths import final_destination, is_deferred_write
 from ..protocol.attempts import Messages
-from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.committer import (
+    Loaded,
+    OutputCommitter,
+    Published,
+    TaskAttempt,
+    TaskCommitMessage,
+)
 from ..protocol.journal import JournalKeeper
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
@@ -489,7 +496,8 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         with self.stats.track("committer_cleanup"):
             self._discard_left(published)
-            delete_tree(self._tree_pages(), self._delete_files, self._delete_last)
+            last = functools.partial(delete_last_batch, self._delete_files, self.index_entry, self)
+            delete_tree(self._tree_pages(), self._delete_files, last)
             self.store_fs.invalidate_cache(self.layout.magic_dir)
 
     def _discard_left(self, published: Published | None) -> None:
@@ -511,17 +519,20 @@ class MagicLayoutCommitter(PendingsetCommitter):
         """The job's tree, page by page."""
         return self._pages(self.layout.magic_dir)
 
-    def _delete_last(self, paths: list[str]) -> None:
-        """The tree's last batch (the journal, if any) and, in the same request where the
-        store deletes in batches, the job's index entry: it goes with the last of the tree,
-        not before. A refused entry (permissions that stop at the destination) fails
-        nothing: the batch is sent again without it."""
-        try:
-            self._delete_files([*paths, self.index_entry])
-        except Exception as error:
-            if paths:
-                self._delete_files(paths)  # the tree's own failure, if that is what it was
-            job_index.index_failed("deleted", self.index_entry, self.job_id, self.url, error)
+
+def delete_last_batch(
+    delete: Callable[[list[str]], None], entry: str, job: OutputCommitter, paths: list[str]
+) -> None:
+    """Delete a job tree's last batch (the journal, if any) and, in the same request
+    where the store deletes in batches, the job's index ``entry``: it goes with the last
+    of the tree, not before. A refused entry (permissions that stop at the destination)
+    fails nothing: the batch is sent again without it."""
+    try:
+        delete([*paths, entry])
+    except Exception as error:
+        if paths:
+            delete(paths)  # the tree's own failure, if that is what it was
+        job_index.index_failed("deleted", entry, job.job_id, job.url, error)
 
 
 def save_checked(
