@@ -262,26 +262,25 @@ def test_duckdbs_existence_probes_inside_a_running_copy_reach_no_store(s3_server
     assert job.summary is not None and job.summary.files == 6
 
 
+def copy_year(con, dest, year: int, **options):
+    """One COPY job of ``year``'s sales into ``dest``, partitioned by region."""
+    return magicfs.duckdb.copy(
+        f"FROM sales WHERE year = {year}",
+        dest.url,
+        connection=con,
+        storage_options=dest.options,
+        partition_by="region",
+        **options,
+    )
+
+
 # -- DuckDB's options for a target holding data: the job's conflict modes -------------------------
 
 
 def test_overwrite_replaces_the_old_data_at_job_commit(local_dest):
     con = connect()
-    old = magicfs.duckdb.copy(
-        "FROM sales WHERE year = 2023",
-        local_dest.url,
-        connection=con,
-        storage_options=local_dest.options,
-        partition_by="region",
-    )
-    new = magicfs.duckdb.copy(
-        "FROM sales WHERE year = 2024",
-        local_dest.url,
-        connection=con,
-        storage_options=local_dest.options,
-        partition_by="region",
-        overwrite=True,
-    )
+    old = copy_year(con, local_dest, 2023)
+    new = copy_year(con, local_dest, 2024, overwrite=True)
     assert old.job_id != new.job_id
     assert local_dest.data_files() == [
         f"region={r}/part-00000-{new.job_id}-0.parquet" for r in ("north", "south")
@@ -293,21 +292,8 @@ def test_overwrite_replaces_the_old_data_at_job_commit(local_dest):
 @pytest.mark.parametrize("option", ["overwrite_or_ignore", "append"])
 def test_overwrite_or_ignore_and_append_add_files(local_dest, option):
     con = connect()
-    first = magicfs.duckdb.copy(
-        "FROM sales WHERE year = 2023",
-        local_dest.url,
-        connection=con,
-        storage_options=local_dest.options,
-        partition_by="region",
-    )
-    second = magicfs.duckdb.copy(
-        "FROM sales WHERE year = 2024",
-        local_dest.url,
-        connection=con,
-        storage_options=local_dest.options,
-        partition_by="region",
-        **{option: True},
-    )
+    first = copy_year(con, local_dest, 2023)
+    second = copy_year(con, local_dest, 2024, **{option: True})
     assert local_dest.data_files() == sorted(
         f"region={r}/part-00000-{job}-0.parquet"
         for r in ("north", "south")
