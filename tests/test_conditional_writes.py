@@ -19,6 +19,7 @@ from helpers.s3_targets import store_fixture
 from test_recovery import ALL, run_crashing_job
 
 from magicfs import MagicCommitter
+from magicfs.committers import MagicLayoutCommitter
 from magicfs.errors import JobCommitError
 from magicfs.stores.s3 import conditional
 from magicfs.stores.s3.conditional import PROBE_PREFIX
@@ -56,7 +57,7 @@ def drop_if_none_match(fs, operation: str) -> None:
 
 @pytest.fixture
 def moto_committer(bucket, s3_options):
-    def make(**kwargs) -> MagicCommitter:
+    def make(**kwargs) -> MagicLayoutCommitter:
         options = {**s3_options, "skip_instance_cache": True}
         return MagicCommitter(f"s3://{bucket}/out", storage_options=options, **kwargs)
 

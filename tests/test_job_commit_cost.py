@@ -15,6 +15,7 @@ import pytest
 from helpers import object_keys, pending_uploads, visible_keys
 
 from magicfs import MagicCommitter
+from magicfs.committers import MagicLayoutCommitter
 from magicfs.errors import JobAlreadyActiveError, JobCommitError, StoreCallError
 from magicfs.stores.s3.retry import RetryPolicy
 
@@ -28,7 +29,7 @@ def front(fault_front):
     fault_front.clear()
 
 
-def committer_at(bucket: str, storage: dict, **options) -> MagicCommitter:
+def committer_at(bucket: str, storage: dict, **options) -> MagicLayoutCommitter:
     return MagicCommitter(
         f"s3://{bucket}/out",
         storage_options={**storage, "skip_instance_cache": True},
@@ -37,7 +38,7 @@ def committer_at(bucket: str, storage: dict, **options) -> MagicCommitter:
     )
 
 
-def run_tasks(committer: MagicCommitter) -> list:
+def run_tasks(committer: MagicLayoutCommitter) -> list:
     """Task 0 reports; task 1 commits but its message is lost (its upload is swept)."""
     committer.setup_job()
     messages = []
@@ -49,7 +50,7 @@ def run_tasks(committer: MagicCommitter) -> list:
     return messages[:1]
 
 
-def journal_of(s3_client, bucket: str, committer: MagicCommitter) -> dict | None:
+def journal_of(s3_client, bucket: str, committer: MagicLayoutCommitter) -> dict | None:
     key = f"out/__magic_job-{committer.job_id}/_magicfs_commit.json"
     try:
         return json.loads(s3_client.get_object(Bucket=bucket, Key=key)["Body"].read())
@@ -57,7 +58,7 @@ def journal_of(s3_client, bucket: str, committer: MagicCommitter) -> dict | None
         return None
 
 
-def tree_of(s3_client, bucket: str, committer: MagicCommitter) -> list[str]:
+def tree_of(s3_client, bucket: str, committer: MagicLayoutCommitter) -> list[str]:
     return [k for k in object_keys(s3_client, bucket) if f"__magic_job-{committer.job_id}" in k]
 
 
@@ -272,7 +273,7 @@ def test_a_resumed_commit_with_messages_loads_the_journal_s_records(
 class CallOrder:
     """The S3 calls a committer's client starts and finishes, in order (botocore hooks)."""
 
-    def __init__(self, committer: MagicCommitter) -> None:
+    def __init__(self, committer: MagicLayoutCommitter) -> None:
         self.events: list[tuple[str, str, str]] = []
         events = committer.store_fs.s3.meta.events
         events.register("before-parameter-build.s3", self._named)
@@ -299,7 +300,7 @@ class CallOrder:
         return found[0]
 
 
-def write_three(committer: MagicCommitter, task) -> dict[str, bytes]:
+def write_three(committer: MagicLayoutCommitter, task) -> dict[str, bytes]:
     files = {f"part-{n}.csv": f"file {n}".encode() for n in range(3)}
     for name, data in files.items():
         committer.fs.pipe_file(task.path(name), data)

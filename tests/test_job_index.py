@@ -250,7 +250,7 @@ def test_an_index_entry_whose_job_left_nothing_lists_no_job(store, caplog):
     assert len(stale) == 2 and any(gone.job_id in m for m in stale)
     assert any("ghost-1" in m for m in stale)
     # A job whose marker is gone but whose tree remains is listed: it needs a clean-up.
-    deep._end_job(check=False)
+    deep.end_job(check=False)
     assert found(store, "deep") == [(deep.url, deep.job_id, "ended", 1)]
     deep.abort_job()
     gone.abort_job()  # its clean-up deletes its stale entry

@@ -18,6 +18,7 @@ from helpers import object_keys, pending_uploads, visible_keys
 
 import magicfs
 from magicfs import MagicCommitter, TaskCommitMessage, committer_for, write_job
+from magicfs.committers import MagicLayoutCommitter
 from magicfs.errors import CommitFailedError, JobNotActiveError
 from magicfs.records import SuccessData
 from magicfs.stores.s3.retry import RetryPolicy
@@ -35,7 +36,7 @@ def options(s3_options):
 
 @pytest.fixture
 def make_committer(bucket, options):
-    def make(dest: str = "out", **kwargs) -> MagicCommitter:
+    def make(dest: str = "out", **kwargs) -> MagicLayoutCommitter:
         return MagicCommitter(f"s3://{bucket}/{dest}", storage_options=options, **kwargs)
 
     return make
@@ -103,7 +104,8 @@ def test_job_ids_are_unique_and_validated(make_committer):
 
 
 def test_committer_for_picks_magic_for_s3(bucket, options):
-    assert isinstance(committer_for(f"s3://{bucket}/out", storage_options=options), MagicCommitter)
+    chosen = committer_for(f"s3://{bucket}/out", storage_options=options)
+    assert isinstance(chosen, MagicLayoutCommitter) and chosen.name == "magic"
     with pytest.raises(ValueError, match="unknown conflict_mode 'merge'"):
         committer_for(f"s3://{bucket}/out", storage_options=options, conflict_mode="merge")
 

@@ -11,6 +11,7 @@ from helpers.faults import Faults, InjectedFault, s3_error
 from helpers.polling import wait_until
 
 from magicfs import MagicCommitter
+from magicfs.committers import MagicLayoutCommitter
 from magicfs.errors import (
     CommitConflictError,
     CommitFailedError,
@@ -31,7 +32,7 @@ def options(s3_options):
 
 @pytest.fixture
 def make_committer(bucket, options):
-    def make(dest: str = "out", **kwargs) -> MagicCommitter:
+    def make(dest: str = "out", **kwargs) -> MagicLayoutCommitter:
         return MagicCommitter(f"s3://{bucket}/{dest}", storage_options=options, **kwargs)
 
     return make
@@ -96,12 +97,12 @@ def test_retried_commit_after_a_crash_completes_the_job(make_committer, s3_clien
     # The first commit completes 3 of 6 uploads and then the driver dies (no clean-up).
     committer = make_committer(threads=1)
     messages = run_tasks(committer, {0: ["a", "b", "c"], 1: ["d", "e", "f"]})
-    loaded = committer._load(committer._check_messages(messages, committer.layout.tasks_dir))
+    loaded = committer.load_records(committer._check_messages(messages, committer.layout.tasks_dir))
     first_three = list(loaded.payload.commits())[:3]
     loaded.discard()
-    committer._end_job()
+    committer.end_job()
     for commit in first_three:
-        committer._operations().complete(commit)
+        committer.operations().complete(commit)
     assert len(visible_keys(s3_client, bucket)) == 3
 
     # A restarted driver (a new committer object, same job id) retries. Real S3 has
@@ -140,7 +141,7 @@ def test_no_such_upload_for_a_foreign_object_is_a_failure(make_committer, s3_cli
 
 def pending_key(committer, task_index: int, name: str) -> str:
     task = committer.task_attempt(task_index)
-    return committer._key(task.path(name)) + ".pending"
+    return committer.deferred.split(task.path(name))[1] + ".pending"
 
 
 def edit_json(s3_client, bucket: str, key: str, change) -> None:
@@ -209,7 +210,7 @@ def test_malformed_pending_names_the_file(make_committer, s3_client, bucket):
 
 
 def tamper_pendingset(committer, s3_client, bucket, message, change):
-    edit_json(s3_client, bucket, committer._key(message.record), change)
+    edit_json(s3_client, bucket, committer.deferred.split(message.record)[1], change)
 
 
 @pytest.mark.parametrize(
@@ -376,7 +377,9 @@ def test_task_commit_racing_the_job_end_is_rejected(make_committer, s3_client, b
 
     def end_job(params):
         if params["Key"].endswith(f"{task.task_id}.pendingset"):
-            s3_client.delete_object(Bucket=bucket, Key=committer._key(committer.layout.job_marker))
+            s3_client.delete_object(
+                Bucket=bucket, Key=committer.deferred.split(committer.layout.job_marker)[1]
+            )
         return False
 
     faults.fail("PutObject", when=end_job)

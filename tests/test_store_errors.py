@@ -65,7 +65,7 @@ def write_files(committer, count: int = 3) -> list:
 
 def spoil_etag(client, bucket: str, committer, message, index: int = 0) -> str:
     """Give one commit of the task's record a wrong part ETag; returns its destination key."""
-    key = committer._key(message.record)
+    key = committer.deferred.split(message.record)[1]
     document = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
     commit = document["commits"][index]
     commit["etags"] = [WRONG_ETAG]

@@ -16,11 +16,10 @@ from ..protocol.committer import (
     TaskAttempt,
     TaskCommitMessage,
 )
-from ..stores.registry import deferred_store_for
-from .blocks import BlockListCommitter
+from ..stores.job_hooks import option_names
+from ..stores.registry import committed_by, deferred_store_for
 from .classic import FileOutputCommitter
-from .magic import MagicCommitter
-from .magic_layout import MagicLayoutCommitter
+from .magic_layout import BlockListCommitter, MagicCommitter, MagicLayoutCommitter
 from .manifest import ManifestCommitter
 from .staging import StagingCommitter
 
@@ -41,9 +40,11 @@ __all__ = [
 ]
 
 #: Every committer by its ``committer_for`` name: its class and the options it fixes.
+#: ``magic``, ``block-list`` and ``magic-layout`` are configurations of one class (a
+#: store's spec and its options: :mod:`.magic_layout`), as ``file-v1``/``file-v2`` are.
 COMMITTERS: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
-    "magic": (MagicCommitter, {}),
-    "block-list": (BlockListCommitter, {}),
+    "magic": (MagicLayoutCommitter, {"configuration": "magic"}),
+    "block-list": (MagicLayoutCommitter, {"configuration": "block-list"}),
     "magic-layout": (MagicLayoutCommitter, {}),
     "manifest": (ManifestCommitter, {}),
     "file-v1": (FileOutputCommitter, {"algorithm": 1}),
@@ -119,10 +120,13 @@ def accepted_options(committer: str) -> list[str]:
     """The options ``committer_for(..., committer=committer, **options)`` accepts, sorted.
 
     Read from the constructors' signatures up the class's method resolution order (a
-    constructor taking ``**kwargs`` passes the rest on), less what the name fixes.
+    constructor taking ``**kwargs`` passes the rest on), less what the name fixes, plus
+    the typed options of the stores a configuration commits (their spec's ``options``).
     """
     cls, fixed = COMMITTERS[committer]
     names = {"job_id", "storage_options"}
+    for spec in committed_by(fixed.get("configuration", "")):
+        names.update(option_names(spec.options) if spec.options else [])
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:

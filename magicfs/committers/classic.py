@@ -48,6 +48,8 @@ from ..names import CLASSIC_JOB_MARKER_PREFIX, CLASSIC_JOB_MARKER_SUFFIX, TEMPOR
 from ..paths import join
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.hooks import TaskCommit
+from ..protocol.tasks import task_committed
 from ..stores.local import TaskLocalFileSystem
 from ..stores.rename import RenameStore
 from ..task_files import TaskFile
@@ -126,7 +128,7 @@ class FileOutputCommitter(OutputCommitter):
         name = f"{CLASSIC_JOB_MARKER_PREFIX}{self.job_id}{CLASSIC_JOB_MARKER_SUFFIX}"
         return join(self.job_attempt_dir, name)
 
-    def _setup_job(self, resume: bool) -> None:
+    def prepare_job(self, resume: bool) -> None:
         self.store.mkdirs(self.job_attempt_dir)
         if not resume:
             self.store.write_bytes(self.job_marker, self._job_marker_document())
@@ -135,7 +137,7 @@ class FileOutputCommitter(OutputCommitter):
         """Set up and not yet ended: its job marker exists."""
         return self.store.info(self.job_marker) is not None
 
-    def _end_job(self, check: bool = True) -> bool:
+    def end_job(self, check: bool = True) -> bool:
         """Delete the job marker; returns whether it was there.
 
         Always looked up, ``check`` or not: with no task records to load, the marker is
@@ -145,17 +147,17 @@ class FileOutputCommitter(OutputCommitter):
         self.store.delete_file(self.job_marker)
         return was_active
 
-    def _check_no_conflict(self, stage: str) -> None:
+    def check_no_conflict(self, stage: str) -> None:
         """``fail`` mode; v2 checks at job setup only (see the class docstring)."""
         if self.algorithm == 2 and stage != "job setup":
             return  # its tasks have published by now: the job's own files are no conflict
-        super()._check_no_conflict(stage)
+        super().check_no_conflict(stage)
 
-    def _journal(self) -> None:
+    def journal_keeper(self) -> None:
         """The classic committers keep no journal: a commit that dies is not resumable."""
         return None
 
-    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
+    def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if not was_active:
             raise NothingToCommitError(
                 f"job {self.job_id}: nothing to commit at {self.url}: it was never set up, or "
@@ -172,26 +174,26 @@ class FileOutputCommitter(OutputCommitter):
             if entry.get("type") == "directory" and not entry["name"].endswith("/" + TEMPORARY)
         ]
 
-    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
+    def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
         size = sum(m.bytes for m in messages or [] if m is not None)
         files = sum(m.files for m in messages or [] if m is not None)
         return Loaded(list(records), len(records), files, size)
 
-    def _delete_files(self, paths: list[str]) -> None:
+    def delete_files(self, paths: list[str]) -> None:
         for path in paths:
             self.store.delete_file(path)
 
-    def _publish(self, loaded: Loaded) -> Published:
+    def publish(self, loaded: Loaded) -> Published:
         """v1: merge every committed task directory (``mergePaths``); v2: already in place."""
         if self.algorithm == 2:
             return Published(loaded.files, loaded.bytes)
         files = sum(self._merge_v1(directory, self.dest) for directory in loaded.records)
         return Published(files, loaded.bytes)
 
-    def _unpublish(self, loaded: Loaded) -> int:
+    def unpublish(self, loaded: Loaded) -> int:
         return 0  # can_roll_back is False: merged files stay (as in Hadoop)
 
-    def _save_success(
+    def save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
         self.stats.increment("committer_files_committed", published.files)
@@ -199,7 +201,7 @@ class FileOutputCommitter(OutputCommitter):
             self.store.write_bytes(self.success_path, b"")  # zero bytes, as Hadoop writes it
         return []
 
-    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         if published is None:
             self.store.delete_tree(self.job_attempt_dir)
         self.store.delete_tree(self.temp_root)
@@ -209,14 +211,17 @@ class FileOutputCommitter(OutputCommitter):
     def work_path_for(self, attempt_id: str) -> str:
         return self.task_attempt_dir(attempt_id)
 
-    def _setup_task(self, task: TaskAttempt) -> None:
+    def prepare_task(self, task: TaskAttempt) -> None:
         """Nothing on object stores; the attempt directory on a local disk."""
         self.store.mkdirs(task.work_path)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
         return cast(bool, self.store.fs.exists(task.work_path))
 
-    def _commit_task(self, task: TaskAttempt, files_known: list[TaskFile]) -> TaskCommitMessage:
+    def commit_task_files(
+        self, commit: TaskCommit, files_known: list[TaskFile]
+    ) -> TaskCommitMessage:
+        task = commit.task
         start = time.monotonic()
         found = self.store.scan(task.work_path)
         files = [i for i in found.values() if i.get("type") != "directory"]
@@ -230,9 +235,9 @@ class FileOutputCommitter(OutputCommitter):
                     self._merge_v2(task.work_path, self.dest)
                     self.store.delete_tree(task.work_path)
         size = sum(int(i.get("size") or 0) for i in files)
-        return self._task_committed(task, committed, len(files), size, start, "committed")
+        return task_committed(self, task, committed, len(files), size, start, "committed")
 
-    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
+    def abort_task_files(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         self.store.delete_tree(task.work_path)
 
     # -- mergePaths (seed document, "The FileOutputCommitter") ------------------------------

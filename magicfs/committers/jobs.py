@@ -327,7 +327,7 @@ def _committer(url: str, candidate: _Candidate, probe: OutputCommitter) -> Outpu
 
 def describe_job(committer: OutputCommitter) -> JobState:
     """The state of ``committer``'s job (see the module docstring)."""
-    keeper = committer._journal()
+    keeper = committer.journal_keeper()
     journal = None
     if keeper is not None:
         with contextlib.suppress(InvalidCommitData):

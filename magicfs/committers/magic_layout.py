@@ -59,9 +59,14 @@ follows the closes.
   record before the job's end (and is listed or named) or finds the marker gone and
   withdraws. It must follow the save, so it cannot share the listing before it.
 
-:class:`~.magic.MagicCommitter` (S3) and :class:`~.blocks.BlockListCommitter` (Azure) are
-configurations of it; any store in :mod:`magicfs.stores.registry` whose committer is one
-of them gets this flow.
+**Configurations, not subclasses.** ``magic`` (S3), ``block-list`` (Azure) and
+``magic-layout`` are one class, :class:`MagicLayoutCommitter`, configured by a store's
+spec (:mod:`magicfs.stores.registry`): its typed committer options and its hooks
+(:mod:`magicfs.stores.job_hooks`; S3's in :mod:`magicfs.stores.s3.job_hooks`, Azure's in
+:mod:`magicfs.stores.azure.job_hooks`), which this class passes through unread. A
+store's own configuration is named by its spec's ``committer``; ``magic-layout`` is the
+generic flow with the generic hooks on any deferred store.
+:func:`MagicCommitter` and :func:`BlockListCommitter` are the two named ones.
 """
 
 from __future__ import annotations
@@ -69,33 +74,29 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from typing import Any
 
-from ..errors import CommitFailedError, InvalidCommitData, JobNotActiveError, NothingToCommitError
+import fsspec
+
+from ..errors import InvalidCommitData, JobNotActiveError, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
+from ..filesystems.originals import store_class, unwrapped
 from ..layouts import job_index
 from ..layouts.magic import MagicJobLayout
 from ..names import (
     JOURNAL_FILE,
-    PENDING_SUFFIX,
     PENDINGSET_SUFFIX,
     STARTED_SUFFIX,
     UNMARKED_FILE,
 )
 from ..parallel import loop_map
-from ..paths import final_destination, is_deferred_write
 from ..protocol.attempts import Messages
-from ..protocol.committer import (
-    Loaded,
-    OutputCommitter,
-    Published,
-    TaskAttempt,
-    TaskCommitMessage,
-)
+from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
+from ..protocol.tasks import not_started_error, require_active_job, task_committed
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
@@ -104,13 +105,14 @@ from ..records import (
     declared_checksums,
 )
 from ..statistics import IOStatisticsStore
+from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
 from ..stores.job_check import job_still_active
+from ..stores.job_hooks import DeferredJobHooks, StoreOptions, option_names
 from ..stores.registry import committed_by, deferred_store_for
 from ..stores.spool import OrderedPaths
-from ..stores.validation import check_commit
 from ..task_files import TASK_FILES, TaskFile
-from .pendingsets import PendingsetCommitter
+from .pendingsets import PendingsetRecords, kept_uploads
 
 log = logging.getLogger("magicfs.committer.magic_layout")
 
@@ -118,69 +120,68 @@ log = logging.getLogger("magicfs.committer.magic_layout")
 DELETE_BATCH = 1000
 
 
-class MagicLayoutCommitter(PendingsetCommitter):
+class MagicLayoutCommitter(OutputCommitter):
     """Task output as deferred writes on the final names, committed through pendingsets.
 
-    As itself (``committer_for(..., committer="magic-layout")``) it commits any store of
-    the registry; a configuration sets :attr:`name` (its ``committer_for`` name, which
-    the registry's stores name as theirs) and may override the hooks marked as such.
+    ``configuration`` (``committer_for``'s name): a store's own (``"magic"`` on S3,
+    ``"block-list"`` on Azure: its spec's ``committer``), with the store's typed options
+    and hooks; or ``"magic-layout"``, the generic flow on any deferred store. The
+    store's options arrive as keywords among the others and are handed to its options
+    class (:class:`~magicfs.stores.job_hooks.StoreOptions`), unread here.
     """
 
     name = "magic-layout"
 
-    deferred: DeferredStore
-    #: Attempt records stay until the job ends (S3: its clean-up sweeps uploads by the
-    #: keys the markers name); False: dropped at task commit.
-    keeps_attempt_records = True
-
-    def __init__(self, dest: str, **options: Any):
+    def __init__(self, dest: str, *, configuration: str = "magic-layout", **options: Any):
+        spec = _deferred_spec(dest, options.get("fs"), configuration)
+        own = spec.committer == configuration
+        options_class = (spec.options if own else None) or StoreOptions
+        store_keywords = {n: options.pop(n) for n in option_names(options_class) if n in options}
+        self.name = configuration
+        #: The store's committer options, typed and checked (passed through unread).
+        self.store_options_typed = options_class(**store_keywords)
         super().__init__(dest, **options)
-        spec = deferred_store_for(self.store_fs)
-        if spec is None or not self._commits(spec):
-            stores = ", ".join(s.name for s in committed_by(self.name)) or "a deferred store"
-            raise ValueError(
-                f"{dest}: the {self.name} committer needs a destination on {stores}; "
-                f"committer_for({dest!r}) picks the store's own committer"
-            )
-        if not hasattr(self, "deferred"):  # a configuration may have made its own
-            self.deferred = spec.adapter(
-                self.store_fs, self.job_id, self._scratch_dir, **self._adapter_options()
-            )
+        self.deferred = spec.adapter(
+            self.store_fs,
+            self.job_id,
+            self._scratch_dir,
+            **self.store_options_typed.adapter_options(),
+        )
+        self.opt_in = {spec.opt_in: True} if spec.opt_in else {}
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
-        self._listings: dict[str, concurrent.futures.Future[dict[str, dict[str, str]]]] = {}
         self.bucket, self.dest_key = self.deferred.split(self.dest)
         #: The job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`).
         self.index_entry = job_index.entry_path(self.bucket, self.dest_key, self.job_id)
-        # Writes to the destination outside task paths are refused (job_root).
-        self._fs = MagicFileSystem(fs=self.store_fs, job_root=self.dest, **self._view_options(spec))
+        self.records = PendingsetRecords(self, self.deferred, self._read_record, self._read_records)
+        make_hooks = (spec.job_hooks if own else None) or DeferredJobHooks
+        #: What the store adds to the flow (:mod:`magicfs.stores.job_hooks`).
+        self.store_hooks = make_hooks(self, self.store_options_typed)
+        self._fs = self._task_view()
+
+    def _store_filesystem(
+        self, protocol: str, options: dict[str, Any], threads: int
+    ) -> fsspec.AbstractFileSystem:
+        options = self.store_options_typed.filesystem_options(options, threads)
+        return super()._store_filesystem(protocol, options, threads)
+
+    def _task_view(self) -> MagicFileSystem:
+        """The task view; writes to the destination outside task paths are refused."""
+        view = {**self.opt_in, **self.store_hooks.view_options()}
+        return MagicFileSystem(fs=self.store_fs, job_root=self.dest, **view)
 
     @property
     def fs(self) -> MagicFileSystem:
         return self._fs
 
-    def _view_options(self, spec: DeferredStoreSpec) -> dict[str, Any]:
-        """:class:`~magicfs.filesystems.MagicFileSystem` options of the task view (hook)."""
-        return {spec.opt_in: True} if spec.opt_in else {}
-
-    def _commits(self, spec: DeferredStoreSpec) -> bool:
-        """Does this committer commit ``spec``'s jobs? Itself: any; a configuration: its own."""
-        return type(self) is MagicLayoutCommitter or spec.committer == self.name
-
-    def _adapter_options(self) -> dict[str, Any]:
-        """Options for the store's adapter factory (hook)."""
-        return {}
-
     def _scratch_dir(self) -> str:
         """Where store probes may write a throw-away record: the job's hidden tree."""
         return self.layout.magic_dir
 
-    def _magic_options(self) -> MagicOptions:
-        """The ``"magic"`` storage options of task URLs (hook)."""
-        return MagicOptions(job_root=self.dest)
-
     @property
     def storage_options(self) -> dict[str, Any]:
-        return {"magic": self._magic_options(), self.protocol: dict(self.store_options)}
+        url_options = {**self.opt_in, **self.store_hooks.url_options()}
+        magic = MagicOptions(job_root=self.dest, **url_options)
+        return {"magic": magic, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:
         url: str = self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
@@ -189,28 +190,44 @@ class MagicLayoutCommitter(PendingsetCommitter):
     def work_path_for(self, attempt_id: str) -> str:
         return self.layout.work_path(attempt_id)
 
-    # -- records, through the adapter ---------------------------------------------------
+    # -- what the store's hooks see of the job (magicfs.stores.job_hooks.LayoutJob) --------
 
-    def _key(self, path: str) -> str:
-        """The key (blob name) of ``bucket/key``."""
-        return self.deferred.split(path)[1]
+    @property
+    def magic_dir(self) -> str:
+        return self.layout.magic_dir
 
-    def _put(self, path: str, data: bytes) -> None:
+    def attempt_dir(self, attempt_id: str) -> str:
+        return self.layout.task_attempt_dir(attempt_id)
+
+    def display(self, path: str) -> str:
+        return self.records.display(path)
+
+    def operations(self) -> CommitOperations:
+        return self.records.operations()
+
+    def checked_task_commits(
+        self, attempt_id: str, commits: list[SinglePendingCommit], sources: list[str]
+    ) -> IOStatisticsSnapshot:
+        return self.records.checked_task_commits(attempt_id, commits, sources)
+
+    def put(self, path: str, data: bytes) -> None:
         self.deferred.run(self.deferred.awrite_record(path, data))
 
-    def _pages(self, directory: str, size: int = DELETE_BATCH) -> Iterator[list[str]]:
-        """The records below ``directory``, ``size`` at a time (streamed: a job's tree may
-        hold millions)."""
-        listing = self.deferred.alist_records(directory)
+    def tree_pages(self, size: int = DELETE_BATCH) -> Iterator[list[str]]:
+        """The job's tree, ``size`` records at a time (streamed: it may hold millions)."""
+        listing = self.deferred.alist_records(self.layout.magic_dir)
         while page := self.deferred.run(take(listing, size)):
             yield page
 
-    def _list(self, directory: str, recursive: bool = True) -> list[str]:
+    def list_records(self, directory: str, recursive: bool = True) -> list[str]:
         """The records below ``directory``, sorted (one paged, uncached listing)."""
         return sorted(self.deferred.run(collect(self.deferred.alist_records(directory, recursive))))
 
-    def _delete_files(self, paths: list[str]) -> None:
+    def delete_files(self, paths: list[str]) -> None:
         self.deferred.run(self.deferred.adelete_records(paths))
+
+    def read_records(self, paths: list[str]) -> Iterator[bytes]:
+        return self._read_records(paths)
 
     def _read_records(self, paths: list[str]) -> Iterator[bytes]:
         """The task records, ``2 * threads`` at once (small reads while nothing else runs;
@@ -232,84 +249,87 @@ class MagicLayoutCommitter(PendingsetCommitter):
         """The pendingset saved at ``path``; ``None`` if absent or unreadable."""
         data = self.deferred.run(self.deferred.aread_record(path, PendingSet.MAX_BYTES))
         try:
-            return None if data is None else PendingSet.from_json(data, source=self._display(path))
+            return None if data is None else PendingSet.from_json(data, source=self.display(path))
         except InvalidCommitData:
             return None
 
-    def _load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
+    def load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
         """The ``.pending`` records at ``paths``, read in parallel."""
-        return load_pendings(self.deferred, paths, self.stats, self._display)
+        return load_pendings(self.deferred, paths, self.stats, self.display)
 
     # -- job ------------------------------------------------------------------------------
 
-    def _setup_job(self, resume: bool) -> None:
+    def prepare_job(self, resume: bool) -> None:
         """The job marker; with it, at once (one round trip), the job's index entry (the
-        same JSON). A resumed job has both already."""
-        if resume:
-            return
-        document = self._job_marker_document()
-        saving = self.deferred.awrite_record(self.index_entry, document)
-        entry = self.deferred.run_background(saving)
-        try:
-            self._put(self.layout.job_marker, document)
-        finally:
-            concurrent.futures.wait([entry])
-        if (error := entry.exception()) is not None:
-            job_index.index_failed("saved", self.index_entry, self.job_id, self.url, error)
+        same JSON). A resumed job has both already. Then what the store decides at
+        set-up (S3: whether the job is unmarked), which may change the task view."""
+        if not resume:
+            document = self._job_marker_document()
+            saving = self.deferred.awrite_record(self.index_entry, document)
+            entry = self.deferred.run_background(saving)
+            try:
+                self.put(self.layout.job_marker, document)
+            finally:
+                concurrent.futures.wait([entry])
+            if (error := entry.exception()) is not None:
+                job_index.index_failed("saved", self.index_entry, self.job_id, self.url, error)
+        if self.store_hooks.after_setup(resume):
+            self._fs = self._task_view()
 
     def job_active(self) -> bool:
         """Whether the job marker exists, by a shared check started after this call
         (:func:`shared_check`)."""
         return self.deferred.run(shared_check(self.deferred, self.layout.job_marker))
 
-    def _end_job(self, check: bool = True) -> bool:
+    def end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
         was_active = self.job_active() if check else False
         self.deferred.run(self.deferred.adelete_record(self.layout.job_marker))
         return was_active
 
-    def _journal(self) -> JournalKeeper:
+    def journal_keeper(self) -> JournalKeeper:
         return JournalKeeper(self.deferred, self.layout.magic_dir, self.dest, self.job_id)
 
     # -- tasks ----------------------------------------------------------------------------
 
-    def _setup_task(self, task: TaskAttempt) -> None:
+    def prepare_task(self, task: TaskAttempt) -> None:
         started, data = self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
-        save_checked(self.deferred, started, data, lambda: self._require_active_job(task))
+        save_checked(self.deferred, started, data, lambda: require_active_job(self, task))
 
-    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
-        """As every committer's; where attempt records stay until the job ends, the
-        attempt's listing starts while its files finish closing (module docstring)."""
-        if self.keeps_attempt_records:
-            self._check_task(task)
-            TASK_FILES.begun(self.job_id, task.attempt_id)
-            listing = self.deferred.run_background(self._aattempt_entries(task))
-            self._listings[task.attempt_id] = listing
-        try:
-            return super().commit_task(task)
-        finally:
-            self._listings.pop(task.attempt_id, None)
+    def begin_task_commit(self, commit: TaskCommit) -> None:
+        """Where attempt records stay until the job ends, the attempt's listing starts
+        while its files finish closing (module docstring), once each file this process
+        opened has begun."""
+        if self.store_hooks.keeps_attempt_records:
+            TASK_FILES.begun(self.job_id, commit.task.attempt_id)
+            commit.early = self.deferred.run_background(self._aattempt_entries(commit.task))
 
-    def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
-        start = time.monotonic()
+    def _aattempt_entries(
+        self, task: TaskAttempt
+    ) -> Coroutine[Any, Any, dict[str, dict[str, str]]]:
+        return self.store_hooks.aattempt_entries(self.layout.task_attempt_dir(task.attempt_id))
+
+    def commit_task_files(self, commit: TaskCommit, files: list[TaskFile]) -> TaskCommitMessage:
+        task = commit.task
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
+        keeps_records = self.store_hooks.keeps_attempt_records
         try:
-            early = self._listings.pop(task.attempt_id, None)  # started by commit_task
-            listing = early or self.deferred.run_background(self._aattempt_entries(task))
+            listing = commit.early or self.deferred.run_background(self._aattempt_entries(task))
             found = self.layout.attempt_records(task.attempt_id, listing.result())
             if not found.started:
-                raise self._not_started_error(task)
+                raise not_started_error(self, task)
             saved = None
-            if found.saved and not self.keeps_attempt_records:
+            if found.saved and not keeps_records:
                 saved = self._saved(attempt_record)
             if saved is None:
-                commits, stats = self._gather_task_commits(task, files, found.files)
+                commits, stats = self.store_hooks.gather(task.attempt_id, files, found.files)
         except BaseException:
             self.abort_task(task)
             raise
         if saved is not None:  # committed before: its files' records are gone
-            return self._task_committed(
-                task, attempt_record, len(saved.commits), saved.total_bytes, start, "kept"
+            size = saved.total_bytes
+            return task_committed(
+                self, task, attempt_record, len(saved.commits), size, commit.start, "kept"
             )
         pendingset = PendingSet(
             job_id=self.job_id,
@@ -318,10 +338,11 @@ class MagicLayoutCommitter(PendingsetCommitter):
             extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
         )
         self._save_task_record(task, pendingset)
-        if not self.keeps_attempt_records:
+        if not keeps_records:
             self._drop_attempt_records(task, sorted(found.files))
-        return self._task_committed(
-            task, attempt_record, len(commits), pendingset.total_bytes, start, "committed"
+        size = pendingset.total_bytes
+        return task_committed(
+            self, task, attempt_record, len(commits), size, commit.start, "committed"
         )
 
     def _save_task_record(self, task: TaskAttempt, pendingset: PendingSet) -> None:
@@ -349,56 +370,9 @@ class MagicLayoutCommitter(PendingsetCommitter):
                     f"committed; {withdrawn}"
                 )
         except BaseException:
-            self._operations().abort(pendingset.commits)
+            self.operations().abort(pendingset.commits)
             self.abort_task(task)
             raise
-
-    async def _aattempt_entries(self, task: TaskAttempt) -> dict[str, dict[str, str]]:
-        """The records named like the attempt, one listing (``attempt_records``), with
-        their metadata where the store's listing gives it (hook: Azure's does)."""
-        prefix = self.layout.task_attempt_dir(task.attempt_id)
-        return {p: {} for p in await collect(self.deferred.alist_prefixed(prefix))}
-
-    def _gather_task_commits(
-        self, task: TaskAttempt, files: list[TaskFile], entries: dict[str, dict[str, str]]
-    ) -> tuple[list[SinglePendingCommit], IOStatisticsSnapshot]:
-        """The attempt's commits: this process's, or loaded from its ``.pending`` files
-        (``entries``: the attempt directory's files; hook: S3 tells files written around
-        magicfs from unclosed ones)."""
-        listing = sorted(entries)
-        markers = [p for p in listing if is_deferred_write(p)]
-        pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
-        known = {f.path: f.commit for f in files if f.commit is not None}
-        unaccounted = [m for m in markers if m not in pendings and m not in known]
-        if unaccounted:
-            raise CommitFailedError(
-                f"task attempt {task.attempt_id}: {len(unaccounted)} files were opened but not "
-                f"closed successfully, or written around magicfs, e.g. "
-                f"{self._display(unaccounted[0])}: they would never be committed. Write task "
-                "files with committer.fs (job.fs) and close each before committing the task "
-                "(the attempt has been aborted)"
-            )
-        orphans = sorted(pendings - set(markers))  # records of deleted or replaced files
-        if orphans:
-            self._discard_records([p + PENDING_SUFFIX for p in orphans])
-        elsewhere = [m for m in markers if m not in known]
-        loaded = dict(
-            zip(
-                elsewhere, self._load_pendings([m + PENDING_SUFFIX for m in elsewhere]), strict=True
-            )
-        )
-        commits = [known.get(m) or loaded[m] for m in markers]
-        sources = [
-            c.filename or self._display(m + PENDING_SUFFIX)
-            for m, c in zip(markers, commits, strict=True)
-        ]
-        return commits, self._checked_task_commits(task, commits, sources)
-
-    def _discard_records(self, paths: list[str]) -> None:
-        """Discard what the ``.pending`` records at ``paths`` stage, and delete them."""
-        if self.deferred.capabilities.discards_pending:
-            self.deferred.discard(self._load_pendings(paths))
-        self._delete_files(paths)
 
     def _drop_attempt_records(self, task: TaskAttempt, listed: list[str]) -> None:
         """Delete the committed attempt's markers and records (``listed`` by its commit),
@@ -406,59 +380,47 @@ class MagicLayoutCommitter(PendingsetCommitter):
         pendingset now holds every commit. Failures, and anything written into the
         directory after the listing, are left for the job's clean-up."""
         try:
-            self._delete_files(listed)
+            self.delete_files(listed)
         except Exception as error:
             log.warning(
                 "task %s: its file records stay until job clean-up: %s", task.attempt_id, error
             )
 
-    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
-        """Discard what the attempt's records name (where the store can) and delete them.
-
-        Where the job's clean-up finds pending writes by their markers
-        (:attr:`~magicfs.stores.deferred.DeferredCapabilities.lists_pending`), a marker no
-        record names (its writer was killed) is kept for it; aborting by key now could hit
-        a speculative twin writing the same keys (hook: S3 also names the release command).
-        """
-        listing = self._list(self.layout.task_attempt_dir(task.attempt_id))
-        commits = [f.commit for f in files if f.commit is not None]
-        kept: list[str] = []
-        if self.deferred.capabilities.discards_pending:
-            records = [p for p in listing if p.endswith(PENDING_SUFFIX)]
-            commits += load_trusted(self, records)
-            self.deferred.discard(commits)
-        if self.deferred.capabilities.lists_pending:
-            named = {f.path for f in files if f.commit is not None}
-            named |= {c.filename.removesuffix(PENDING_SUFFIX) for c in commits if c.filename}
-            kept = [p for p in listing if is_deferred_write(p) and p not in named]
+    def abort_task_files(self, task: TaskAttempt, files: list[TaskFile]) -> None:
+        """Discard what the attempt's records name (the store's hooks say how and which
+        markers to keep for the job's clean-up) and delete the attempt's records."""
+        listing = self.list_records(self.layout.task_attempt_dir(task.attempt_id))
+        kept = self.store_hooks.discard_attempt(task.attempt_id, files, listing)
         records = [p for p in listing if p not in kept]
         records += [
             self.layout.attempt_pendingset(task.attempt_id),
             self.layout.started_marker(task.attempt_id),
         ]
         task_record = self.layout.pendingset(task.task_id)
-        if self._recorded_attempt(task_record) == task.attempt_id:
+        if self.records.recorded_attempt(task_record) == task.attempt_id:
             records.append(task_record)
-        self._delete_files(records)
+        self.delete_files(records)
         log.info(
             "task %s: aborted; %d markers kept for the job's sweep", task.attempt_id, len(kept)
         )
 
     # -- job commit -----------------------------------------------------------------------
 
-    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
+    def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self._check_messages(messages, self.layout.tasks_dir)
         # The job has ended before this listing: a task commit either saved its record
         # before (and is listed) or finds the job gone and withdraws. Paged and uncached.
-        listing = self._list(self.layout.job_attempt_dir, recursive=False)
+        listing = self.list_records(self.layout.job_attempt_dir, recursive=False)
         records = [p for p in listing if p.endswith(PENDINGSET_SUFFIX)]
-        if not was_active and (not records or self._success_names_this_job()):
-            raise self._nothing_to_commit(bool(records) or bool(self._list(self.layout.magic_dir)))
+        if not was_active and (not records or self.success_names_this_job()):
+            raise self._nothing_to_commit(
+                bool(records) or bool(self.list_records(self.layout.magic_dir))
+            )
         return records
 
     def _nothing_to_commit(self, tree_left: bool) -> NothingToCommitError:
-        if self._success_names_this_job():
+        if self.success_names_this_job():
             state = "it has already been committed (its _SUCCESS names it)"
         else:
             state = "it was never set up, or has already been committed or aborted"
@@ -472,52 +434,84 @@ class MagicLayoutCommitter(PendingsetCommitter):
             f"job {self.job_id}: nothing to commit at {self.url}: {state}{left}"
         )
 
-    def _store_diagnostics(self) -> dict[str, str]:
-        """What ``_SUCCESS``'s diagnostics add for this store (hook)."""
-        return {}
+    def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
+        return self.records.load(records)
 
-    def _save_success(
+    def validate_records(self, loaded: Loaded) -> None:
+        self.records.validate(loaded)
+
+    def publish(self, loaded: Loaded) -> Published:
+        return self.records.publish(loaded)
+
+    def unpublish(self, loaded: Loaded) -> int:
+        return self.records.unpublish(loaded)
+
+    def save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
-        success = self._success_data(
+        success = self.records.success_data(
             loaded,
             published,
             start,
             rows,
-            f"magicfs {type(self).__name__} for job {self.job_id}",
-            **self._store_diagnostics(),
+            f"magicfs {self.name} committer for job {self.job_id}",
+            **self.store_hooks.diagnostics(),
         )
         if self.success_file:
-            self._put(self.success_path, success.to_bytes())
+            self.put(self.success_path, success.to_bytes())
         return success.filenames
 
     # -- clean-up -------------------------------------------------------------------------
 
-    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+        """What the store discards first (its hooks), the job's tree (journal last, the
+        index entry with the last batch), then what the store does once the tree is gone."""
         with self.stats.track("committer_cleanup"):
-            self._discard_left(published)
-            last = functools.partial(delete_last_batch, self._delete_files, self.index_entry, self)
-            delete_tree(self._tree_pages(), self._delete_files, last)
+            left = self.store_hooks.discard_left(kept_uploads(published))
+            last = functools.partial(delete_last_batch, self.delete_files, self.index_entry, self)
+            delete_tree(self.tree_pages(), self.delete_files, last)
             self.store_fs.invalidate_cache(self.layout.magic_dir)
+            self.store_hooks.after_tree_deleted(left)
 
-    def _discard_left(self, published: Published | None) -> None:
-        """Discard the pending writes on the keys the job's markers name, but those it
-        published (hook: S3's sweep also leaves keys another active job writes). A store
-        that cannot list pending writes leaves them to expire (Azure)."""
-        capabilities = self.deferred.capabilities
-        if not (capabilities.lists_pending and capabilities.discards_pending):
-            return
-        keys = _marked_destinations(self._list(self.layout.magic_dir))
-        keep = self.kept_uploads(published)
-        prefix = self.dest + "/"
-        listed = self.deferred.run(collect(self.deferred.alist_pending(prefix)))
-        left = [w for w in listed if w.path in keys and w.upload_id not in keep]
-        aborted = self.deferred.run(self.deferred.adiscard(left)) if left else 0
-        self.stats.increment("committer_commits_aborted", aborted)
 
-    def _tree_pages(self) -> Iterable[list[str]]:
-        """The job's tree, page by page."""
-        return self._pages(self.layout.magic_dir)
+def MagicCommitter(dest: str, **options: Any) -> MagicLayoutCommitter:
+    """Hadoop's S3A magic committer for fsspec: zero-rename commit on S3.
+
+    The magic-layout committer in its S3 configuration (``committer_for(...,
+    committer="magic")``): options beyond :class:`OutputCommitter`'s are S3's
+    (:class:`~magicfs.stores.s3.job_hooks.S3CommitOptions`: ``in_memory``, ``checksum``,
+    ``intent_markers``, ``retry_policy``, ``max_request_rate``); what S3 adds to the flow
+    is :mod:`magicfs.stores.s3.job_hooks`.
+    """
+    return MagicLayoutCommitter(dest, configuration="magic", **options)
+
+
+def BlockListCommitter(dest: str, **options: Any) -> MagicLayoutCommitter:
+    """Zero-copy commit on Azure Blob (adlfs ``abfs://``/``az://``) through block lists.
+
+    The magic-layout committer in its Azure configuration (``committer_for(...,
+    committer="block-list")``): options beyond :class:`OutputCommitter`'s are Azure's
+    (:class:`~magicfs.stores.azure.job_hooks.BlockListCommitOptions`: ``block_size``,
+    ``blocks_in_flight``, ``in_memory``); what Azure adds is
+    :mod:`magicfs.stores.azure.job_hooks`.
+    """
+    return MagicLayoutCommitter(dest, configuration="block-list", **options)
+
+
+def _deferred_spec(dest: str, fs: Any, configuration: str) -> DeferredStoreSpec:
+    """The deferred store of ``dest`` (or ``fs``), refused unless ``configuration``
+    commits it (a store's own, or ``magic-layout``: any)."""
+    store = unwrapped(fs)
+    if store is None:
+        store = store_class(fsspec.core.split_protocol(dest)[0] or "file")
+    spec = deferred_store_for(store)
+    if spec is None or (configuration != "magic-layout" and spec.committer != configuration):
+        stores = ", ".join(s.name for s in committed_by(configuration)) or "a deferred store"
+        raise ValueError(
+            f"{dest}: the {configuration} committer needs a destination on {stores}; "
+            f"committer_for({dest!r}) picks the store's own committer"
+        )
+    return spec
 
 
 def delete_last_batch(
@@ -591,21 +585,6 @@ def load_pendings(
     return commits
 
 
-def load_trusted(committer: MagicLayoutCommitter, paths: list[str]) -> list[SinglePendingCommit]:
-    """The ``.pending`` records at ``paths`` that load and name the file they lie next to
-    (an abort skips the others: it must not discard on a forged record's word)."""
-    loaded = []
-    for path in paths:
-        try:
-            (commit,) = committer._load_pendings([path])
-            check_commit(commit, committer.bucket, committer.dest_key, committer._display(path))
-        except (FileNotFoundError, InvalidCommitData):
-            continue
-        commit.filename = commit.filename or path
-        loaded.append(commit)
-    return loaded
-
-
 def delete_tree(
     pages: Iterable[list[str]],
     delete: Callable[[list[str]], None],
@@ -642,20 +621,6 @@ def delete_tree(
             delete(held)
     finally:
         records.discard()
-
-
-def _marked_destinations(listing: Iterable[str]) -> set[str]:
-    """The destinations named by the markers and ``.pending`` records among ``listing``."""
-    found = set()
-    for path in listing:
-        file = path.removesuffix(PENDING_SUFFIX)
-        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
-            continue
-        try:
-            found.add(final_destination(file))
-        except ValueError:  # not a file path (a directory marker, say)
-            continue
-    return found
 
 
 def _deletion_order(path: str) -> tuple[int, str]:

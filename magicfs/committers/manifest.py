@@ -54,7 +54,9 @@ from ..protocol.committer import (
     TaskCommitMessage,
     elapsed,
 )
+from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
+from ..protocol.tasks import not_started_error, require_active_job, task_committed
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
 from ..stores.capabilities import speaks_s3
 from ..stores.rename import RenameStore
@@ -143,7 +145,7 @@ class ManifestCommitter(OutputCommitter):
 
     # -- job setup ----------------------------------------------------------------------------
 
-    def _setup_job(self, resume: bool) -> None:
+    def prepare_job(self, resume: bool) -> None:
         """The job's directories and marker; with them, at once, its index entry (the
         marker's JSON), where the store has an index."""
         document = self._job_marker_document()
@@ -164,12 +166,12 @@ class ManifestCommitter(OutputCommitter):
     def job_active(self) -> bool:
         return self.store.info(self.layout.job_marker) is not None
 
-    def _end_job(self, check: bool = True) -> bool:
+    def end_job(self, check: bool = True) -> bool:
         was_active = self.job_active() if check else False
         self.store.delete_file(self.layout.job_marker)
         return was_active
 
-    def _journal(self) -> JournalKeeper:
+    def journal_keeper(self) -> JournalKeeper:
         return JournalKeeper(self.store, self.layout.job_dir, self.dest, self.job_id)
 
     # -- tasks ------------------------------------------------------------------------------------
@@ -178,18 +180,19 @@ class ManifestCommitter(OutputCommitter):
         """The magic path tasks write to; ``committer.fs`` routes it to the attempt's directory."""
         return self.layout.magic_work_path(attempt_id)
 
-    def _setup_task(self, task: TaskAttempt) -> None:
-        self._require_active_job(task)
+    def prepare_task(self, task: TaskAttempt) -> None:
+        require_active_job(self, task)
         with self.stats.track("task_stage_setup"):
             self.store.mkdirs(self.layout.task_attempt_dir(task.attempt_id))
             self.store.write_bytes(
                 self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
             )
 
-    def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
+    def commit_task_files(self, commit: TaskCommit, files: list[TaskFile]) -> TaskCommitMessage:
+        task = commit.task
         start = time.monotonic()
         if self.store.info(self.layout.started_marker(task.attempt_id)) is None:
-            raise self._not_started_error(task)
+            raise not_started_error(self, task)
         self._refuse_writes_around(task)
         with self.stats.track("task_stage_commit"):
             manifest = build_manifest(self.store, self.layout, task, self.stats)
@@ -200,7 +203,8 @@ class ManifestCommitter(OutputCommitter):
                 f"job {self.job_id} ended before task attempt {task.attempt_id} committed; "
                 "its manifest has been withdrawn"
             )
-        return self._task_committed(
+        return task_committed(
+            self,
             task,
             self.layout.attempt_manifest(task.attempt_id),
             len(manifest.files),
@@ -223,7 +227,7 @@ class ManifestCommitter(OutputCommitter):
                 "aborted)"
             )
 
-    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None:
+    def abort_task_files(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         """Delete the attempt's work and records; an aborted attempt cannot commit."""
         with self.stats.track("task_stage_abort_task"):
             self._withdraw(task)
@@ -248,7 +252,7 @@ class ManifestCommitter(OutputCommitter):
 
     # -- job commit: the hooks of the base class's stages -----------------------------------------
 
-    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
+    def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self._check_messages(messages, self.layout.tasks_dir)
         paths = [
@@ -258,7 +262,7 @@ class ManifestCommitter(OutputCommitter):
         ]
         if not was_active and not paths:
             tree = self.store.fs.exists(self.layout.job_dir)
-            if self._success_names_this_job():
+            if self.success_names_this_job():
                 state = "it has already been committed (its _SUCCESS names it)"
             else:
                 state = "it was never set up, or has already been committed or aborted"
@@ -274,7 +278,7 @@ class ManifestCommitter(OutputCommitter):
             )
         return paths
 
-    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
+    def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
         manifests = load_manifests(self._context(), records)
         return Loaded(
             list(records),
@@ -285,11 +289,11 @@ class ManifestCommitter(OutputCommitter):
             manifests.iostatistics,
         )
 
-    def _delete_files(self, paths: list[str]) -> None:
+    def delete_files(self, paths: list[str]) -> None:
         for _ in self._context().parallel(self.store.delete_file, paths, "deleting", len(paths)):
             pass
 
-    def _publish(self, loaded: Loaded) -> Published:
+    def publish(self, loaded: Loaded) -> Published:
         context = self._context()
         manifests: LoadedManifests = loaded.payload
         create_directories(context, manifests.directories)
@@ -309,7 +313,7 @@ class ManifestCommitter(OutputCommitter):
         (a directory they need must exist for their renames), deepest first; directories
         holding anything stay. Idempotent, so a retried commit does it again.
         """
-        keeper = self._journal()
+        keeper = self.journal_keeper()
         journal = keeper.read()
         if journal is None or not journal.deletes or not self.store.needs_parent_directories:
             return 0
@@ -323,12 +327,12 @@ class ManifestCommitter(OutputCommitter):
         ordered = sorted(emptied, key=lambda p: (-p.count("/"), p))
         return sum(self.store.remove_empty_directory(path) for path in ordered)
 
-    def _unpublish(self, loaded: Loaded) -> int:
-        journal = self._journal().read()
+    def unpublish(self, loaded: Loaded) -> int:
+        journal = self.journal_keeper().read()
         since = journal.created / 1000 if journal is not None else time.time()
         return unrename(self._context(), loaded.payload, since)
 
-    def _save_success(
+    def save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
         statistics = self.stats.snapshot().aggregate(loaded.iostatistics)
@@ -339,7 +343,7 @@ class ManifestCommitter(OutputCommitter):
             diagnostics={**self._diagnostics("committer_commit_job"), **loaded.diagnostics},
             filenames=list(published.filenames),
             iostatistics=statistics,
-            metrics=self._success_metrics(
+            metrics=self.success_metrics(
                 published.files, published.bytes, loaded.tasks, start, rows
             ),
         )
@@ -349,7 +353,7 @@ class ManifestCommitter(OutputCommitter):
             save_report(self._context(), self.report_dir, success)
         return success.filenames
 
-    def _failure_report(self, stage: str, failure: BaseException, start: float) -> None:
+    def report_failure(self, stage: str, failure: BaseException, start: float) -> None:
         if not self.report_dir:
             return
         diagnostics = self._diagnostics(stage)
@@ -367,11 +371,11 @@ class ManifestCommitter(OutputCommitter):
         save_report(self._context(), self.report_dir, report)
 
     def _diagnostics(self, stage: str) -> dict[str, str]:
-        return self._success_diagnostics(principal=_principal(), stage=stage)
+        return self.success_diagnostics(principal=_principal(), stage=stage)
 
     # -- clean-up ----------------------------------------------------------------------------------
 
-    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """Delete the job's temporary tree (after a commit, when the ``cleanup`` option
         says: :func:`magicfs.protocol.job_commit.clean_up_committed`)."""
         outcome = cleanup(self._context())

@@ -55,16 +55,21 @@ import time
 from collections.abc import Iterator
 from typing import Any, cast
 
+import fsspec
+
 from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
+from ..filesystems.originals import store_filesystem
 from ..layouts.manifest import ManifestJobLayout
 from ..names import PENDINGSET_SUFFIX
 from ..paths import join
 from ..protocol.active_jobs import ACTIVE_JOBS
 from ..protocol.attempts import Messages
-from ..protocol.committer import Loaded, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
+from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
+from ..protocol.tasks import not_started_error, task_committed
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
@@ -76,14 +81,17 @@ from ..stores.capabilities import speaks_s3
 from ..stores.local import TaskLocalFileSystem
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
 from ..stores.s3.checksums import checked_algorithm
-from ..stores.s3.store import iterate
+from ..stores.s3.client import client_config
+from ..stores.s3.deferred import S3Deferred
+from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
+from ..stores.s3.store import S3Store, iterate
 from ..stores.s3.sweep import sweep_job
 from ..stores.s3.tracking import upload_metadata
 from ..stores.s3.upload import upload_pending
 from ..stores.spool import KeySet
 from ..task_files import TaskFile
 from .classic import FileOutputCommitter
-from .pendingsets import S3PendingsetCommitter
+from .pendingsets import PendingsetRecords, kept_uploads
 
 log = logging.getLogger("magicfs.committer.staging")
 
@@ -114,8 +122,14 @@ def partitions_of(relative_paths: list[str]) -> set[str]:
     return {p.rpartition("/")[0] or TABLE_ROOT for p in relative_paths}
 
 
-class StagingCommitter(S3PendingsetCommitter):
-    """``committer="directory"`` (``partitioned=False``) or ``"partitioned"``."""
+class StagingCommitter(OutputCommitter):
+    """``committer="directory"`` (``partitioned=False``) or ``"partitioned"``.
+
+    Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
+    retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in
+    requests per second, on this job's calls: :mod:`magicfs.stores.s3.rate`); the job
+    commit is the pendingset one the magic committer runs (:mod:`.pendingsets`).
+    """
 
     name = "directory"
 
@@ -129,11 +143,21 @@ class StagingCommitter(S3PendingsetCommitter):
         unique_filenames: bool = False,
         part_size: int = 8 << 20,
         checksum: str | None = DEFAULT_CHECKSUM,
+        retry_policy: RetryPolicy = DEFAULT_POLICY,
+        max_request_rate: float | None = None,
         **options: Any,
     ):
         super().__init__(dest, **options)
         if not speaks_s3(self.store_fs):
             raise ValueError(f"{dest}: the staging committers need an S3 destination (s3://)")
+        self.retry_policy = retry_policy
+        self.max_request_rate = max_request_rate
+        self.store = S3Store(self.store_fs, retry_policy, max_request_rate)
+        self.deferred = S3Deferred(self.store, self.job_id, self._scratch_dir)
+        self.bucket, self.dest_key = self.store.split(self.dest)
+        self.records = PendingsetRecords(
+            self, self.deferred, self._read_record, display=self._display
+        )
         #: The uploads' part checksums (:mod:`magicfs.stores.s3.checksums`), or ``None``.
         self.checksum = checked_algorithm(checksum)
         self.partitioned = partitioned
@@ -162,6 +186,18 @@ class StagingCommitter(S3PendingsetCommitter):
             threads=self.threads,
         )
 
+    def _store_filesystem(
+        self, protocol: str, options: dict[str, Any], threads: int
+    ) -> fsspec.AbstractFileSystem:
+        # Timeouts, botocore's retries and the connection pool: magicfs.stores.s3.client.
+        options["config_kwargs"] = client_config(options.get("config_kwargs"), threads)
+        return store_filesystem("s3", **options)
+
+    def _scratch_dir(self) -> str:
+        """Where store probes may write a throw-away key: beside the job's journal, in
+        its hidden tree (cleaned up with it)."""
+        return self.journal_keeper().directory
+
     @property
     def fs(self) -> MagicFileSystem:
         """Tasks write to local disk, their task paths routed to the attempt's directory
@@ -183,13 +219,13 @@ class StagingCommitter(S3PendingsetCommitter):
 
     # -- job ------------------------------------------------------------------------------------
 
-    def _check_no_conflict(self, stage: str) -> None:
+    def check_no_conflict(self, stage: str) -> None:
         """``fail``: the whole destination (directory); each partition at task commit
         (partitioned, :meth:`_check_partitions_absent`)."""
         if not self.partitioned:
-            super()._check_no_conflict(stage)
+            super().check_no_conflict(stage)
 
-    def _setup_job(self, resume: bool) -> None:
+    def prepare_job(self, resume: bool) -> None:
         _private_directory(self.buffer_dir)
         self.wrapped.setup_job(resume=resume)
         # The wrapped job is this one's bookkeeping: it ends with it, never by itself.
@@ -198,7 +234,7 @@ class StagingCommitter(S3PendingsetCommitter):
     def job_active(self) -> bool:
         return self.wrapped.job_active()
 
-    def _journal(self) -> JournalKeeper:
+    def journal_keeper(self) -> JournalKeeper:
         return JournalKeeper(
             self.wrapped.store, self.wrapped.job_attempt_dir, self.dest, self.job_id
         )
@@ -214,7 +250,7 @@ class StagingCommitter(S3PendingsetCommitter):
         """The private local directory where the attempt's files really are."""
         return self.local_layout.task_attempt_dir(attempt_id)
 
-    def _setup_task(self, task: TaskAttempt) -> None:
+    def prepare_task(self, task: TaskAttempt) -> None:
         _private_directory(self.buffer_dir)
         os.makedirs(self.local_attempt_dir(task.attempt_id), mode=0o700, exist_ok=True)
         self.wrapped.setup_task(self._wrapped_task(task))
@@ -224,13 +260,14 @@ class StagingCommitter(S3PendingsetCommitter):
     def _check_started(self, task: TaskAttempt) -> None:
         """A task attempt commits only if it was set up, and has not aborted or committed."""
         if not os.path.exists(self.local_layout.started_marker(task.attempt_id)):
-            raise self._not_started_error(task)
+            raise not_started_error(self, task)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
         self._check_started(task)
         return bool(self._local_files(task))
 
-    def _commit_task(self, task: TaskAttempt, known: list[TaskFile]) -> TaskCommitMessage:
+    def commit_task_files(self, commit: TaskCommit, known: list[TaskFile]) -> TaskCommitMessage:
+        task = commit.task
         start = time.monotonic()
         self._check_started(task)  # before anything: an earlier attempt's record stays
         files = self._local_files(task)
@@ -257,19 +294,19 @@ class StagingCommitter(S3PendingsetCommitter):
             self._abort_superseded(task)
             self.wrapped.commit_task(wrapped)
         except BaseException:
-            self._operations().abort(commits)
+            self.records.operations().abort(commits)
             self.abort_task(task)
             raise
         self._remove_local(task)  # uploaded; the attempt cannot commit again
         record = self._committed_record(task.task_id)
-        return self._task_committed(
-            task, record, len(commits), pendingset.total_bytes, start, "uploaded"
+        return task_committed(
+            self, task, record, len(commits), pendingset.total_bytes, start, "uploaded"
         )
 
     def _intent_path(self, task: TaskAttempt) -> str:
         return join(self.wrapped.job_attempt_dir, INTENTS_DIR, task.attempt_id + ".json")
 
-    def _abort_task(self, task: TaskAttempt, known: list[TaskFile]) -> None:
+    def abort_task_files(self, task: TaskAttempt, known: list[TaskFile]) -> None:
         """Delete the local data and the started marker; nothing was uploaded before
         task commit. An aborted attempt cannot commit."""
         self._remove_local(task)
@@ -329,7 +366,7 @@ class StagingCommitter(S3PendingsetCommitter):
                 commit.job_id, commit.task_id = self.job_id, task.attempt_id
                 uploaded.append(commit)
         if failure is not None:
-            self._operations().abort(uploaded)
+            self.records.operations().abort(uploaded)
             raise failure
         return uploaded
 
@@ -364,11 +401,23 @@ class StagingCommitter(S3PendingsetCommitter):
         except (FileNotFoundError, InvalidCommitData):
             return
         if previous.task_attempt_id != task.attempt_id:
-            self._operations().abort(previous.commits)
+            self.records.operations().abort(previous.commits)
 
     # -- job commit: the hooks of the base class's stages ----------------------------------
 
-    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
+    def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
+        return self.records.load(records)
+
+    def validate_records(self, loaded: Loaded) -> None:
+        self.records.validate(loaded)
+
+    def publish(self, loaded: Loaded) -> Published:
+        return self.records.publish(loaded)
+
+    def unpublish(self, loaded: Loaded) -> int:
+        return self.records.unpublish(loaded)
+
+    def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self._check_messages(messages, self.wrapped.job_attempt_dir)
         records = self._committed_records()
@@ -396,9 +445,9 @@ class StagingCommitter(S3PendingsetCommitter):
     def _load_record(self, path: str) -> PendingSet:
         return PendingSet.from_json(self._read_record(path), source=self._display(path))
 
-    def _plan_replace(self, loaded: Loaded) -> list[str]:
+    def plan_replace(self, loaded: Loaded) -> list[str]:
         if not self.partitioned:
-            return self._visible_files()
+            return self.destination.visible_files()
         prefix = f"{self.dest_key}/" if self.dest_key else ""
         partitions = {
             c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload.commits()
@@ -411,13 +460,13 @@ class StagingCommitter(S3PendingsetCommitter):
         log.info("job %s: replacing %d partitions", self.job_id, len(partitions))
         return doomed
 
-    def _delete_files(self, paths: list[str]) -> None:
+    def delete_files(self, paths: list[str]) -> None:
         self.store.run(self.store.adelete_objects(self.bucket, [self._key(p) for p in paths]))
 
-    def _save_success(
+    def save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
-        success = self._success_data(
+        success = self.records.success_data(
             loaded,
             published,
             start,
@@ -435,18 +484,18 @@ class StagingCommitter(S3PendingsetCommitter):
 
     # -- abort and clean-up ----------------------------------------------------------------
 
-    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """Abort every upload the job made and did not publish, then delete its records.
 
         Uploads are found by their records (the committed task records) and by key (the
         tasks' intents), so those of a task killed in the middle of its task commit are
         found too.
         """
-        keep = self.kept_uploads(published)
+        keep = kept_uploads(published)
         records = self._committed_records()
         if published is None:
             for commits in self._readable(records):
-                self._operations().abort(commits)
+                self.records.operations().abort(commits)
 
         def owned(shared: set[str]) -> set[str]:  # asked only for keys another job writes too
             return {

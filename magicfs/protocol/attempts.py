@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self, TypeAlias
 
+from ..errors import CommitFailedError
 from ..filesystems.magic import chained_url
 from ..names import BASE
 from ..paths import is_magic_element, join
@@ -191,3 +192,53 @@ class JobSummary:
     filenames: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     cleanup_incomplete: str | None = None
+
+
+def check_messages(job_id: str, messages: Messages, records_under: str) -> list[str]:
+    """The records named by ``messages``, once each is known to be this job's own.
+
+    One message per task, from this job, naming a record under ``records_under``; a
+    missing message (Spark's ``None`` for a task that never reported) is an error.
+    (Identical messages were merged into one by :func:`distinct` before.)
+    """
+    tasks: dict[str, TaskCommitMessage] = {}
+    present = reported(job_id, messages)
+    for message in present:
+        if message.job_id != job_id:
+            raise CommitFailedError(
+                f"job {job_id}: message for task {message.task_id} comes from job {message.job_id}"
+            )
+        if not message.record.startswith(records_under.rstrip("/") + "/"):
+            raise CommitFailedError(
+                f"job {job_id}: message for task {message.task_id} names a record "
+                f"outside this job: {message.record}"
+            )
+        earlier = tasks.setdefault(message.task_id, message)
+        if earlier is message:
+            continue
+        if earlier.attempt_id == message.attempt_id:
+            raise CommitFailedError(
+                f"job {job_id}: two different messages for attempt "
+                f"{message.attempt_id} ({earlier.files} files in {earlier.record}, "
+                f"{message.files} files in {message.record}): give commit_job the "
+                "message of the attempt's last commit_task"
+            )
+        raise CommitFailedError(
+            f"job {job_id}: two messages for task {message.task_id} (attempts "
+            f"{earlier.attempt_id} and {message.attempt_id}): give commit_job one "
+            "message per task, the attempt to publish"
+        )
+    return [message.record for message in present]
+
+
+def reported(job_id: str, messages: Messages) -> list[TaskCommitMessage]:
+    """``messages``, refused if one is missing (Spark's ``None`` for a silent task)."""
+    present = []
+    for index, message in enumerate(messages):
+        if message is None:
+            raise CommitFailedError(
+                f"job {job_id}: message {index} is missing: a task did not report, "
+                "so the job cannot be committed"
+            )
+        present.append(message)
+    return present

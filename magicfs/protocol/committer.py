@@ -68,7 +68,6 @@ import time
 from collections.abc import Iterator
 
 from ..errors import (
-    CommitFailedError,
     JobAlreadyActiveError,
     JobCommitError,
     NothingToCommitError,
@@ -77,8 +76,16 @@ from ..filesystems.listings import refreshes_listings
 from ..names import SUCCESS_FILE
 from ..task_files import TASK_FILES
 from .active_jobs import ACTIVE_JOBS
-from .attempts import JobSummary, Messages, TaskAttempt, TaskCommitMessage, total_rows
-from .hooks import Loaded, Published
+from .attempts import (
+    AttemptRun,
+    JobSummary,
+    Messages,
+    TaskAttempt,
+    TaskCommitMessage,
+    check_messages,
+    total_rows,
+)
+from .hooks import CommitterHooks, Loaded, Published
 from .job_commit import JobCommit
 from .options import CONFLICT_MODES, elapsed
 from .recovery import Recovery
@@ -100,7 +107,7 @@ __all__ = [
 ]
 
 
-class OutputCommitter(TaskLifecycle):
+class OutputCommitter(CommitterHooks):
     """One job writing to one destination: Hadoop's ``OutputCommitter``, in snake_case.
 
     Made by :func:`magicfs.committer_for`. The driver calls :meth:`setup_job`; each
@@ -112,12 +119,62 @@ class OutputCommitter(TaskLifecycle):
     between driver and executors; the job's state lives in the store, so another
     process can finish or roll back a job whose driver died.
 
-    Its parts, one module each: the configuration (:mod:`.options`), what the
-    destination shows (:mod:`.destination`), the hooks each committer fills in
-    (:mod:`.hooks`), the task side (:mod:`.tasks`), and here the job side, whose commit
-    runs as named stages (:mod:`.job_commit`) under the journal's recovery rules
-    (:mod:`.recovery`).
+    Its parts, one module each: the configuration it is (:mod:`.options`), the hooks each
+    committer fills in (:mod:`.hooks`), and here the job side. The rest are
+    collaborators it holds or makes per call, each receiving the committer as its
+    :class:`~.hooks.CommitterHooks`: what the destination shows (:mod:`.destination`),
+    the task side (:mod:`.tasks`), the job commit's named stages (:mod:`.job_commit`)
+    and the journal's recovery rules (:mod:`.recovery`).
     """
+
+    # -- tasks: the task side is a collaborator (magicfs.protocol.tasks) ----------------------
+
+    def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt:
+        """Hadoop-style ids for attempt ``attempt`` of task ``task_id`` of this job."""
+        return TaskLifecycle(self).task_attempt(task_id, attempt)
+
+    def setup_task(self, task: TaskAttempt) -> None:
+        """Prepare ``task`` (from :meth:`task_attempt`) to write; call before its writes."""
+        TaskLifecycle(self).setup_task(task)
+
+    def needs_task_commit(self, task: TaskAttempt) -> bool:
+        """Always true: even an attempt that wrote nothing commits (an empty record)."""
+        return True
+
+    def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
+        """Commit the attempt: its files become part of the job (still invisible).
+
+        Waits for the attempt's files still closing in the background, then saves one
+        record of the attempt's files in the store.
+
+        Returns:
+            The :class:`~magicfs.TaskCommitMessage` to hand to :meth:`commit_job`
+            (picklable and JSON-serialisable).
+
+        Raises:
+            magicfs.errors.CommitFailedError: a file is still open or could not be
+                saved; the attempt has been aborted.
+            magicfs.errors.JobNotActiveError: the job has ended (committed or aborted).
+        """
+        return TaskLifecycle(self).commit_task(task)
+
+    def abort_task(self, task: TaskAttempt) -> None:
+        """Abort the attempt: its open files are discarded, its output and records deleted."""
+        TaskLifecycle(self).abort_task(task)
+
+    @contextlib.contextmanager
+    def attempt(
+        self, task_id: int, attempt: int = 0, *, context: str = "magicfs"
+    ) -> Iterator[AttemptRun]:
+        """Run one task attempt: set it up, yield it, commit it when the block ends.
+
+        An exception inside the block (or from the commit) aborts the attempt — an abort
+        that fails too is logged, never raised over the original error — and propagates
+        with a note naming the attempt (``context`` says who ran it, e.g.
+        ``"magicfs.dask: partition 3"``). Every integration runs its tasks through this.
+        """
+        with TaskLifecycle(self).attempt(task_id, attempt, context) as run:
+            yield run
 
     # -- job setup ----------------------------------------------------------------------------
 
@@ -137,16 +194,16 @@ class OutputCommitter(TaskLifecycle):
         self._refuse_job_id_in_use(state, resume)
         new_job = state is None or not resume
         if new_job:
-            self._check_no_conflict("job setup")
+            self.check_no_conflict("job setup")
         # An old _SUCCESS goes while the job is set up (one round trip less): it need only
         # be gone before the job's first commit, and both are done when this returns. A
         # failure of either fails the set-up (the delete's first: the set-up's, if any, is
         # its context); a retry of it (or abort_job()) tidies up.
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             old_success = new_job and self.success_file
-            deleting = pool.submit(self._delete_files, [self.success_path]) if old_success else None
+            deleting = pool.submit(self.delete_files, [self.success_path]) if old_success else None
             try:
-                self._setup_job(resume=state == "active")
+                self.prepare_job(resume=state == "active")
             finally:
                 if deleting is not None:
                     deleting.result()
@@ -189,13 +246,13 @@ class OutputCommitter(TaskLifecycle):
 
     def job_state(self) -> str | None:
         """``"committing"``, ``"active"``, ``"committed"`` or ``None`` (unknown here)."""
-        keeper = self._journal()
+        keeper = self.journal_keeper()
         journal = keeper.read() if keeper is not None else None
         if journal is not None:
             return "committed" if journal.phase == "committed" else "committing"
         if self.job_active():
             return "active"
-        if self._success_names_this_job():
+        if self.success_names_this_job():
             return "committed"
         return None
 
@@ -305,11 +362,11 @@ class OutputCommitter(TaskLifecycle):
         start = time.monotonic()
         TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
         self.wait_cleanup()
-        self._end_job()
-        keeper = self._journal()
+        self.end_job()
+        keeper = self.journal_keeper()
         journal = keeper.read() if keeper is not None else None
         undone = 0
-        if journal is not None and (journal.phase == "committed" or self._success_names_this_job()):
+        if journal is not None and (journal.phase == "committed" or self.success_names_this_job()):
             # The commit had finished: a driver killed in its clean-up (journal marked
             # committed), or between saving _SUCCESS and marking the journal. Rolling back
             # would delete complete output and leave a _SUCCESS naming it; refusing would
@@ -319,11 +376,11 @@ class OutputCommitter(TaskLifecycle):
                 self.job_id,
                 self.url,
             )
-            self._clean_up(None, None)
+            self.clean_up(None, None)
             return
         if journal is not None:
             undone = Recovery(self, keeper).roll_back(journal, force)
-        self._clean_up(None, None)
+        self.clean_up(None, None)
         log.info(
             "job %s: aborted in %.2fs%s",
             self.job_id,
@@ -339,7 +396,7 @@ class OutputCommitter(TaskLifecycle):
         ``abort_job()``, or the half-published output would lose its only record.
         """
         self.wait_cleanup()
-        keeper = self._journal()
+        keeper = self.journal_keeper()
         journal = keeper.read() if keeper is not None else None
         if journal is not None and journal.phase != "committed":
             raise JobCommitError(
@@ -351,8 +408,8 @@ class OutputCommitter(TaskLifecycle):
                 recoverable=True,
             )
         with self._ending_job():
-            self._end_job()
-            self._clean_up(None, None)
+            self.end_job()
+            self.clean_up(None, None)
 
     # -- what the committers' job hooks share ----------------------------------------------------
 
@@ -368,55 +425,11 @@ class OutputCommitter(TaskLifecycle):
         return json.dumps(marker).encode()
 
     def _check_messages(self, messages: Messages, records_under: str) -> list[str]:
-        """The records named by ``messages``, once each is known to be this job's own.
+        """The records ``messages`` name, once each is known to be this job's own
+        (:func:`~.attempts.check_messages`)."""
+        return check_messages(self.job_id, messages, records_under)
 
-        One message per task, from this job, naming a record under ``records_under``; a
-        missing message (Spark's ``None`` for a task that never reported) is an error.
-        (Identical messages were merged into one by :func:`~.attempts.distinct` before.)
-        """
-        tasks: dict[str, TaskCommitMessage] = {}
-        present = self._reported(messages)
-        for message in present:
-            if message.job_id != self.job_id:
-                raise CommitFailedError(
-                    f"job {self.job_id}: message for task {message.task_id} comes from job "
-                    f"{message.job_id}"
-                )
-            if not message.record.startswith(records_under.rstrip("/") + "/"):
-                raise CommitFailedError(
-                    f"job {self.job_id}: message for task {message.task_id} names a record "
-                    f"outside this job: {message.record}"
-                )
-            earlier = tasks.setdefault(message.task_id, message)
-            if earlier is message:
-                continue
-            if earlier.attempt_id == message.attempt_id:
-                raise CommitFailedError(
-                    f"job {self.job_id}: two different messages for attempt "
-                    f"{message.attempt_id} ({earlier.files} files in {earlier.record}, "
-                    f"{message.files} files in {message.record}): give commit_job the "
-                    "message of the attempt's last commit_task"
-                )
-            raise CommitFailedError(
-                f"job {self.job_id}: two messages for task {message.task_id} (attempts "
-                f"{earlier.attempt_id} and {message.attempt_id}): give commit_job one "
-                "message per task, the attempt to publish"
-            )
-        return [message.record for message in present]
-
-    def _reported(self, messages: Messages) -> list[TaskCommitMessage]:
-        """``messages``, refused if one is missing (Spark's ``None`` for a silent task)."""
-        present = []
-        for index, message in enumerate(messages):
-            if message is None:
-                raise CommitFailedError(
-                    f"job {self.job_id}: message {index} is missing: a task did not report, "
-                    "so the job cannot be committed"
-                )
-            present.append(message)
-        return present
-
-    def _success_metrics(
+    def success_metrics(
         self, files: int, size: int, tasks: int, start: float, rows: int | None
     ) -> dict[str, int]:
         """``_SUCCESS`` metrics: totals, duration and (when known) rows."""
@@ -430,7 +443,7 @@ class OutputCommitter(TaskLifecycle):
             metrics["rows"] = rows
         return metrics
 
-    def _success_diagnostics(self, **extra: str) -> dict[str, str]:
+    def success_diagnostics(self, **extra: str) -> dict[str, str]:
         """``_SUCCESS`` diagnostics: how the job was configured."""
         return {
             "magicfs.destination": self.url,

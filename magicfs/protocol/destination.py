@@ -1,66 +1,84 @@
-"""What the destination shows readers, and the conflict policy built on it.
+"""What the destination shows readers: a collaborator every committer holds.
 
 **Visible data** is any entry of the destination whose name does not start with ``_``
 or ``.`` (Spark, Hive and pyarrow skip ``_SUCCESS``, ``__magic_job-*`` and
 ``_temporary`` by that convention). ``fail`` mode refuses a destination holding some;
-``replace`` mode deletes it (:meth:`DestinationView._visible_files`).
+``replace`` mode deletes it (:meth:`Destination.visible_files`).
+
+Reads go through the store's own fsspec filesystem (one listing, one ranged read of
+``_SUCCESS``): they are the reader's view, the one the conflict modes are about.
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..errors import CommitConflictError
+from ..names import SUCCESS_FILE
+from ..paths import join
 from ..records import SuccessData
-from .options import CommitterOptions
 
 
-class DestinationView(CommitterOptions):
-    """Reads of the destination shared by job setup, job commit and abort."""
+class Destination:
+    """Reads of one job's destination shared by job setup, job commit and abort.
 
-    def _visible_entries(self) -> list[str]:
+    ``fs`` is the store's fsspec filesystem, ``path`` the destination as it names it.
+    It holds no state: a committer builds one when it asks (:attr:`CommitterOptions.destination`).
+    """
+
+    def __init__(self, fs: Any, path: str):
+        self.fs = fs
+        self.path = path
+
+    @property
+    def url(self) -> str:
+        return str(self.fs.unstrip_protocol(self.path))
+
+    def visible_entries(self) -> list[str]:
         """Top-level entries of the destination that readers would see (one listing)."""
         try:
-            entries = self.store_fs.ls(self.dest, detail=False, refresh=True)
+            entries = self.fs.ls(self.path, detail=False, refresh=True)
         except FileNotFoundError:
             return []
         names = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries]
         return [
             entry
             for entry, name in zip(entries, names, strict=True)
-            if name and not name.startswith(("_", ".")) and entry.rstrip("/") != self.dest
+            if name and not name.startswith(("_", ".")) and entry.rstrip("/") != self.path
         ]
 
-    def _visible_files(self) -> list[str]:
+    def visible_files(self) -> list[str]:
         """Every file of the destination's visible data (what ``replace`` deletes)."""
         files: list[str] = []
-        for entry in self._visible_entries():
-            if self.store_fs.isdir(entry):
-                files.extend(self.store_fs.find(entry))
+        for entry in self.visible_entries():
+            if self.fs.isdir(entry):
+                files.extend(self.fs.find(entry))
             else:
                 files.append(entry)
         return files
 
-    def _check_no_conflict(self, stage: str) -> None:
-        """``fail`` mode: refuse a destination with visible data (``stage``: when checked)."""
-        if self.conflict_mode != "fail":
-            return
-        entries = self._visible_entries()
+    def refuse_visible_data(self, stage: str) -> None:
+        """``fail`` mode's check: refuse a destination with visible data (``stage``: when
+        checked, for the message)."""
+        entries = self.visible_entries()
         if entries:
             raise CommitConflictError(
                 f"{self.url}: destination already holds data ({len(entries)} entries, e.g. "
-                f"{self.store_fs.unstrip_protocol(entries[0])}) and conflict_mode is 'fail' "
+                f"{self.fs.unstrip_protocol(entries[0])}) and conflict_mode is 'fail' "
                 f"(checked at {stage})"
             )
 
-    def _success_names_this_job(self) -> bool:
-        """Whether the destination's ``_SUCCESS`` says this job committed there."""
+    def success_job_id(self) -> str | None:
+        """The job id the destination's ``_SUCCESS`` names (``None``: no readable one)."""
         try:
-            data = self.store_fs.cat_file(self.success_path, start=0, end=SuccessData.MAX_BYTES)
+            data = self.fs.cat_file(
+                join(self.path, SUCCESS_FILE), start=0, end=SuccessData.MAX_BYTES
+            )
         except (FileNotFoundError, OSError):
-            return False
+            return None
         try:
             job_id: object = json.loads(data).get("jobId")
-            return job_id == self.job_id
         except (ValueError, AttributeError):
-            return False
+            return None
+        return job_id if isinstance(job_id, str) else None

@@ -1,17 +1,29 @@
-"""The hooks each committer fills in, and the two values job commit passes between them.
+"""The hooks each committer fills in: the public interface the protocol's parts receive.
 
-Job commit (:mod:`magicfs.protocol.job_commit`) asks ``_journal`` where the journal
-lives, then calls::
+The job commit's stages (:mod:`magicfs.protocol.job_commit`), recovery
+(:mod:`magicfs.protocol.recovery`) and the task side (:mod:`magicfs.protocol.tasks`) are
+collaborators of the committer, not layers of it: each receives the committer as a
+:class:`CommitterHooks` and calls only what this class declares. Job commit asks
+``journal_keeper`` where the journal lives, then calls::
 
-    _end_job -> _records_to_commit -> _load -> _validate -> [_plan_replace]
-             -> [_delete_files] -> _publish -> _save_success -> _clean_up
+    end_job -> records_to_commit -> load_records -> validate_records -> [plan_replace]
+             -> [delete_files] -> publish -> save_success -> clean_up
 
-and on failure ``_failure_report``, then ``_unpublish`` and ``_clean_up`` to roll back.
-Task commit calls ``_setup_task``, ``_commit_task`` and ``_abort_task``.
+and on failure ``report_failure``, then ``unpublish`` and ``clean_up`` to roll back.
+Task set-up calls ``prepare_task``; task commit opens a :class:`TaskCommit` (the
+per-commit state, closed when the commit ends), calls ``begin_task_commit`` before the
+attempt's files have settled and ``commit_task_files`` after; task abort calls
+``abort_task_files``. The names are public because other classes call them; they are
+hooks, not verbs for users (those are :class:`~magicfs.protocol.committer.OutputCommitter`'s).
+
+This module also holds the three values passed between the parts: :class:`Loaded`,
+:class:`Published` and :class:`TaskCommit`.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
@@ -22,8 +34,8 @@ from ..statistics import IOStatisticsSnapshot
 from ..stores.capabilities import is_local
 from ..task_files import TaskFile
 from .attempts import Messages, TaskAttempt, TaskCommitMessage
-from .destination import DestinationView
 from .journal import JournalKeeper
+from .options import CommitterOptions
 
 
 @dataclass
@@ -60,15 +72,38 @@ class Published:
     payload: Any = None
 
 
-class CommitterHooks(DestinationView, ABC):
-    """Every hook of the protocol in one place: 14 to fill in, the rest optional."""
+@dataclass
+class TaskCommit:
+    """One call of ``commit_task``: Hadoop's ``CommitContext`` for a task.
+
+    Opened when the commit begins and closed when it ends, however it ends; what a
+    committer starts for this commit lives here, never on the committer (two attempts
+    committing at once in one process each have their own). ``early``: a request the
+    committer started before the attempt's files had settled (the magic layout's
+    listing); closing cancels it if nobody waited for it.
+    """
+
+    task: TaskAttempt
+    start: float = field(default_factory=time.monotonic)
+    early: concurrent.futures.Future[Any] | None = None
+
+    def close(self) -> None:
+        if self.early is not None:
+            self.early.cancel()
+            self.early = None
+
+
+class CommitterHooks(CommitterOptions, ABC):
+    """Every hook of the protocol in one place: those to fill in, and the optional ones."""
 
     #: Whether a failed commit can take back what it made visible (not the classic ones).
     can_roll_back: ClassVar[bool] = True
     #: Whether a job commit may load the records its messages name while the job ends
-    #: (one round trip less): true where :meth:`_records_to_commit` takes named records
+    #: (one round trip less): true where :meth:`records_to_commit` takes named records
     #: whether or not the job was still active (not the classic ones).
     loads_named_while_ending: ClassVar[bool] = True
+
+    # -- what tasks write with ----------------------------------------------------------
 
     @property
     @abstractmethod
@@ -94,25 +129,40 @@ class CommitterHooks(DestinationView, ABC):
             return "local://" + path
         return cast(str, self.store_fs.unstrip_protocol(path))
 
-    @abstractmethod
-    def _setup_job(self, resume: bool) -> None:
-        """Create what the job needs in the store (a resumed job keeps what it has)."""
+    # -- task hooks ---------------------------------------------------------------------
 
     @abstractmethod
-    def _setup_task(self, task: TaskAttempt) -> None: ...
+    def prepare_task(self, task: TaskAttempt) -> None:
+        """Task set-up: create what the attempt needs in the store."""
+
+    def begin_task_commit(self, commit: TaskCommit) -> None:  # optional hook
+        """Task commit, before this process's files of the attempt have settled: start
+        what need not wait for them (kept on ``commit``)."""
 
     @abstractmethod
-    def _commit_task(self, task: TaskAttempt, files: list[TaskFile]) -> TaskCommitMessage:
+    def commit_task_files(self, commit: TaskCommit, files: list[TaskFile]) -> TaskCommitMessage:
         """Commit the attempt; ``files``: what this process knows it wrote."""
 
     @abstractmethod
-    def _abort_task(self, task: TaskAttempt, files: list[TaskFile]) -> None: ...
+    def abort_task_files(self, task: TaskAttempt, files: list[TaskFile]) -> None:
+        """Abort the attempt: discard what it staged, delete its records."""
 
     def job_active(self) -> bool:
         """Whether the job has been set up and has not ended (its marker, where it keeps one)."""
         return False
 
-    def _end_job(self, check: bool = True) -> bool:
+    # -- job hooks ----------------------------------------------------------------------
+
+    @abstractmethod
+    def prepare_job(self, resume: bool) -> None:
+        """Create what the job needs in the store (a resumed job keeps what it has)."""
+
+    def check_no_conflict(self, stage: str) -> None:
+        """``fail`` mode: refuse a destination with visible data (``stage``: when checked)."""
+        if self.conflict_mode == "fail":
+            self.destination.refuse_visible_data(stage)
+
+    def end_job(self, check: bool = True) -> bool:
         """End the job (no writer or task may join it any more).
 
         Returns whether it was active (looked up only if ``check``: one request less when
@@ -121,51 +171,51 @@ class CommitterHooks(DestinationView, ABC):
         return self.job_active() if check else False
 
     @abstractmethod
-    def _journal(self) -> JournalKeeper | None:
+    def journal_keeper(self) -> JournalKeeper | None:
         """Where this job's commit journal lives (``None``: the committer keeps none)."""
 
     @abstractmethod
-    def _records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
+    def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         """The task records to publish: those the messages name, or the listed ones.
 
         Raises :class:`NothingToCommitError` when the job has nothing (left) to commit.
         """
 
     @abstractmethod
-    def _load(self, records: list[str], messages: Messages | None = None) -> Loaded:
+    def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
         """Load (and check the form of) the task records; ``messages`` when the caller gave them."""
 
-    def _validate(self, loaded: Loaded) -> None:  # optional hook
+    def validate_records(self, loaded: Loaded) -> None:  # optional hook
         """Every check that can fail, before anything becomes visible."""
 
-    def _plan_replace(self, loaded: Loaded) -> list[str]:
+    def plan_replace(self, loaded: Loaded) -> list[str]:
         """``replace`` mode: the files to delete (default: all visible data)."""
-        return self._visible_files()
+        return self.destination.visible_files()
 
     @abstractmethod
-    def _delete_files(self, paths: list[str]) -> None:
+    def delete_files(self, paths: list[str]) -> None:
         """Delete ``paths`` (missing ones are fine)."""
 
     @abstractmethod
-    def _publish(self, loaded: Loaded) -> Published:
+    def publish(self, loaded: Loaded) -> Published:
         """Make every file visible; idempotent (files already visible count as done)."""
 
     @abstractmethod
-    def _unpublish(self, loaded: Loaded) -> int:
+    def unpublish(self, loaded: Loaded) -> int:
         """Roll back: delete every file of ``loaded`` that was made visible; returns how many."""
 
     @abstractmethod
-    def _save_success(
+    def save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
         """Write ``_SUCCESS`` (if enabled); returns the file names it lists."""
 
     @abstractmethod
-    def _clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """Delete the job's tree (journal last) and abort what is left; ``published`` is
         ``None`` for an aborted job."""
 
-    def _failure_report(  # optional hook
+    def report_failure(  # optional hook
         self, stage: str, failure: BaseException, start: float
     ) -> None:
         """A chance to record a failed commit (the manifest committer's report)."""

@@ -67,7 +67,7 @@ class JobCommit:
         self.journal_read = False  # read before the job ends (a listing not meant)
         self.start = time.monotonic()
         self.stages = StageTimer(committer.stats)
-        self.keeper = committer._journal()
+        self.keeper = committer.journal_keeper()
         self.recovery = Recovery(committer, self.keeper)
         self.journal: CommitJournal | None = None
         self.loaded: Loaded | None = None
@@ -119,7 +119,7 @@ class JobCommit:
         messages name are loaded (the three at once)."""
         c = self.committer
         with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(2) as pool:
-            ending = pool.submit(c._end_job, self.messages is None)
+            ending = pool.submit(c.end_job, self.messages is None)
             if self.messages is not None and c.loads_named_while_ending:
                 self.named = pool.submit(self._load_named)
             try:
@@ -136,7 +136,7 @@ class JobCommit:
     def _load_named(self) -> Loaded:
         assert self.messages is not None
         c = self.committer
-        return c._load(c._records_to_commit(self.messages, True), self.messages)
+        return c.load_records(c.records_to_commit(self.messages, True), self.messages)
 
     def _drop_named(self) -> None:
         """Records read during end_job that will not be used: wait, then discard them."""
@@ -153,23 +153,23 @@ class JobCommit:
             with c.stats.track("committer_commit_job"):
                 loaded = self._load(was_active)
                 with self.stages("validate"):
-                    c._validate(loaded)
+                    c.validate_records(loaded)
                 if self.journal is None:
                     self._conflict_and_journal(loaded)
                 if self.journal is not None and self.journal.phase == "deleting":
                     with self.stages("delete_old"):
                         self.recovery.delete_old(self.journal)
                 with self.stages("publish"):
-                    published = c._publish(loaded)
+                    published = c.publish(loaded)
                 with self.stages("success"):
                     rows = total_rows(self.messages)
-                    filenames = c._save_success(loaded, published, self.start, rows)
+                    filenames = c.save_success(loaded, published, self.start, rows)
             return published, filenames
         except NothingToCommitError:
             raise
         except BaseException as failure:
             c.stats.increment("committer_jobs_failed")
-            c._failure_report(self.stages.current, failure, self.start)
+            c.report_failure(self.stages.current, failure, self.start)
             stage = self.stages.current
             raise self.recovery.failed(stage, failure, self.journal, self.loaded) from failure
 
@@ -186,9 +186,9 @@ class JobCommit:
                     records = (
                         self.journal.records
                         if self.journal is not None
-                        else c._records_to_commit(self.messages, was_active)
+                        else c.records_to_commit(self.messages, was_active)
                     )
-                    self.loaded = c._load(records, self.messages)
+                    self.loaded = c.load_records(records, self.messages)
             except FileNotFoundError:
                 self._check_not_committed_already()
                 raise
@@ -203,7 +203,7 @@ class JobCommit:
         back". Asked only once a record is missing, so a first commit pays no extra request.
         """
         c = self.committer
-        if self.journal is None and self.messages is not None and c._success_names_this_job():
+        if self.journal is None and self.messages is not None and c.success_names_this_job():
             raise NothingToCommitError(
                 f"job {c.job_id}: nothing to commit at {c.url}: it has already been "
                 "committed (its _SUCCESS names it)"
@@ -213,14 +213,14 @@ class JobCommit:
         """Stages conflict and journal of a first commit (a resumed one has both)."""
         c = self.committer
         with self.stages("conflict"):
-            c._check_no_conflict("job commit")
-            doomed = c._plan_replace(loaded) if c.conflict_mode == "replace" else []
+            c.check_no_conflict("job commit")
+            doomed = c.plan_replace(loaded) if c.conflict_mode == "replace" else []
         if self.keeper is not None:
             with self.stages("journal"):
                 journal = self.recovery.new_journal(loaded, doomed)
                 self.journal = self.keeper.start(journal, doomed)
         elif doomed:
-            c._delete_files(doomed)
+            c.delete_files(doomed)
 
     def _finish_clean_up(self, journal: CommitJournal) -> JobSummary:
         """A commit that got as far as ``_SUCCESS``: only its clean-up is left to do."""
@@ -272,7 +272,7 @@ def try_clean_up(
 ) -> str | None:
     """Clean up after a successful commit; what is left (and how to finish) on failure."""
     try:
-        committer._clean_up(loaded, published)
+        committer.clean_up(loaded, published)
     except Exception as e:
         incomplete = (
             f"clean-up of job {committer.job_id} did not finish ({type(e).__name__}: {e}); "

@@ -19,6 +19,7 @@ from ..names import SUCCESS_FILE
 from ..paths import join
 from ..statistics import IOStatisticsStore
 from .cleanup import CLEANUP_MODES, BackgroundCleanup
+from .destination import Destination
 
 CONFLICT_MODES = ("append", "fail", "replace")
 
@@ -32,8 +33,8 @@ class CommitterOptions:
     """The configuration part of :class:`~magicfs.protocol.committer.OutputCommitter`.
 
     The constructor calls one overridable hook, :meth:`_store_filesystem`, and hands it
-    every value it needs as an argument: a subclass's version never depends on which
-    attributes happen to be assigned before it runs.
+    every value it needs as an argument (a subclass's version may also read what its own
+    constructor set before calling this one: the magic-layout committer's store options).
     """
 
     name: str = "abstract"  # per instance where one class serves several (file-v1/v2)
@@ -91,14 +92,13 @@ class CommitterOptions:
         self.dest = self.store_fs._strip_protocol(dest).rstrip("/")
         self.stats = IOStatisticsStore()
 
-    @classmethod
     def _store_filesystem(
-        cls, protocol: str, options: dict[str, Any], threads: int
+        self, protocol: str, options: dict[str, Any], threads: int
     ) -> fsspec.AbstractFileSystem:
         """The store's filesystem for a destination of ``protocol`` (no ``fs=`` given).
 
-        A class method given everything it may use, because the constructor calls it
-        before the committer is whole (the S3 committers add their client settings).
+        Given everything it may use, because the constructor calls it before the
+        committer is whole (the S3 committers add their client settings).
         """
         return store_filesystem(protocol, **options)
 
@@ -123,6 +123,15 @@ class CommitterOptions:
     @property
     def success_path(self) -> str:
         return join(self.dest, SUCCESS_FILE)
+
+    @property
+    def destination(self) -> Destination:
+        """What the destination shows readers (:mod:`.destination`; holds no state)."""
+        return Destination(self.store_fs, self.dest)
+
+    def success_names_this_job(self) -> bool:
+        """Whether the destination's ``_SUCCESS`` says this job committed there."""
+        return self.destination.success_job_id() == self.job_id
 
     @property
     def protocol(self) -> str:

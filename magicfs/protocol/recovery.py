@@ -100,7 +100,7 @@ class Recovery:
         if journal is not None:
             return journal
         active = c.job_active()
-        records = c._records_to_commit(None, active)
+        records = c.records_to_commit(None, active)
         state = (
             "it is still active: its driver stopped before committing, or is still running"
             if active
@@ -145,7 +145,7 @@ class Recovery:
         assert self.keeper is not None
         deleted = 0
         for paths in self.keeper.pages(journal):
-            self.committer._delete_files(paths)
+            self.committer.delete_files(paths)
             deleted += len(paths)
         log.info("%s: replace mode deleted %d existing files", self.committer.url, deleted)
         journal.phase = "publishing"
@@ -190,8 +190,8 @@ class Recovery:
                 recoverable=True,
             )
         try:
-            undone = c._unpublish(loaded) if journal is not None and loaded is not None else 0
-            c._clean_up(None, None)
+            undone = c.unpublish(loaded) if journal is not None and loaded is not None else 0
+            c.clean_up(None, None)
         except Exception as e:
             log.error("%s; rolling back failed too: %s", what, e)
             return JobCommitError(
@@ -240,9 +240,9 @@ class Recovery:
                 stage="abort",
                 recoverable=True,
             )
-        loaded = c._load(journal.records)
+        loaded = c.load_records(journal.records)
         try:
-            return c._unpublish(loaded)
+            return c.unpublish(loaded)
         finally:
             loaded.discard()
 

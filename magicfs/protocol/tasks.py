@@ -1,7 +1,12 @@
 """The task side of the protocol: one attempt is set up, writes, and commits or aborts.
 
-The checks every committer's task hooks share live here too (is the job active, why an
-attempt cannot commit, the message a committed attempt returns).
+:class:`TaskLifecycle` is a collaborator of the committer (its ``setup_task``,
+``commit_task``, ``abort_task`` and ``attempt`` delegate here): it runs the steps every
+committer shares — this process's files settled, the refusals, the per-commit
+:class:`~.hooks.TaskCommit` opened and closed — and calls the committer's task hooks
+(:class:`~.hooks.CommitterHooks`) for what differs. The checks the committers' task hooks
+share are functions here too (is the job active, why an attempt cannot commit, the
+message a committed attempt returns).
 """
 
 from __future__ import annotations
@@ -16,17 +21,21 @@ from ..layouts.magic import task_attempt_id as layout_attempt_id
 from ..layouts.magic import task_id as layout_task_id
 from ..task_files import TASK_FILES
 from .attempts import AttemptRun, TaskAttempt, TaskCommitMessage
-from .hooks import CommitterHooks
+from .hooks import CommitterHooks, TaskCommit
 from .options import elapsed
 
 log = logging.getLogger("magicfs.committer")
 
 
-class TaskLifecycle(CommitterHooks):
-    """``task_attempt`` / ``setup_task`` / ``commit_task`` / ``abort_task`` / ``attempt``."""
+class TaskLifecycle:
+    """``task_attempt`` / ``setup_task`` / ``commit_task`` / ``abort_task`` / ``attempt``
+    of one committer (``hooks``), which holds no task state: a lifecycle is made per call."""
+
+    def __init__(self, hooks: CommitterHooks):
+        self.hooks = hooks
+        self.job_id = hooks.job_id
 
     def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt:
-        """Hadoop-style ids for attempt ``attempt`` of task ``task_id`` of this job."""
         if task_id < 0 or attempt < 0:
             raise ValueError(f"task and attempt numbers must be >= 0, not {task_id}/{attempt}")
         attempt_id = layout_attempt_id(self.job_id, task_id, attempt)
@@ -36,43 +45,33 @@ class TaskLifecycle(CommitterHooks):
             attempt_number=attempt,
             task_id=layout_task_id(self.job_id, task_id),
             attempt_id=attempt_id,
-            work_path=self.work_path_for(attempt_id),
-            work_url=self.work_url_for(attempt_id),
+            work_path=self.hooks.work_path_for(attempt_id),
+            work_url=self.hooks.work_url_for(attempt_id),
         )
 
     def setup_task(self, task: TaskAttempt) -> None:
-        """Prepare ``task`` (from :meth:`task_attempt`) to write; call before its writes."""
         self._check_task(task)
         TASK_FILES.reopen_attempt(self.job_id, task.attempt_id)
-        self._setup_task(task)
-
-    def needs_task_commit(self, task: TaskAttempt) -> bool:
-        """Always true: even an attempt that wrote nothing commits (an empty record)."""
-        return True
+        self.hooks.prepare_task(task)
 
     def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
-        """Commit the attempt: its files become part of the job (still invisible).
-
-        Waits for the attempt's files still closing in the background, then saves one
-        record of the attempt's files in the store.
-
-        Returns:
-            The :class:`~magicfs.TaskCommitMessage` to hand to :meth:`commit_job`
-            (picklable and JSON-serialisable).
-
-        Raises:
-            magicfs.errors.CommitFailedError: a file is still open or could not be
-                saved; the attempt has been aborted.
-            magicfs.errors.JobNotActiveError: the job has ended (committed or aborted).
-        """
         self._check_task(task)
+        commit = TaskCommit(task)
+        try:
+            self.hooks.begin_task_commit(commit)
+            return self._commit(commit)
+        finally:
+            commit.close()
+
+    def _commit(self, commit: TaskCommit) -> TaskCommitMessage:
+        task = commit.task
         failed = TASK_FILES.settle(self.job_id, task.attempt_id)  # closes in the background
         if failed:
             self.abort_task(task)
             path, error = failed[0]
             raise CommitFailedError(
                 f"task attempt {task.attempt_id}: {len(failed)} files could not be saved, e.g. "
-                f"{self.store_fs.unstrip_protocol(path)}: {type(error).__name__}: {error} "
+                f"{self.hooks.store_fs.unstrip_protocol(path)}: {type(error).__name__}: {error} "
                 "(the attempt has been aborted)"
             ) from error
         still_open = TASK_FILES.open_files(self.job_id, task.attempt_id)
@@ -80,45 +79,35 @@ class TaskLifecycle(CommitterHooks):
             self.abort_task(task)
             raise CommitFailedError(
                 f"task attempt {task.attempt_id}: {len(still_open)} files are still open, e.g. "
-                f"{self.store_fs.unstrip_protocol(still_open[0])}: close every file before "
+                f"{self.hooks.store_fs.unstrip_protocol(still_open[0])}: close every file before "
                 "committing the task (the attempt has been aborted)"
             )
         files = TASK_FILES.of_attempt(self.job_id, task.attempt_id)
-        message = self._commit_task(task, files)
+        message = self.hooks.commit_task_files(commit, files)
         TASK_FILES.finish_attempt(self.job_id, task.attempt_id, "committed")
         return message
 
     def abort_task(self, task: TaskAttempt) -> None:
-        """Abort the attempt: its open files are discarded, its output and records deleted."""
         self._check_task(task)
         TASK_FILES.settle(self.job_id, task.attempt_id)  # what is closing has closed (or failed)
         files = TASK_FILES.finish_attempt(self.job_id, task.attempt_id, "aborted")
         for entry in files:
             if entry.writer is not None:
                 entry.writer.supersede("its task attempt was aborted")
-        self._abort_task(task, files)
+        self.hooks.abort_task_files(task, files)
 
     @contextlib.contextmanager
-    def attempt(
-        self, task_id: int, attempt: int = 0, *, context: str = "magicfs"
-    ) -> Iterator[AttemptRun]:
-        """Run one task attempt: set it up, yield it, commit it when the block ends.
-
-        An exception inside the block (or from the commit) aborts the attempt — an abort
-        that fails too is logged, never raised over the original error — and propagates
-        with a note naming the attempt (``context`` says who ran it, e.g.
-        ``"magicfs.dask: partition 3"``). Every integration runs its tasks through this.
-        """
+    def attempt(self, task_id: int, attempt: int, context: str) -> Iterator[AttemptRun]:
         task = self.task_attempt(task_id, attempt)
         self.setup_task(task)
-        run = AttemptRun(task, self.fs)
+        run = AttemptRun(task, self.hooks.fs)
         try:
             yield run
             message = self.commit_task(task)
         except BaseException as failure:
             self._abort_task_quietly(task, failure)
             failure.add_note(
-                f"{context}: task attempt {task.attempt_id} writing to {self.url} failed; "
+                f"{context}: task attempt {task.attempt_id} writing to {self.hooks.url} failed; "
                 "the attempt was aborted and nothing of it is visible"
             )
             raise
@@ -138,56 +127,63 @@ class TaskLifecycle(CommitterHooks):
                 abort_error,
             )
 
-    # -- checks and results the committers' task hooks share --------------------------------
-
-    def _require_active_job(self, task: TaskAttempt) -> None:
-        """Refuse to start an attempt of a job that was never set up or has ended."""
-        if not self.job_active():
-            raise JobNotActiveError(
-                f"job {self.job_id} at {self.url} is not active (never set up, or already "
-                f"committed or aborted): task attempt {task.attempt_id} cannot start"
-            )
-
-    def _not_started_error(self, task: TaskAttempt) -> Exception:
-        """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set
-        up, or aborted (or, staging committers, already committed: its files are gone)."""
-        if not self.job_active():
-            return JobNotActiveError(
-                f"job {self.job_id} is not active: task attempt {task.attempt_id} cannot commit"
-            )
-        if TASK_FILES.finished(self.job_id, task.attempt_id) == "committed":
-            return FileNotFoundError(
-                f"task attempt {task.attempt_id} of job {self.job_id} has already committed: "
-                "it cannot commit again"
-            )
-        return FileNotFoundError(
-            f"task attempt {task.attempt_id} of job {self.job_id} was never set up, or was "
-            "aborted: it cannot commit"
-        )
-
-    def _task_committed(
-        self, task: TaskAttempt, record: str, files: int, size: int, start: float, verb: str
-    ) -> TaskCommitMessage:
-        """Log a committed task (``verb``: what its commit did) and build its message."""
-        log.info(
-            "task %s: %s %d files (%d bytes) in %.2fs (%s committer)",
-            task.attempt_id,
-            verb,
-            files,
-            size,
-            elapsed(start),
-            self.name,
-        )
-        return TaskCommitMessage(
-            committer=self.name,
-            job_id=self.job_id,
-            task_id=task.task_id,
-            attempt_id=task.attempt_id,
-            record=record,
-            files=files,
-            bytes=size,
-        )
-
     def _check_task(self, task: TaskAttempt) -> None:
         if task.job_id != self.job_id:
             raise ValueError(f"task attempt {task.attempt_id} belongs to job {task.job_id}")
+
+
+def require_active_job(hooks: CommitterHooks, task: TaskAttempt) -> None:
+    """Refuse to start an attempt of a job that was never set up or has ended."""
+    if not hooks.job_active():
+        raise JobNotActiveError(
+            f"job {hooks.job_id} at {hooks.url} is not active (never set up, or already "
+            f"committed or aborted): task attempt {task.attempt_id} cannot start"
+        )
+
+
+def not_started_error(hooks: CommitterHooks, task: TaskAttempt) -> Exception:
+    """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set
+    up, or aborted (or, staging committers, already committed: its files are gone)."""
+    if not hooks.job_active():
+        return JobNotActiveError(
+            f"job {hooks.job_id} is not active: task attempt {task.attempt_id} cannot commit"
+        )
+    if TASK_FILES.finished(hooks.job_id, task.attempt_id) == "committed":
+        return FileNotFoundError(
+            f"task attempt {task.attempt_id} of job {hooks.job_id} has already committed: "
+            "it cannot commit again"
+        )
+    return FileNotFoundError(
+        f"task attempt {task.attempt_id} of job {hooks.job_id} was never set up, or was "
+        "aborted: it cannot commit"
+    )
+
+
+def task_committed(
+    hooks: CommitterHooks,
+    task: TaskAttempt,
+    record: str,
+    files: int,
+    size: int,
+    start: float,
+    verb: str,
+) -> TaskCommitMessage:
+    """Log a committed task (``verb``: what its commit did) and build its message."""
+    log.info(
+        "task %s: %s %d files (%d bytes) in %.2fs (%s committer)",
+        task.attempt_id,
+        verb,
+        files,
+        size,
+        elapsed(start),
+        hooks.name,
+    )
+    return TaskCommitMessage(
+        committer=hooks.name,
+        job_id=hooks.job_id,
+        task_id=task.task_id,
+        attempt_id=task.attempt_id,
+        record=record,
+        files=files,
+        bytes=size,
+    )

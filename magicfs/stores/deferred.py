@@ -33,11 +33,14 @@ What differs between stores and is not an operation is a declared capability
 from __future__ import annotations
 
 import concurrent.futures
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from ..records import SinglePendingCommit
+
+if TYPE_CHECKING:
+    from .job_hooks import JobHooksFactory, StoreOptions
 
 T = TypeVar("T")
 
@@ -248,8 +251,11 @@ class DeferredStoreSpec:
     opt_in: str | None = None
     #: The write side (the task view's writer hooks), ``(fs, options) -> writes``.
     writes: Callable[..., Any] | None = None
-    #: Committer options this store's committer takes by default.
-    committer_defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: Its committer's options, typed (:class:`~.job_hooks.StoreOptions`; ``None``: none).
+    options: type[StoreOptions] | None = None
+    #: What its jobs add to the magic-layout flow (:class:`~.job_hooks.DeferredJobHooks`
+    #: or a subclass; ``None``: the generic hooks).
+    job_hooks: JobHooksFactory | None = None
 
 
 def pending_writes(commits: Iterable[SinglePendingCommit]) -> list[PendingWrite]:

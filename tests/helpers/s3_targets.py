@@ -83,8 +83,9 @@ def target(request: Any) -> S3Target:
 def make_committer(target: S3Target) -> Callable[..., Any]:
     """``make(**kwargs)``: a fresh ``MagicCommitter`` for ``s3://<target.bucket>/out``."""
     from magicfs import MagicCommitter
+    from magicfs.committers import MagicLayoutCommitter
 
-    def make(**kwargs: Any) -> MagicCommitter:
+    def make(**kwargs: Any) -> MagicLayoutCommitter:
         options = {**target.options, "skip_instance_cache": True}
         return MagicCommitter(f"s3://{target.bucket}/out", storage_options=options, **kwargs)
 

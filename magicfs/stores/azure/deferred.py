@@ -31,6 +31,7 @@ from ..deferred import (
     protocols,
 )
 from .blocks import BlockStore, _not_found
+from .job_hooks import BlockListCommitOptions, BlockListJobHooks
 from .writer import BlockListWrites
 
 T = TypeVar("T")
@@ -191,4 +192,6 @@ SPEC = DeferredStoreSpec(
     committer="block-list",
     opt_in="block_lists",
     writes=BlockListWrites,
+    options=BlockListCommitOptions,
+    job_hooks=BlockListJobHooks,
 )

@@ -39,6 +39,7 @@ from ..deferred import (
 )
 from . import checksums
 from .conditional import IF_NONE_MATCH_KEY, aconditional_support
+from .job_hooks import S3CommitOptions, S3JobHooks
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import RecordedUpload, abort_uploads, uploads_of
@@ -233,4 +234,6 @@ SPEC = DeferredStoreSpec(
     capabilities=CAPABILITIES,
     committer="magic",
     writes=S3Writes,
+    options=S3CommitOptions,
+    job_hooks=S3JobHooks,
 )
