@@ -1,6 +1,6 @@
 """The block-list committer on Azure Blob (Azurite), store-specific cases.
 
-The generic protocol scenarios run in ``test_contract.py``; these pin down what only the
+The generic protocol scenarios run in ``test_contract_azure.py``; these pin down what only the
 block-list committer promises on Azure, each judged by what a reader sees — listings,
 bytes, Azure's own block lists and Azurite's request log — never by magicfs's internals:
 

@@ -148,7 +148,7 @@ def quick_dest(request, tmp_path) -> Dest:
 @pytest.fixture
 def local_dest(tmp_path) -> Dest:
     """A local directory: for the conflict modes, which the job decides the same way on
-    every store (tests/test_contract.py runs them on each)."""
+    every store (the contract suite, tests/helpers/contract.py, runs them on each)."""
     return Dest("local", f"file://{tmp_path}/sales", None, fsspec.filesystem("file"))
 
 

@@ -30,7 +30,7 @@ call passes through to the store, so every test must pass exactly as on the stor
 * S3, with the magic committer (one job per class; after each test no multipart upload
   and no object may be left under the work path): a task file is a deferred upload
   that nothing can read before job commit (``magicfs/filesystems/deferred_view.py``; the rows
-  of ``tests/test_task_paths.py`` named below). So:
+  of ``tests/helpers/task_paths.py`` named below). So:
 
   - ``AbstractPutTests``, ``AbstractPipeTests``, ``AbstractOpenTests``: targets under
     the task path, sources local;

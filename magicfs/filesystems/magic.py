@@ -18,8 +18,8 @@ Compound operations on task paths (``copy``, ``get``, ``put``, ``glob``, ``walk`
 semantics (trailing slashes, globs, recursion) are fsspec's, on every store. Where a
 task file cannot be a source (S3: no bytes before job commit) the whole operation is
 refused before anything is written. The README's table "Operations on task paths"
-states the result of every operation on each store; ``tests/test_task_paths.py``
-checks each cell.
+states the result of every operation on each store; ``tests/helpers/task_paths.py``
+checks each cell (run by each store's ``tests/test_contract_<store>.py``).
 
 Decision: instances are not cached (``cachable = False``). A wrapper holds no state of
 its own worth sharing and the wrapped filesystem has its own cache; this way no two
