@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import fsspec
 
+from ..stores.registry import store_keywords
 from . import MagicFileSystem
 from .originals import ORIGINALS as _originals
 
@@ -31,9 +32,7 @@ _MAGIC_OPTIONS = (
     "in_memory",
     "check_job_active",
     "background_close",
-    "retry_policy",
-    "checksum",
-    "intent_markers",
+    *sorted(store_keywords()),  # the deferred stores' own (MagicFileSystem.store_options)
 )
 
 
@@ -88,8 +87,9 @@ def _magic_class(original: Any) -> type:
 
         def __reduce__(self) -> Any:
             # Unpickles as a plain MagicFileSystem: works where install() never ran.
-            options = {key: getattr(self, key) for key in _MAGIC_OPTIONS if key != "checksum"}
-            return _rebuild, (self.fs, {**options, "checksum": self.checksum_algorithm})
+            generic = [key for key in _MAGIC_OPTIONS if key not in self.store_options]
+            options = {key: getattr(self, key) for key in generic if hasattr(self, key)}
+            return _rebuild, (self.fs, {**options, **self.store_options})
 
     InstalledMagicFileSystem.__name__ = f"Magic{original.__name__}"
     InstalledMagicFileSystem.__qualname__ = InstalledMagicFileSystem.__name__

@@ -29,6 +29,7 @@ their constructor arguments, so they travel to Spark executors.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, cast
 
@@ -38,10 +39,9 @@ from fsspec.implementations.chained import ChainedFileSystem
 from ..errors import OutsideTaskPathError
 from ..paths import is_magic_path
 from ..stores.capabilities import capabilities
+from ..stores.deferred import DeferredStoreSpec
 from ..stores.deferred_writer import WriterOptions
-from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
-from ..stores.s3.checksums import checked_algorithm
-from ..stores.s3.retry import DEFAULT_POLICY, RetryPolicy
+from ..stores.registry import store_keywords
 from .deferred_view import DeferredTaskView
 from .originals import store_filesystem, unwrapped
 from .routed_view import RoutedTaskView
@@ -139,13 +139,13 @@ class MagicFileSystem(ChainedFileSystem):
         in_memory: bool = False,
         check_job_active: bool = True,
         background_close: bool = True,
-        retry_policy: RetryPolicy = DEFAULT_POLICY,
-        checksum: str | None = DEFAULT_CHECKSUM,
-        block_lists: bool = False,
         job_root: str | None = None,
-        intent_markers: bool = True,
         **kwargs: Any,
     ):
+        #: The deferred stores' own keywords (S3's ``retry_policy``, ``checksum``,
+        #: ``intent_markers``; Azure's ``block_lists``), passed through unread: the
+        #: store's spec types and checks them (:func:`_store_writer_options`).
+        self.store_options = {k: kwargs.pop(k) for k in store_keywords() if k in kwargs}
         super().__init__(**kwargs)
         if fs is None:
             if target_protocol is None:
@@ -158,12 +158,6 @@ class MagicFileSystem(ChainedFileSystem):
         self.in_memory = in_memory
         self.check_job_active = check_job_active
         self.background_close = background_close
-        self.retry_policy = retry_policy
-        # Not ``self.checksum``: that is fsspec's ``checksum(path)`` (Dask calls it), passed
-        # to the store below.
-        self.checksum_algorithm = checked_algorithm(checksum)
-        self.block_lists = block_lists
-        self.intent_markers = intent_markers
         self.job_root = job_root.rstrip("/") if job_root else None
         self.view = self._choose_view()
 
@@ -172,23 +166,23 @@ class MagicFileSystem(ChainedFileSystem):
         keyword, if it has one, is True); else the rename stores' routed view."""
         found = capabilities(self.fs)
         spec = found.deferred_store
-        opted_in = spec is not None and (spec.opt_in is None or getattr(self, spec.opt_in, False))
+        opted_in = spec is not None and (
+            spec.opt_in is None or bool(self.store_options.get(spec.opt_in, False))
+        )
         if spec is not None and spec.writes is not None and opted_in:
-            return DeferredTaskView(spec.writes(self.fs, self._writer_options()))
+            return DeferredTaskView(spec.writes(self.fs, self._writer_options(spec)))
         return RoutedTaskView(
             self.fs, needs_directories=found.needs_directories, appends=found.appends
         )
 
-    def _writer_options(self) -> WriterOptions:
+    def _writer_options(self, spec: DeferredStoreSpec) -> WriterOptions:
         return WriterOptions(
             part_size=self.part_size,
             parts_in_flight=self.parts_in_flight,
             in_memory=self.in_memory,
             check_job_active=self.check_job_active,
             background_close=self.background_close,
-            retry_policy=self.retry_policy,
-            checksum=self.checksum_algorithm,
-            intent_markers=self.intent_markers,
+            store=_store_writer_options(spec, self.store_options),
         )
 
     @property
@@ -441,6 +435,14 @@ def _passed(name: str) -> Any:
     method.__name__ = name
     method.__doc__ = f"``{name}`` of the wrapped filesystem (task paths routed on rename stores)."
     return method
+
+
+def _store_writer_options(spec: DeferredStoreSpec, options: dict[str, Any]) -> Any:
+    """The store's own writer options, typed by its spec (``None``: it declares none)."""
+    if spec.writer_options is None:
+        return None
+    names = {f.name for f in dataclasses.fields(spec.writer_options)}
+    return spec.writer_options(**{k: v for k, v in options.items() if k in names})
 
 
 class MagicOptions(dict[str, Any]):

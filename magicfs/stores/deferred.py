@@ -251,6 +251,10 @@ class DeferredStoreSpec:
     opt_in: str | None = None
     #: The write side (the task view's writer hooks), ``(fs, options) -> writes``.
     writes: Callable[..., Any] | None = None
+    #: The task view's keywords its writers take, typed (a dataclass: the
+    #: :class:`~magicfs.filesystems.MagicFileSystem` keywords it declares reach its
+    #: writers as one instance, ``WriterOptions.store``; ``None``: none).
+    writer_options: type[Any] | None = None
     #: Its committer's options, typed (:class:`~.job_hooks.StoreOptions`; ``None``: none).
     options: type[StoreOptions] | None = None
     #: What its jobs add to the magic-layout flow (:class:`~.job_hooks.DeferredJobHooks`

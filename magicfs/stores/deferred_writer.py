@@ -174,9 +174,9 @@ class WriterOptions:
     in_memory: bool = False  # keep the record in this process, no ``.pending`` (S3)
     check_job_active: bool = True
     background_close: bool = True
-    retry_policy: Any = None  # S3: a RetryPolicy (None: the default)
-    checksum: str | None = None  # S3: the parts' checksum algorithm
-    intent_markers: bool = True  # S3: a marker before each upload (False: set by the committer)
+    #: The store's own options (its spec's ``writer_options``, e.g. S3's retry policy,
+    #: checksum and intent markers), passed through unread; ``None``: its defaults.
+    store: Any = None
     registry: TaskFiles = TASK_FILES
 
 

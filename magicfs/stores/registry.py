@@ -10,6 +10,7 @@ protocol names. Adding a store is its folder and one line in :data:`DEFERRED_STO
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from .azure.deferred import SPEC as AZURE_BLOCK_LISTS
@@ -38,3 +39,13 @@ def deferred_store_named(name: str) -> DeferredStoreSpec:
 def committed_by(committer: str) -> tuple[DeferredStoreSpec, ...]:
     """The deferred stores whose jobs ``committer`` (a ``committer_for`` name) commits."""
     return tuple(spec for spec in DEFERRED_STORES if spec.committer == committer)
+
+
+def store_keywords() -> frozenset[str]:
+    """Every task-view keyword that belongs to some deferred store (its writer options
+    and its opt-in): what :class:`~magicfs.filesystems.MagicFileSystem` passes through."""
+    names = {spec.opt_in for spec in DEFERRED_STORES if spec.opt_in}
+    for spec in DEFERRED_STORES:
+        if spec.writer_options is not None:
+            names.update(f.name for f in dataclasses.fields(spec.writer_options))
+    return frozenset(names)

@@ -44,7 +44,7 @@ from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import RecordedUpload, abort_uploads, uploads_of
 from .tracking import META_JOB_ID
-from .writer import S3Writes
+from .writer import S3WriterOptions, S3Writes
 
 log = logging.getLogger("magicfs.s3.commit")
 
@@ -234,6 +234,7 @@ SPEC = DeferredStoreSpec(
     capabilities=CAPABILITIES,
     committer="magic",
     writes=S3Writes,
+    writer_options=S3WriterOptions,
     options=S3CommitOptions,
     job_hooks=S3JobHooks,
 )

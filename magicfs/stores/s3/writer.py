@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -59,7 +60,7 @@ from ..deferred_writer import (
 from ..job_check import job_still_active
 from . import checksums
 from .conditional import IF_NONE_MATCH_KEY, aconditional_support
-from .retry import DEFAULT_POLICY
+from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import abort_uploads, load_pending, uploads_of
 from .tracking import META_WRITER, marker_metadata, upload_metadata
@@ -97,6 +98,20 @@ WORDS = StoreWords(
 MARKER_PUT_COUNTER = "committer_magic_marker_put"
 
 
+@dataclasses.dataclass(frozen=True)
+class S3WriterOptions:
+    """S3's own keywords of the task view (:class:`~magicfs.filesystems.MagicFileSystem`
+    passes them through unread; its docstring says what each does): ``retry_policy``,
+    ``checksum`` (checked here) and ``intent_markers``."""
+
+    retry_policy: RetryPolicy = DEFAULT_POLICY
+    checksum: str | None = checksums.DEFAULT_ALGORITHM
+    intent_markers: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checksum", checksums.checked_algorithm(self.checksum))
+
+
 class S3Writes(DeferredWritesBase):
     """The write side of an s3fs filesystem ``fs`` (:class:`~..deferred_writer.DeferredWrites`)."""
 
@@ -105,8 +120,9 @@ class S3Writes(DeferredWritesBase):
 
     def __init__(self, fs: Any, options: WriterOptions):
         super().__init__(fs, options)
-        self.store = S3Store(fs, options.retry_policy or DEFAULT_POLICY)
-        self.checksum = checksums.checked_algorithm(options.checksum)
+        self.s3_options: S3WriterOptions = options.store or S3WriterOptions()
+        self.store = S3Store(fs, self.s3_options.retry_policy)
+        self.checksum = self.s3_options.checksum
 
     def url(self, path: str) -> str:
         return f"s3://{path}"
@@ -122,11 +138,11 @@ class S3Writes(DeferredWritesBase):
             job_marker,
             in_memory=self.options.in_memory,
             checksum=self.checksum,
-            intent_marker=self.options.intent_markers
+            intent_marker=self.s3_options.intent_markers
             or "x" in mode
             or _hidden(magic_path)
             or not attempt_set_up_here(magic_path.job_id, magic_path.task_attempt_id),
-            unmarked_job=not self.options.intent_markers,
+            unmarked_job=not self.s3_options.intent_markers,
         )
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
