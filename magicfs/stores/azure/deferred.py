@@ -37,7 +37,6 @@ T = TypeVar("T")
 
 CAPABILITIES = DeferredCapabilities(
     discards_pending=False,
-    create_only="checked",
     lists_pending=False,
     counts_throttling=False,
 )

@@ -28,7 +28,6 @@ T = TypeVar("T")
 
 CAPABILITIES = DeferredCapabilities(
     discards_pending=True,
-    create_only="conditional",
     lists_pending=True,
     counts_throttling=False,
 )

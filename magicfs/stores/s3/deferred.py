@@ -52,7 +52,6 @@ T = TypeVar("T")
 
 CAPABILITIES = DeferredCapabilities(
     discards_pending=True,
-    create_only="probed",
     lists_pending=True,
     counts_throttling=True,
 )
