@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
 from ...records.pending import STORE_KEY
+from ..create_only import is_create_only
 from ..deferred import DeferredCapabilities, DeferredStoreBase, DeferredStoreSpec, PendingWrite
-from ..s3.conditional import IF_NONE_MATCH_KEY
 from .fs import MemoryDeferredFileSystem
 from .writer import STORE_NAME, MemoryWrites, run_background
 
@@ -111,9 +111,8 @@ class MemoryDeferred(DeferredStoreBase):
             )
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
-        create_only = commit.extra_data.get(IF_NONE_MATCH_KEY) == "*"
         try:
-            self.fs.publish(commit.upload_id, commit.etags, create_only=create_only)
+            self.fs.publish(commit.upload_id, commit.etags, create_only=is_create_only(commit))
         except FileNotFoundError:
             if await self.apublished(commit):
                 return  # published by an earlier attempt of this job commit

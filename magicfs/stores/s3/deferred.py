@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
+from ..create_only import is_create_only
 from ..deferred import (
     DeferredCapabilities,
     DeferredStoreBase,
@@ -38,7 +39,7 @@ from ..deferred import (
     protocols,
 )
 from . import checksums
-from .conditional import IF_NONE_MATCH_KEY, aconditional_support
+from .conditional import aconditional_support
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import RecordedUpload, abort_uploads, uploads_of
@@ -146,7 +147,7 @@ class S3Deferred(DeferredStoreBase):
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
         if_none_match = False
-        if commit.extra_data.get(IF_NONE_MATCH_KEY) == "*":
+        if is_create_only(commit):
             asked = await self._acreate_only(commit)
             if asked is None:
                 return  # completed by an earlier attempt of this job commit
