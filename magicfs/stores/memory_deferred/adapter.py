@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
-from ...records.pending import STORE_KEY
 from ..create_only import is_create_only
 from ..deferred import DeferredCapabilities, DeferredStoreBase, DeferredStoreSpec, PendingWrite
 from .fs import MemoryDeferredFileSystem
@@ -105,10 +104,12 @@ class MemoryDeferred(DeferredStoreBase):
     # -- pending data -----------------------------------------------------------------------
 
     def check(self, commit: SinglePendingCommit, source: str) -> None:
-        if commit.extra_data.get(STORE_KEY) != STORE_NAME:
+        if commit.store != STORE_NAME:
             raise InvalidCommitData(
                 source, "extraData", f"not an in-process upload (magicfs.store is not {STORE_NAME})"
             )
+        if not commit.etags:  # as S3's, and Hadoop's loader asks it (the writer's PartRules)
+            raise InvalidCommitData(source, "etags", "must list at least one part")
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
         try:
@@ -145,7 +146,7 @@ class MemoryDeferred(DeferredStoreBase):
 
 
 SPEC = DeferredStoreSpec(
-    name="mem-deferred",
+    name=STORE_NAME,
     recognises=lambda fs: (
         isinstance(fs, MemoryDeferredFileSystem)
         or (isinstance(fs, type) and issubclass(fs, MemoryDeferredFileSystem))

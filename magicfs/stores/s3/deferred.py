@@ -139,9 +139,12 @@ class S3Deferred(DeferredStoreBase):
         return len(paths)
 
     def check(self, commit: SinglePendingCommit, source: str) -> None:
-        if commit.is_block_list:
+        if commit.store is not None:
             raise InvalidCommitData(
-                source, "extraData", "an Azure block list, not an S3 multipart upload"
+                source,
+                "extraData",
+                f"a record of the store {commit.store!r} (magicfs.store), "
+                "not an S3 multipart upload",
             )
         checksums.check_record(commit, source)
 
