@@ -27,6 +27,7 @@ decoded or normalised, so spaces and unicode survive unchanged (HADOOP-17112).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .names import (
@@ -241,6 +242,23 @@ def is_record_file(path: str) -> bool:
 def is_deferred_write(path: str) -> bool:
     """True when a write to ``path`` must be deferred: magic, and not a commit record."""
     return is_magic_path(path) and not is_record_file(path)
+
+
+def marked_destinations(listing: Iterable[str]) -> set[str]:
+    """The destinations named by the markers and ``.pending`` records among ``listing``
+    (paths in a job's magic tree, as a listing of it gives them): each such file's
+    :func:`final_destination`. Pendingsets, paths outside the magic tree and those that
+    name no file (a directory marker, say) name none."""
+    found = set()
+    for path in listing:
+        file = path.removesuffix(PENDING_SUFFIX)
+        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
+            continue
+        try:
+            found.add(final_destination(file))
+        except ValueError:  # not a file path (a directory marker, say)
+            continue
+    return found
 
 
 def pending_path(path: str) -> str:

@@ -222,6 +222,25 @@ def test_a_throttled_commit_slows_down_and_loses_nothing(
     assert any(f"the store throttled {answered} replies" in line for line in lines)
 
 
+def test_a_store_that_does_not_count_throttling_reports_no_count(monkeypatch, caplog):
+    """``store_io_throttled`` (and the progress line's count) only where the store counts
+    throttled replies (``counts_throttling``): the in-process store does not, and a 0 in
+    ``_SUCCESS`` would claim a count nobody made."""
+    committer = magicfs.committer_for("mem-deferred://uncounted/out")
+    assert not committer.deferred.capabilities.counts_throttling
+    committer.setup_job()
+    with committer.attempt(0) as run, committer.fs.open(run.task.path("a.bin"), "wb") as f:
+        f.write(b"x")
+    monkeypatch.setattr(Progress, "every", 0.0)  # a progress line per completion
+    with caplog.at_level(logging.INFO, logger="magicfs.s3.commit"):
+        summary = committer.commit_job([run.message])
+    assert summary.files == 1
+    assert "store_io_throttled" not in summary.counters
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("of 1 files" in line for line in lines)
+    assert not any("throttled" in line for line in lines)
+
+
 def test_max_request_rate_caps_the_calls_of_job_commit(faults_front, s3_client, bucket):
     rate = 25.0
     committer = committer_via(faults_front, bucket, max_request_rate=rate, threads=8)

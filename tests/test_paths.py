@@ -14,6 +14,7 @@ from magicfs.paths import (
     last_element,
     magic_children,
     magic_parents,
+    marked_destinations,
     parse_magic_path,
     split_path_elements,
 )
@@ -212,3 +213,17 @@ def test_dot_dot_and_empty_elements_are_always_rejected(parents, children, bad, 
     path = "s3://" + "/".join(elements) + "/leaf"
     with pytest.raises(ValueError):
         final_destination(path)
+
+
+def test_marked_destinations_are_the_files_markers_and_pending_records_name():
+    tree = "bkt/out/__magic_job-j1"
+    attempt = f"{tree}/tasks/attempt_j1_0000_m_000000_0"
+    listing = [
+        f"{attempt}/__base/a.csv",  # a marker
+        f"{attempt}/__base/p=1/b.csv.pending",  # a record
+        f"{attempt}/__base/p=1/b.csv",  # its marker: the same destination
+        f"{attempt}.pendingset",  # names no file
+        f"{tree}/__magic",  # a magic path that names no file
+        "bkt/out/plain.csv",  # not in a magic tree
+    ]
+    assert marked_destinations(listing) == {"bkt/out/a.csv", "bkt/out/p=1/b.csv"}

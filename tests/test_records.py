@@ -262,6 +262,36 @@ def test_invalid_pending_names_file_and_field(document, field, problem):
     assert str(error).startswith(SOURCE + ": ")
 
 
+def test_a_record_naming_its_store_is_that_stores_to_check_for_parts():
+    """An empty ``etags`` list is refused in a record that names no store (an S3 upload,
+    as Hadoop's); one that names its store (``extraData["magicfs.store"]``, opaque here)
+    is read, and its store's adapter decides (Azure: an empty blob; others refuse)."""
+    named = mutate(PENDING, etags=[], partCount=0, extraData={"magicfs.store": "any-store"})
+    commit = SinglePendingCommit.from_json(named, source=SOURCE)
+    assert commit.store == "any-store" and commit.etags == []
+    assert SinglePendingCommit.from_json(PENDING).store is None
+    assert SinglePendingCommit.from_json(commit.to_bytes()).to_bytes() == commit.to_bytes()
+
+
+@pytest.mark.parametrize("store", ["s3", "mem-deferred"])
+def test_a_store_refuses_a_record_it_cannot_publish(store):
+    """The stores' checks: S3 refuses any record naming a store; the in-process store a
+    record of another store, or one of its own without parts."""
+    from magicfs.stores.memory_deferred.adapter import MemoryDeferred
+    from magicfs.stores.s3.deferred import S3Deferred
+
+    adapter_class = S3Deferred if store == "s3" else MemoryDeferred
+    adapter = adapter_class.__new__(adapter_class)  # check() reads the record alone
+    other = SinglePendingCommit.from_json(mutate(PENDING, extraData={"magicfs.store": "x"}))
+    with pytest.raises(InvalidCommitData, match="not an") as caught:
+        adapter.check(other, SOURCE)
+    assert caught.value.field == "extraData"
+    if store == "mem-deferred":
+        empty = mutate(PENDING, etags=[], partCount=0, extraData={"magicfs.store": store})
+        with pytest.raises(InvalidCommitData, match="at least one part"):
+            adapter.check(SinglePendingCommit.from_json(empty), SOURCE)
+
+
 def test_oversized_and_non_utf8_files_are_rejected_before_parsing():
     with pytest.raises(InvalidCommitData, match="larger than the 4194304-byte limit"):
         SinglePendingCommit.from_json(b" " * (4 << 20) + b"{}", source=SOURCE)

@@ -57,14 +57,16 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
 
 import fsspec
 
-from ..committers import JobSummary, OutputCommitter, TaskAttempt, TaskCommitMessage, committer_for
+from ..committers import JobSummary, OutputCommitter, TaskCommitMessage, committer_for
 from .engines import (
     COMPRESSION_SUFFIXES,
+    PartitionTask,
     PartNames,
     abort_job_quietly,
     check_columns,
     new_attempt_number,
     padding_for,
+    rows_written,
 )
 
 __all__ = [
@@ -78,29 +80,6 @@ __all__ = [
 log = logging.getLogger("magicfs.dask")
 
 JOB_ID_SOURCE = "magicfs.dask"
-
-
-@dataclasses.dataclass(frozen=True)
-class PartitionTask:
-    """What a partition writer gets: its task attempt and the filesystem to write with.
-
-    ``task.path("x.parquet")`` is where to write a file that appears as
-    ``<dest>/x.parquet`` at job commit; ``task.fs`` writes it. Same shape as
-    ``magicfs.spark.PartitionTask``, so one writer serves both engines.
-    """
-
-    attempt: TaskAttempt
-    fs: Any
-    partition_id: int
-
-    def path(self, relative: str) -> str:
-        """Where to write ``relative``: it appears as ``<dest>/<relative>`` at job commit."""
-        return self.attempt.path(relative)
-
-    @property
-    def work_path(self) -> str:
-        """The attempt's output root (``base_dir`` for pyarrow's ``write_dataset``)."""
-        return self.attempt.work_path
 
 
 WriteFn = Callable[[PartitionTask, Any], "int | None"]
@@ -124,7 +103,7 @@ def write_partition(
         partition_id, new_attempt_number(), context=f"magicfs.dask: partition {partition_id}"
     ) as run:
         rows = write_fn(PartitionTask(run.task, committer.fs, partition_id), frame)
-        run.rows = rows if isinstance(rows, int) and not isinstance(rows, bool) else None
+        run.rows = rows_written(rows)
     assert run.message is not None
     return run.message
 

@@ -1,4 +1,5 @@
-"""What the Dask and Ray integrations share: attempt numbers, file names, table writers.
+"""What the engine integrations share: attempt numbers, the partition writer's task, file
+names, table writers (Dask and Ray; Spark's ``write_partitions`` takes the task too).
 
 Distributed engines re-run work: Dask runs a partition again when the worker holding
 it dies (before or after it finished writing), Ray retries a task whose worker
@@ -42,6 +43,36 @@ COMPRESSION_SUFFIXES = {
 def new_attempt_number() -> int:
     """A fresh attempt number for one execution of a task (random, 48 bits, never 0)."""
     return secrets.randbits(ATTEMPT_BITS) or 1
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionTask:
+    """What a partition writer gets: its task attempt and the filesystem to write with.
+
+    ``task.path("x.parquet")`` is where to write a file that appears as
+    ``<dest>/x.parquet`` at job commit; ``task.fs`` writes it. One class for
+    ``magicfs.dask.PartitionTask`` and ``magicfs.spark.PartitionTask``, so one writer
+    serves both engines.
+    """
+
+    attempt: TaskAttempt
+    fs: Any
+    partition_id: int
+
+    def path(self, relative: str) -> str:
+        """Where to write ``relative``: it appears as ``<dest>/<relative>`` at job commit."""
+        return self.attempt.path(relative)
+
+    @property
+    def work_path(self) -> str:
+        """The attempt's output root (``base_dir`` for pyarrow's ``write_dataset``)."""
+        return self.attempt.work_path
+
+
+def rows_written(returned: object) -> int | None:
+    """What a partition writer returned, as the rows it wrote (``_SUCCESS`` reports them):
+    an ``int`` (not a ``bool``), else ``None``."""
+    return returned if isinstance(returned, int) and not isinstance(returned, bool) else None
 
 
 def abort_job_quietly(committer: OutputCommitter, failure: BaseException) -> bool:

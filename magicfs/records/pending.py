@@ -1,7 +1,11 @@
 """``.pending`` and ``.pendingset``: the uncommitted multipart uploads of the S3 committers.
 
 Same JSON keys, types and versions as Hadoop's ``SinglePendingCommit`` (version 2) and
-``PendingSet`` (version 3), so either side reads the other's files.
+``PendingSet`` (version 3), so either side reads the other's files. The other deferred
+stores write the same records and name themselves in ``extraData["magicfs.store"]``
+(:attr:`SinglePendingCommit.store`), an opaque name here: a record that names a store is
+that store's to check (:meth:`magicfs.stores.deferred.DeferredStore.check`), beyond the
+fields every record must have; one that names none is an S3 upload, with at least one part.
 """
 
 from __future__ import annotations
@@ -20,9 +24,10 @@ from ._fields import FieldReader
 MAX_PARTS = 10_000
 #: S3 keys are at most 1,024 bytes of UTF-8.
 MAX_KEY_BYTES = 1024
-#: Extra-data key and value of a record whose upload is an Azure block list.
+#: Extra-data key naming the deferred store a record belongs to, where it is not an S3
+#: multipart upload (Hadoop's records name none). The name is opaque here: which stores
+#: exist, and what their records may hold, is :mod:`magicfs.stores`' to say.
 STORE_KEY = "magicfs.store"
-BLOCK_LIST_STORE = "azure-block-list"
 #: Extra-data key naming the task attempt that committed a pendingset (HADOOP-17258).
 TASK_ATTEMPT_ID_KEY = "task.attempt.id"
 #: Extra-data key of the checksum algorithm a file's parts carry (a ``.pending``'s; see
@@ -67,10 +72,10 @@ class SinglePendingCommit(Record):
         return len(self.etags)
 
     @property
-    def is_block_list(self) -> bool:
-        """An Azure block list (``etags`` are block ids; none for an empty blob), not an
-        S3 upload: ``extraData["magicfs.store"]`` is ``azure-block-list``."""
-        return self.extra_data.get(STORE_KEY) == BLOCK_LIST_STORE
+    def store(self) -> str | None:
+        """The deferred store the record names (``extraData["magicfs.store"]``), or
+        ``None``: an S3 multipart upload, as Hadoop's records are."""
+        return self.extra_data.get(STORE_KEY)
 
     @property
     def destination(self) -> str:
@@ -118,7 +123,7 @@ class SinglePendingCommit(Record):
             extra_data=reader.string_map("extraData"),
             iostatistics=reader.iostatistics(),
         )
-        if not commit.etags and not commit.is_block_list:
+        if not commit.etags and commit.store is None:  # a named store checks its own
             reader.fail("etags", "must list at least one part (every upload has a part)")
         part_count = reader.integer("partCount", required=False, default=len(commit.etags))
         if part_count != len(commit.etags):

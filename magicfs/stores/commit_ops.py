@@ -101,7 +101,8 @@ class CommitOperations:
                 if not failed:  # not a completion's failure: reading `commits`, say
                     raise
         report.finish(result.files)
-        self.stats.increment("store_io_throttled", report.throttled)  # Hadoop's name
+        if self.store.capabilities.counts_throttling:  # elsewhere 0 would claim a count
+            self.stats.increment("store_io_throttled", report.throttled)  # Hadoop's name
         self.stats.increment("committer_commits_completed", result.files)
         self.stats.increment("committer_bytes_committed", result.bytes)
         if failed:
@@ -157,7 +158,9 @@ class Progress:
     The tqdm bar (on a terminal) shows rate and ETA itself and gets the number of
     throttled replies beside them; a job running without a terminal (Spark's driver,
     a scheduler) gets an INFO line every :attr:`every` seconds instead, and one at the
-    end when the store throttled the job.
+    end when the store throttled the job. Throttled replies are named only on a store
+    that counts them (:attr:`~.deferred.DeferredCapabilities.counts_throttling`);
+    elsewhere a 0 would claim what nobody counted.
     """
 
     every = 15.0
@@ -182,14 +185,18 @@ class Progress:
             self.last = now
             rate = done / max(now - self.start, 1e-9)
             left = (self.total - done) / rate if rate else float("inf")
+            throttled = (
+                f"{self.throttled} throttled replies, "
+                if self.store.capabilities.counts_throttling
+                else ""
+            )
             log.info(
-                "job %s: completed %d of %d files (%.0f files/s, %d throttled replies, "
-                "about %.0f s left)",
+                "job %s: completed %d of %d files (%.0f files/s, %sabout %.0f s left)",
                 self.job_id,
                 done,
                 self.total,
                 rate,
-                self.throttled,
+                throttled,
                 left,
             )
 

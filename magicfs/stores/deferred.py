@@ -35,7 +35,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..records import SinglePendingCommit
 
@@ -44,27 +44,34 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: How a file opened ``"xb"`` (create only) is kept from replacing an object:
-#: ``"conditional"``: the publish itself is conditional (no race window);
-#: ``"probed"``: conditional where the store honours it (learned by a probe), else
-#: checked; ``"checked"``: a look before the publish (a window between the two).
-CreateOnly = Literal["conditional", "probed", "checked"]
-
 
 @dataclass(frozen=True)
 class DeferredCapabilities:
-    """What a deferred store can do, declared once per store (:mod:`.registry`)."""
+    """What a deferred store can do, declared once per store (:mod:`.registry`).
+
+    Each capability is read by the store-neutral code whose behaviour it changes:
+    ``discards_pending`` and ``lists_pending`` by the committer over the magic layout
+    (task abort, the job's clean-up), ``counts_throttling`` by job commit's publish
+    (:mod:`.commit_ops`: ``store_io_throttled`` in ``_SUCCESS`` and the progress lines).
+
+    How ``"xb"`` (create only) is enforced is no capability: no store-neutral code
+    chooses between the ways, each store's own hooks do it — its writer's ``abegin``
+    (the marker put only if absent: a second writer is refused at ``open()``) and its
+    adapter's ``apublish`` (S3: ``If-None-Match: *`` where the store honours it, else a
+    HEAD first; the in-process store: checked and published under one lock; Azure:
+    nothing at publish, the destination is job commit's ``conflict_mode``'s). A declared
+    value nothing read could only drift from what the hooks do, so none is declared.
+    """
 
     #: A request throws staged data away (S3 aborts an upload). False: aborted data
     #: stays invisible until the name is next published or the store expires it (Azure).
     discards_pending: bool
-    #: How ``"xb"`` is kept from replacing an object (:data:`CreateOnly`).
-    create_only: CreateOnly
     #: Pending writes can be listed by key (:meth:`DeferredStore.alist_pending`), so a
     #: job's clean-up can find and discard those no record names (killed writers).
     lists_pending: bool
-    #: Throttled replies are counted (:attr:`DeferredStore.throttled`); the Azure SDK
-    #: retries them unseen.
+    #: Throttled replies are counted (:attr:`DeferredStore.throttled`): job commit reports
+    #: them (``store_io_throttled``, progress lines) only then, for a 0 from a store that
+    #: does not count (the Azure SDK retries them unseen) would claim none happened.
     counts_throttling: bool
 
 

@@ -8,9 +8,9 @@ that started after the caller's last write proves that write happened before the
 end began, and any such check will do — it need not be the caller's own. So the callers
 of one process share checks: a caller joins the next check to start (never one already
 running, which may have started before its write); while one runs, every caller that
-asks waits for the single check that starts when it ends. Callers working one after
-another still make a check each; callers that overlap (background closes, threads,
-tasks) share them.
+asks waits for the single check that starts when it ends (:class:`~.coalesce.Coalesced`).
+Callers working one after another still make a check each; callers that overlap
+(background closes, threads, tasks) share them.
 
 Store-neutral (the check itself is the caller's coroutine: a HEAD on S3, Get Blob
 Properties on Azure). Runs on the store's event loop: no locks, one instance per (loop,
@@ -25,43 +25,9 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable
 
-_SHARED: dict[tuple[int, str, str], _Coalesced] = {}
+from .coalesce import Coalesced
 
-
-class _Coalesced:
-    """Checks of one job marker: at most one running, at most one waiting to start."""
-
-    def __init__(self, check: Callable[[], Awaitable[bool]]):
-        self.check = check
-        self.running: asyncio.Task[bool] | None = None
-        self.next: asyncio.Future[bool] | None = None
-
-    async def fresh(self) -> bool:
-        """The answer of a check that starts after this call."""
-        if self.next is None:
-            self.next = asyncio.get_running_loop().create_future()
-        answer = self.next
-        if self.running is None:
-            self._start()
-        return await asyncio.shield(answer)
-
-    def _start(self) -> None:
-        waiting, self.next = self.next, None
-        assert waiting is not None
-        self.running = asyncio.ensure_future(self.check())
-
-        def finished(task: asyncio.Task[bool]) -> None:
-            self.running = None
-            if task.cancelled():
-                waiting.cancel()
-            elif task.exception() is not None:
-                waiting.set_exception(task.exception())  # type: ignore[arg-type]
-            else:
-                waiting.set_result(task.result())
-            if self.next is not None:
-                self._start()
-
-        self.running.add_done_callback(finished)
+_SHARED: dict[tuple[int, str, str], Coalesced[bool]] = {}
 
 
 async def job_still_active(
@@ -76,11 +42,11 @@ async def job_still_active(
     key = (id(asyncio.get_running_loop()), bucket, marker_key)
     coalesced = _SHARED.get(key)
     if coalesced is None:
-        coalesced = _SHARED[key] = _Coalesced(head)
+        coalesced = _SHARED[key] = Coalesced(head)
     try:
         return await coalesced.fresh()
     finally:
-        if coalesced.running is None and coalesced.next is None:
+        if coalesced.idle:
             _SHARED.pop(key, None)
 
 

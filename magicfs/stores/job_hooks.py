@@ -28,8 +28,8 @@ from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any, ClassVar, Protocol
 
 from ..errors import CommitFailedError, InvalidCommitData
-from ..names import PENDING_SUFFIX, PENDINGSET_SUFFIX
-from ..paths import final_destination, is_deferred_write
+from ..names import PENDING_SUFFIX
+from ..paths import is_deferred_write, marked_destinations
 from ..records import IOStatisticsSnapshot, SinglePendingCommit
 from ..statistics import IOStatisticsStore
 from ..task_files import TaskFile
@@ -286,20 +286,6 @@ def load_trusted(job: LayoutJob, paths: list[str]) -> list[SinglePendingCommit]:
         commit.filename = commit.filename or path
         loaded.append(commit)
     return loaded
-
-
-def marked_destinations(listing: Iterable[str]) -> set[str]:
-    """The destinations named by the markers and ``.pending`` records among ``listing``."""
-    found = set()
-    for path in listing:
-        file = path.removesuffix(PENDING_SUFFIX)
-        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
-            continue
-        try:
-            found.add(final_destination(file))
-        except ValueError:  # not a file path (a directory marker, say)
-            continue
-    return found
 
 
 #: How a store's spec makes its hooks for one job.

@@ -7,8 +7,9 @@
 Needs the ``spark`` extra (``pip install 'magicfs[spark]'``).
 """
 
+from ..engines import PartitionTask
 from .datasource import MagicfsCommitMessage, MagicfsDataSource, MagicfsWriter, register
-from .partitions import PartitionTask, partition_task, write_partitions
+from .partitions import partition_task, write_partitions
 
 __all__ = [
     "MagicfsCommitMessage",

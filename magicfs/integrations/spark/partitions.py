@@ -19,32 +19,15 @@ unlike ``attemptNumber()``, which repeats across stage retries (SPARK-24552).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from pyspark import TaskContext
 
-from ...committers import JobSummary, OutputCommitter, TaskAttempt, committer_for
+from ...committers import JobSummary, OutputCommitter, committer_for
+from ..engines import PartitionTask, rows_written
 from .python import use_driver_python
-
-
-@dataclasses.dataclass(frozen=True)
-class PartitionTask:
-    """What ``write_fn`` gets: the task attempt and the filesystem to write with."""
-
-    attempt: TaskAttempt
-    fs: Any
-    partition_id: int
-
-    def path(self, relative: str) -> str:
-        """Where to write ``relative``: it appears as ``<dest>/<relative>`` at job commit."""
-        return self.attempt.path(relative)
-
-    @property
-    def work_path(self) -> str:
-        return self.attempt.work_path
 
 
 def spark_task(caller: str) -> TaskContext:
@@ -92,7 +75,7 @@ def write_partitions(
             context=f"magicfs.spark: partition {context.partitionId()}",
         ) as run:
             count = write_fn(PartitionTask(run.task, committer.fs, context.partitionId()), rows)
-            run.rows = count if isinstance(count, int) and not isinstance(count, bool) else None
+            run.rows = rows_written(count)
         yield run.message
 
     try:

@@ -33,6 +33,11 @@ T = TypeVar("T")
 ID_LENGTH = 32
 #: Digits of a block's index within its file (50,000 blocks at most per blob).
 INDEX_DIGITS = 6
+#: The store's name: its registry key (:data:`.deferred.SPEC`) and
+#: ``extraData["magicfs.store"]`` of its records, whose ``etags`` are block ids (none
+#: for an empty blob: :meth:`.deferred.BlockListDeferred.check` accepts that).
+BLOCK_LIST_STORE = "azure-block-list"
+
 #: Azure's limits (documented at Put Block / Put Block List).
 MAX_ID_BYTES = 64
 MAX_COMMITTED_BLOCKS = 50_000

@@ -30,7 +30,7 @@ from ..deferred import (
     PendingWrite,
     protocols,
 )
-from .blocks import BlockStore, _not_found
+from .blocks import BLOCK_LIST_STORE, BlockStore, _not_found
 from .job_hooks import BlockListCommitOptions, BlockListJobHooks
 from .writer import BlockListWrites
 
@@ -38,7 +38,6 @@ T = TypeVar("T")
 
 CAPABILITIES = DeferredCapabilities(
     discards_pending=False,
-    create_only="checked",
     lists_pending=False,
     counts_throttling=False,
 )
@@ -137,11 +136,11 @@ class BlockListDeferred(DeferredStoreBase):
 
     def check(self, commit: SinglePendingCommit, source: str) -> None:
         """A block list whose ids all belong to its writer and have one length."""
-        if not commit.is_block_list:
+        if commit.store != BLOCK_LIST_STORE:
             raise InvalidCommitData(
                 source,
                 "extraData",
-                "not an Azure block list (magicfs.store is not azure-block-list)",
+                f"not an Azure block list (magicfs.store is not {BLOCK_LIST_STORE})",
             )
         lengths = {len(block) for block in commit.etags}
         if len(lengths) > 1 or any(not b.startswith(commit.upload_id) for b in commit.etags):
@@ -185,7 +184,7 @@ def _is_adlfs(fs: Any) -> bool:
 
 
 SPEC = DeferredStoreSpec(
-    name="azure-block-list",
+    name=BLOCK_LIST_STORE,
     recognises=lambda fs: bool(protocols(fs) & {"abfs", "az", "abfss"}) and _is_adlfs(fs),
     adapter=BlockListDeferred.for_job,
     capabilities=CAPABILITIES,

@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from ...names import PENDING_SUFFIX
 from ...paths import is_deferred_write
 from ...records import PendingSet, SinglePendingCommit, path_to_uri
-from ...records.pending import BLOCK_LIST_STORE
 from ..job_hooks import DeferredJobHooks, StoreOptions, unaccounted_error
+from .blocks import BLOCK_LIST_STORE
 from .records import WRITER_FIELD, is_writer_record
 from .writer import WRITER_KEY
 

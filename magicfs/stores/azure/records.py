@@ -50,6 +50,7 @@ import threading
 from ...names import PENDINGSET_SUFFIX
 from ...records import PendingSet, SinglePendingCommit
 from ...task_files import TaskFiles
+from ..coalesce import Coalesced
 from .blocks import BlockStore
 
 #: Writer records are named ``<attempt dir>/_writer-<token>-<n>.pendingset``.
@@ -66,7 +67,7 @@ def is_writer_record(path: str) -> bool:
 
 
 class _Segment:
-    """One writer-record blob and its coalesced saves."""
+    """One writer-record blob and its coalesced saves (:class:`~..coalesce.Coalesced`)."""
 
     def __init__(self, blocks: BlockStore, container: str, blob: str, job_id: str):
         self.blocks, self.container, self.blob, self.job_id = blocks, container, blob, job_id
@@ -74,40 +75,27 @@ class _Segment:
         #: Paths added since the last save started: the waiters of the next save.
         self.joined: set[str] = set()
         self.size = 0  # the records' JSON, as added (a close enough measure)
-        self.running: asyncio.Task[None] | None = None
-        self.next: asyncio.Future[None] | None = None
+        self.saves: Coalesced[None] = Coalesced(self._start_save)
 
     async def saved(self) -> None:
         """Return once a save that started after this call has finished."""
-        if self.next is None:
-            self.next = asyncio.get_running_loop().create_future()
-        waiting = self.next
-        if self.running is None:
-            self._start()
-        await asyncio.shield(waiting)
+        await self.saves.fresh()
 
-    def _start(self) -> None:
-        waiting, self.next = self.next, None
-        assert waiting is not None
+    def _start_save(self) -> asyncio.Future[None]:
+        """One save of the records as they are now, started at once (so that a record
+        added after this call waits for the next save, never rides on this one)."""
         joined, self.joined = self.joined, set()
         saving = dict(self.records)
-        self.running = asyncio.ensure_future(self._save(saving))
+        save = asyncio.ensure_future(self._save(saving))
 
-        def finished(task: asyncio.Task[None]) -> None:
-            self.running = None
-            if task.cancelled() or task.exception() is not None:
-                # Its waiters' closes fail: their records must not ride on the next save.
+        def failed(save: asyncio.Future[None]) -> None:
+            # Its waiters' closes fail: their records must not ride on the next save.
+            # (Run before the waiters hear of it, and before the next save starts.)
+            if save.cancelled() or save.exception() is not None:
                 self._drop(joined, saving)
-            if task.cancelled():
-                waiting.cancel()
-            elif task.exception() is not None:
-                waiting.set_exception(task.exception())  # type: ignore[arg-type]
-            else:
-                waiting.set_result(None)
-            if self.next is not None:
-                self._start()
 
-        self.running.add_done_callback(finished)
+        save.add_done_callback(failed)
+        return save
 
     def _drop(self, paths: set[str], saving: dict[str, SinglePendingCommit]) -> None:
         """Take out the records of ``paths`` a failed save held (not newer ones of them)."""

@@ -61,7 +61,7 @@ from typing import Any, TypeVar
 from ...errors import JobNotActiveError
 from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
-from ...records.pending import BLOCK_LIST_STORE, STORE_KEY
+from ...records.pending import STORE_KEY
 from ...statistics import IOStatisticsSnapshot
 from ..deferred_writer import (
     DeferredWritesBase,
@@ -71,6 +71,7 @@ from ..deferred_writer import (
 )
 from ..job_check import job_still_active
 from .blocks import (
+    BLOCK_LIST_STORE,
     ID_LENGTH,
     MAX_BLOCK_SIZE,
     MAX_COMMITTED_BLOCKS,

@@ -18,9 +18,8 @@ from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
-from ...records.pending import STORE_KEY
+from ..create_only import is_create_only
 from ..deferred import DeferredCapabilities, DeferredStoreBase, DeferredStoreSpec, PendingWrite
-from ..s3.conditional import IF_NONE_MATCH_KEY
 from .fs import MemoryDeferredFileSystem
 from .writer import STORE_NAME, MemoryWrites, run_background
 
@@ -28,7 +27,6 @@ T = TypeVar("T")
 
 CAPABILITIES = DeferredCapabilities(
     discards_pending=True,
-    create_only="conditional",
     lists_pending=True,
     counts_throttling=False,
 )
@@ -106,15 +104,16 @@ class MemoryDeferred(DeferredStoreBase):
     # -- pending data -----------------------------------------------------------------------
 
     def check(self, commit: SinglePendingCommit, source: str) -> None:
-        if commit.extra_data.get(STORE_KEY) != STORE_NAME:
+        if commit.store != STORE_NAME:
             raise InvalidCommitData(
                 source, "extraData", f"not an in-process upload (magicfs.store is not {STORE_NAME})"
             )
+        if not commit.etags:  # as S3's, and Hadoop's loader asks it (the writer's PartRules)
+            raise InvalidCommitData(source, "etags", "must list at least one part")
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
-        create_only = commit.extra_data.get(IF_NONE_MATCH_KEY) == "*"
         try:
-            self.fs.publish(commit.upload_id, commit.etags, create_only=create_only)
+            self.fs.publish(commit.upload_id, commit.etags, create_only=is_create_only(commit))
         except FileNotFoundError:
             if await self.apublished(commit):
                 return  # published by an earlier attempt of this job commit
@@ -147,7 +146,7 @@ class MemoryDeferred(DeferredStoreBase):
 
 
 SPEC = DeferredStoreSpec(
-    name="mem-deferred",
+    name=STORE_NAME,
     recognises=lambda fs: (
         isinstance(fs, MemoryDeferredFileSystem)
         or (isinstance(fs, type) and issubclass(fs, MemoryDeferredFileSystem))

@@ -28,12 +28,12 @@ from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import STORE_KEY
 from ...statistics import IOStatisticsSnapshot
+from ..create_only import create_only_fields
 from ..deferred_writer import (
     DeferredWritesBase,
     PartRules,
     StoreWords,
 )
-from ..s3.conditional import IF_NONE_MATCH_KEY
 from .fs import MemoryDeferredFileSystem
 
 T = TypeVar("T")
@@ -145,9 +145,7 @@ class MemoryFileHooks:
     def record(self, part_ids: list[str], length: int) -> SinglePendingCommit:
         assert self.upload_id is not None
         bucket, _, key = self.destination.partition("/")
-        extra = {STORE_KEY: STORE_NAME}
-        if "x" in self.mode:
-            extra[IF_NONE_MATCH_KEY] = "*"
+        extra = {STORE_KEY: STORE_NAME, **create_only_fields(self.mode)}
         return SinglePendingCommit(
             uri=path_to_uri(self.url),
             upload_id=self.upload_id,

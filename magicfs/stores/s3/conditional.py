@@ -4,7 +4,8 @@ A file opened ``xb`` (or written with ``pipe_file(..., mode="create")``) must ne
 replace an object. magicfs asks the store for that with ``If-None-Match: *`` in two
 places: the writer's intent marker (``PutObject``: a second writer of the same task
 path gets ``FileExistsError``) and job commit's ``CompleteMultipartUpload`` (the
-destination must still be free). AWS honours both (completions since August 2024), and
+destination must still be free; the record says which files ask it:
+:mod:`magicfs.stores.create_only`). AWS honours both (completions since August 2024), and
 so does moto; Ceph RGW 16.2 honours ``PutObject``'s but completes the upload anyway
 and **replaces** the object; other S3-compatible stores may ignore or refuse either.
 
@@ -56,8 +57,6 @@ log = logging.getLogger("magicfs.s3.conditional")
 
 #: What magicfs sends to ask for "only if nothing is there".
 IF_NONE_MATCH = "*"
-#: ``extraData`` key of a record whose file was opened ``xb`` (complete only if absent).
-IF_NONE_MATCH_KEY = "magicfs.if-none-match"
 PROBE_PREFIX = "_magicfs_probe-"
 
 

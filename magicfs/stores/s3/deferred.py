@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
+from ..create_only import is_create_only
 from ..deferred import (
     DeferredCapabilities,
     DeferredStoreBase,
@@ -38,7 +39,7 @@ from ..deferred import (
     protocols,
 )
 from . import checksums
-from .conditional import IF_NONE_MATCH_KEY, aconditional_support
+from .conditional import aconditional_support
 from .job_hooks import S3CommitOptions, S3JobHooks
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
@@ -53,7 +54,6 @@ T = TypeVar("T")
 
 CAPABILITIES = DeferredCapabilities(
     discards_pending=True,
-    create_only="probed",
     lists_pending=True,
     counts_throttling=True,
 )
@@ -140,15 +140,18 @@ class S3Deferred(DeferredStoreBase):
         return len(paths)
 
     def check(self, commit: SinglePendingCommit, source: str) -> None:
-        if commit.is_block_list:
+        if commit.store is not None:
             raise InvalidCommitData(
-                source, "extraData", "an Azure block list, not an S3 multipart upload"
+                source,
+                "extraData",
+                f"a record of the store {commit.store!r} (magicfs.store), "
+                "not an S3 multipart upload",
             )
         checksums.check_record(commit, source)
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
         if_none_match = False
-        if commit.extra_data.get(IF_NONE_MATCH_KEY) == "*":
+        if is_create_only(commit):
             asked = await self._acreate_only(commit)
             if asked is None:
                 return  # completed by an earlier attempt of this job commit

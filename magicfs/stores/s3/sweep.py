@@ -66,9 +66,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import InvalidCommitData, StoreCallError, UploadsLeftError
-from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
+from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, UNMARKED_FILE
 from ...parallel import loop_map
-from ...paths import final_destination, is_deferred_write, split_magic_path
+from ...paths import final_destination, is_deferred_write, marked_destinations, split_magic_path
 from ...progress import progress_bar
 from ...records import SinglePendingCommit
 from .store import PendingUpload, S3Store, iterate
@@ -212,17 +212,9 @@ def uploads_of(commits: Iterable[SinglePendingCommit]) -> list[RecordedUpload]:
 
 
 def tree_keys(store: S3Store, listing: Iterable[str]) -> set[str]:
-    """Destination keys named by the markers and ``.pending`` records among ``listing``."""
-    keys = set()
-    for path in listing:
-        file = path.removesuffix(PENDING_SUFFIX)
-        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
-            continue
-        try:
-            keys.add(store.split(final_destination(file))[1])
-        except ValueError:  # not a file path (a directory marker, say)
-            continue
-    return keys
+    """Destination keys named by the markers and ``.pending`` records among ``listing``
+    (:func:`~magicfs.paths.marked_destinations`, without their bucket)."""
+    return {store.split(destination)[1] for destination in marked_destinations(listing)}
 
 
 def uploads_on_keys(

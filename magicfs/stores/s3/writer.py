@@ -51,6 +51,7 @@ from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
 from ...task_files import attempt_set_up_here
+from ..create_only import create_only_fields
 from ..deferred_writer import (
     DeferredWritesBase,
     PartRules,
@@ -59,7 +60,7 @@ from ..deferred_writer import (
 )
 from ..job_check import job_still_active
 from . import checksums
-from .conditional import IF_NONE_MATCH_KEY, aconditional_support
+from .conditional import aconditional_support
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import abort_uploads, load_pending, uploads_of
@@ -316,7 +317,7 @@ class S3FileHooks:
 
     def _extra_data(self, parts: int) -> dict[str, str]:
         """What the record says beyond Hadoop's fields: create-only, the checksums."""
-        extra = {IF_NONE_MATCH_KEY: "*"} if "x" in self.mode else {}
+        extra = create_only_fields(self.mode)
         if self.checksum:
             ordered = [self.part_checksums[n] for n in range(1, parts + 1)]
             extra.update(checksums.record_fields(self.checksum, ordered))
