@@ -216,7 +216,7 @@ def test_a_job_sharing_its_destination_keeps_its_markers(rgw_s3, rgw_client, rgw
     calls.clear()
     write(second, task, "b.csv")
     TASK_FILES.settle()
-    marker = second.store.split(task.path("b.csv"))[1]
+    marker = second.deferred.split(task.path("b.csv"))[1]
     assert calls.made[:2] == [("PutObject", marker), ("CreateMultipartUpload", "out/b.csv")]
     second.commit_job([second.commit_task(task)])
     first.commit_job([committed_task(first, 0, "a.csv")])
@@ -486,7 +486,7 @@ def test_hidden_names_are_never_swept_by_snapshot_and_keep_their_markers(
     calls = Calls(rgw_s3)
     write(job, task, "_meta/kept.csv")
     TASK_FILES.settle()
-    marker = ("PutObject", job.store.split(task.path("_meta/kept.csv"))[1])
+    marker = ("PutObject", job.deferred.split(task.path("_meta/kept.csv"))[1])
     assert calls.made.index(marker) < calls.made.index(
         ("CreateMultipartUpload", "out/_meta/kept.csv")
     )
@@ -547,7 +547,7 @@ def test_create_only_files_keep_their_marker_and_are_refused_across_writers(
     job.setup_task(task)
     calls = Calls(rgw_s3)
     first = job.fs.open(task.path("once.csv"), "xb")
-    marker = ("PutObject", job.store.split(task.path("once.csv"))[1])
+    marker = ("PutObject", job.deferred.split(task.path("once.csv"))[1])
     assert calls.made.index(marker) < calls.made.index(("CreateMultipartUpload", "out/once.csv"))
     spec = tmp_path / "second.pkl"
     spec.write_bytes(pickle.dumps((job, task.path("once.csv"), "xb", None)))

@@ -26,14 +26,16 @@ from . import MagicFileSystem
 from .originals import ORIGINALS as _originals
 
 DEFAULT_PROTOCOLS = ("s3", "s3a", "gs", "gcs", "abfs", "abfss", "az", "file", "local", "memory")
-_MAGIC_OPTIONS = (
+#: MagicFileSystem's own keywords (attributes of the same names).
+_GENERIC_OPTIONS = (
     "part_size",
     "parts_in_flight",
     "in_memory",
     "check_job_active",
     "background_close",
-    *sorted(store_keywords()),  # the deferred stores' own (MagicFileSystem.store_options)
 )
+#: ... and the deferred stores' own, which it keeps in ``store_options``.
+_MAGIC_OPTIONS = (*_GENERIC_OPTIONS, *sorted(store_keywords()))
 
 
 def install(protocols: tuple[str, ...] = DEFAULT_PROTOCOLS) -> list[str]:
@@ -87,8 +89,7 @@ def _magic_class(original: Any) -> type:
 
         def __reduce__(self) -> Any:
             # Unpickles as a plain MagicFileSystem: works where install() never ran.
-            generic = [key for key in _MAGIC_OPTIONS if key not in self.store_options]
-            options = {key: getattr(self, key) for key in generic if hasattr(self, key)}
+            options = {key: getattr(self, key) for key in _GENERIC_OPTIONS}
             return _rebuild, (self.fs, {**options, **self.store_options})
 
     InstalledMagicFileSystem.__name__ = f"Magic{original.__name__}"
