@@ -250,6 +250,10 @@ class DeferredStoreSpec:
     writes: Callable[..., Any] | None = None
     #: Committer options this store's committer takes by default.
     committer_defaults: Mapping[str, Any] = field(default_factory=dict)
+    #: What the operator commands (``magicfs uploads``, ``magicfs jobs``) ask of it beyond
+    #: the adapter, ``(adapter) -> view``: a subclass of :class:`~.operator_view.OperatorView`
+    #: in the store's folder; ``None``: the generic view over the adapter.
+    operator_view: Callable[[Any], Any] | None = None
 
 
 def pending_writes(commits: Iterable[SinglePendingCommit]) -> list[PendingWrite]:

@@ -31,6 +31,7 @@ from ..deferred import (
     protocols,
 )
 from .blocks import BlockStore, _not_found
+from .operator_view import BlockListOperatorView
 from .writer import BlockListWrites
 
 T = TypeVar("T")
@@ -191,4 +192,5 @@ SPEC = DeferredStoreSpec(
     committer="block-list",
     opt_in="block_lists",
     writes=BlockListWrites,
+    operator_view=BlockListOperatorView,
 )

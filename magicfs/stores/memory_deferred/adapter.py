@@ -22,6 +22,7 @@ from ...records.pending import STORE_KEY
 from ..deferred import DeferredCapabilities, DeferredStoreBase, DeferredStoreSpec, PendingWrite
 from ..s3.conditional import IF_NONE_MATCH_KEY
 from .fs import MemoryDeferredFileSystem
+from .operator_view import MemoryOperatorView
 from .writer import STORE_NAME, MemoryWrites, run_background
 
 T = TypeVar("T")
@@ -156,4 +157,5 @@ SPEC = DeferredStoreSpec(
     capabilities=CAPABILITIES,
     committer="magic-layout",
     writes=MemoryWrites,
+    operator_view=MemoryOperatorView,
 )

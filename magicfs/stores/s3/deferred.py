@@ -39,6 +39,7 @@ from ..deferred import (
 )
 from . import checksums
 from .conditional import IF_NONE_MATCH_KEY, aconditional_support
+from .operator_view import S3OperatorView
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import RecordedUpload, abort_uploads, uploads_of
@@ -233,4 +234,5 @@ SPEC = DeferredStoreSpec(
     capabilities=CAPABILITIES,
     committer="magic",
     writes=S3Writes,
+    operator_view=S3OperatorView,
 )
