@@ -33,6 +33,7 @@ from magicfs.records import (
     SuccessData,
     TaskManifest,
 )
+from magicfs.stores.registry import operator_view_for
 from magicfs.stores.s3.store import S3Store, iterate
 
 SECRET = "SUPERSECRET123"
@@ -336,13 +337,14 @@ def test_list_uploads_follows_every_page(s3, s3_client, magic, bucket):
     assert paging.requests == [("", ""), first_page[-1], second_page[-1]]
 
     requested = len(paging.requests)
-    lazy = select(store, Selection(bucket, "data/", None, None, None))
+    view = operator_view_for(s3)
+    lazy = select(view, Selection(bucket, "data/", None, None, None))
     next(lazy)
     assert len(paging.requests) == requested + 1  # listed as it is consumed, page by page
     lazy.close()
 
     # The command's selection and byte counts cover every page too.
-    uploads = list(measure(store, select(store, Selection(bucket, "data/", None, None, None))))
+    uploads = list(measure(view, select(view, Selection(bucket, "data/", None, None, None))))
     assert sorted(u.key for u in uploads) == sorted(real)
     assert sum(u.bytes for u in uploads) == 1 + 2 + 3 + 4 + 5
 
@@ -396,13 +398,13 @@ def test_many_uploads_stream_page_by_page(cli, s3, s3_client, bucket):
     other = _start_upload(s3_client, bucket, "other/x.csv")  # not under many/
 
     paging = PagedUploadListing(s3, s3_client, page_size=500)
-    store = S3Store(s3)
+    view = operator_view_for(s3)
     selection = Selection(bucket, "many/", None, None, None)
-    settled = measure(store, select(store, selection))
+    settled = measure(view, select(view, selection))
     next(settled)
     assert len(paging.requests) == 1  # the first is settled before page 2 is asked for
     settled.close()
-    assert {u.upload_id for u in select(store, selection)} == ids
+    assert {u.upload_id for u in select(view, selection)} == ids
     assert len(paging.requests) == 1 + 3
 
     listed = cli("uploads", "list", f"s3://{bucket}/many")

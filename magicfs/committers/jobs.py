@@ -43,10 +43,8 @@ from ..layouts.manifest import ManifestJobLayout
 from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SUFFIX, TEMPORARY
 from ..paths import is_magic_element, join
 from ..protocol.committer import OutputCommitter
-from ..stores.capabilities import speaks_s3
-from ..stores.deferred import collect
-from ..stores.s3.failures import listing_error
-from ..stores.s3.store import S3Store, iterate
+from ..stores.deferred import collect, take
+from ..stores.registry import operator_view_for
 from . import committer_for
 from .magic_layout import MagicLayoutCommitter
 from .manifest import ManifestCommitter
@@ -190,7 +188,7 @@ def _trees_at(probe: OutputCommitter) -> list[_Candidate]:
     """The jobs whose trees lie directly at the probe's destination, by their names."""
     store_fs, root = probe.store_fs, probe.dest
     found = [_Candidate(root, job_id, probe.name, True) for job_id in _magic_trees(probe)]
-    if not speaks_s3(store_fs):  # the manifest committer refuses S3
+    if _manifest_serves(probe):
         found += [
             _Candidate(root, name, ManifestCommitter.name, True)
             for name in _names(store_fs, join(root, TEMPORARY))
@@ -199,21 +197,29 @@ def _trees_at(probe: OutputCommitter) -> list[_Candidate]:
     return found
 
 
+def _manifest_serves(probe: OutputCommitter) -> bool:
+    """Does the manifest committer serve the probe's store (it refuses a store without
+    rename, such as S3)? Asked of the committer itself: it sends no request."""
+    if isinstance(probe, ManifestCommitter):
+        return True
+    try:
+        committer_for(probe.url, committer=ManifestCommitter.name, fs=probe.store_fs)
+    except ValueError:
+        return False
+    return True
+
+
 def _magic_trees(probe: OutputCommitter) -> list[str]:
-    """The job ids of the ``__magic_job-<id>`` trees at the probe's destination."""
-    store = getattr(probe, "store", None)
-    if speaks_s3(probe.store_fs) and isinstance(store, S3Store):
-        bucket, key = store.split(probe.dest)
-        trees = f"{key}/{MAGIC_JOB_PREFIX}" if key else MAGIC_JOB_PREFIX
-        return [
-            tree.rstrip("/").rsplit("/", 1)[-1][len(MAGIC_JOB_PREFIX) :]
-            for tree in iterate(store, store.alist_prefixes(bucket, trees))
-        ]
+    """The job ids of the ``__magic_job-<id>`` trees at the probe's destination, by the
+    names there (the store's operator view: on S3 one delimited listing)."""
     if not isinstance(probe, MagicLayoutCommitter):
         return []
+    view = operator_view_for(probe.store_fs, probe.deferred)
+    if view is None:
+        return []
     prefix = join(probe.dest, MAGIC_JOB_PREFIX)
-    listed = probe.deferred.run(collect(probe.deferred.alist_prefixed(prefix)))
-    return sorted({path[len(prefix) :].split("/", 1)[0] for path in listed})
+    named = view.iterate(view.alist_named(prefix))
+    return sorted({path[len(prefix) :] for path in named if path.startswith(prefix)})
 
 
 def _below(probe: OutputCommitter) -> list[_Candidate]:
@@ -359,9 +365,8 @@ def _marker(committer: OutputCommitter) -> dict[str, Any] | None:
     layout = getattr(committer, "layout", None)
     if layout is None:
         return None
-    store = getattr(committer, "store", None)
-    if isinstance(store, S3Store):  # retried and paced (the store's calls)
-        data = store.read(layout.job_marker, MARKER_BYTES)
+    if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
+        data = committer.deferred.read(layout.job_marker, MARKER_BYTES)
         if data is None:
             return None
     else:
@@ -384,10 +389,9 @@ def _task_records(committer: OutputCommitter) -> int:
         directory, suffix = layout.manifests_dir, MANIFEST_SUFFIX
     else:
         return 0
-    store = getattr(committer, "store", None)
-    if isinstance(store, S3Store):  # retried and paced (the store's calls)
-        bucket, key = store.split(directory)
-        files = iterate(store, store.alist_keys(bucket, f"{key}/", delimiter="/"))
+    if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
+        deferred = committer.deferred
+        files = deferred.run(collect(deferred.alist_records(directory, recursive=False)))
         return sum(1 for path in files if path.endswith(suffix))
     return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
 
@@ -401,10 +405,9 @@ def _tree_left(committer: OutputCommitter) -> bool:
         directory = layout.job_dir
     else:
         return False
-    store = getattr(committer, "store", None)
-    if isinstance(store, S3Store):  # retried and paced (the store's calls)
-        bucket, key = store.split(directory)
-        return next(iterate(store, store.alist_keys(bucket, f"{key}/")), None) is not None
+    if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
+        deferred = committer.deferred
+        return bool(deferred.run(take(deferred.alist_records(directory), 1)))
     return bool(_names(committer.store_fs, directory))
 
 
@@ -412,10 +415,7 @@ def _names(fs: Any, directory: str) -> list[str]:
     fs.invalidate_cache(directory)
     try:
         entries = fs.ls(directory, detail=False)
-    except FileNotFoundError as e:
-        failure = listing_error("list_objects_v2", directory, e)
-        if failure is not e:  # the bucket itself is missing: no "no jobs" answer
-            raise failure from e
+    except FileNotFoundError:
         return []
     except NotADirectoryError:
         return []

@@ -267,6 +267,10 @@ class DeferredStoreSpec:
     #: What its jobs add to the magic-layout flow (:class:`~.job_hooks.DeferredJobHooks`
     #: or a subclass; ``None``: the generic hooks).
     job_hooks: JobHooksFactory | None = None
+    #: What the operator commands (``magicfs uploads``, ``magicfs jobs``) ask of it beyond
+    #: the adapter, ``(adapter) -> view``: a subclass of :class:`~.operator_view.OperatorView`
+    #: in the store's folder; ``None``: the generic view over the adapter.
+    operator_view: Callable[[Any], Any] | None = None
 
 
 def pending_writes(commits: Iterable[SinglePendingCommit]) -> list[PendingWrite]:

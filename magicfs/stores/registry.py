@@ -4,8 +4,9 @@ A deferred store (:mod:`.deferred`) is one :class:`~.deferred.DeferredStoreSpec`
 beside its adapter; this module lists them. Everything that behaves differently per
 deferred store — ``committer_for``'s default, the task view
 (:class:`~magicfs.filesystems.MagicFileSystem`), the capabilities
-(:mod:`.capabilities`), the CLI — asks :func:`deferred_store_for` instead of comparing
-protocol names. Adding a store is its folder and one line in :data:`DEFERRED_STORES`.
+(:mod:`.capabilities`), the CLI (:func:`operator_view_for`) — asks
+:func:`deferred_store_for` instead of comparing protocol names. Adding a store is its
+folder and one line in :data:`DEFERRED_STORES`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import dataclasses
 from typing import Any
 
 from .azure.deferred import SPEC as AZURE_BLOCK_LISTS
-from .deferred import DeferredStoreSpec
+from .deferred import DeferredStore, DeferredStoreSpec
 from .memory_deferred.adapter import SPEC as IN_PROCESS
+from .operator_view import OperatorView, no_scratch
 from .s3.deferred import SPEC as S3_MULTIPART
 
 #: The deferred stores, in the order they are tried.
@@ -49,3 +51,16 @@ def store_keywords() -> frozenset[str]:
         if spec.writer_options is not None:
             names.update(f.name for f in dataclasses.fields(spec.writer_options))
     return frozenset(names)
+
+
+def operator_view_for(fs: Any, adapter: DeferredStore | None = None) -> OperatorView | None:
+    """The operator's view (:mod:`.operator_view`) of the deferred store ``fs`` belongs
+    to, over ``adapter`` (a job's, with its options) or a new one of no job; ``None``
+    when no deferred store recognises ``fs``."""
+    spec = deferred_store_for(fs)
+    if spec is None:
+        return None
+    if adapter is None:
+        adapter = spec.adapter(fs, "", no_scratch)
+    view: OperatorView = (spec.operator_view or OperatorView)(adapter)
+    return view

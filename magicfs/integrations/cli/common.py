@@ -24,8 +24,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-from ...stores.capabilities import speaks_s3
-from ...stores.s3.store import S3Store, iterate
+from ...stores.deferred import take
+from ...stores.operator_view import OperatorView
+from ...stores.registry import operator_view_for
 from ..option_values import decode_option
 
 EXIT_OK = 0
@@ -280,8 +281,9 @@ def read_limited(fs: Any, path: str, limit: int, url: str) -> bytes:
     fails with InvalidRange, and a zero-byte ``_SUCCESS`` must be reported as such.
     """
     with store_errors(url):
-        if speaks_s3(fs):
-            return _read_s3(S3Store(fs), path, limit, url)
+        view = operator_view_for(fs)
+        if view is not None and view.paced_reads:
+            return _read_paced(view, path, limit, url)
         info = fs.info(path)
         if info.get("type") == "directory":
             raise CliError(f"{url}: is a directory, not a file")
@@ -291,20 +293,23 @@ def read_limited(fs: Any, path: str, limit: int, url: str) -> bytes:
         return fs.cat_file(path) if size else b""
 
 
-def _read_s3(store: S3Store, path: str, limit: int, url: str) -> bytes:
-    """:func:`read_limited` on S3, through the store's calls: retried and paced as a
-    committer's are (:mod:`magicfs.stores.s3.retry`), where s3fs's ``info`` is not."""
-    bucket, key = store.split(path)
-    head = store.run(store.ahead_object(bucket, key)) if key else None
-    if head is None:
-        under = iterate(store, store.alist_keys(bucket, f"{key}/" if key else ""))
-        if next(under, None) is not None:
+def _read_paced(view: OperatorView, path: str, limit: int, url: str) -> bytes:
+    """:func:`read_limited` through the store's adapter (S3: HEAD, then a ranged GET),
+    retried and paced as a committer's calls are, where the filesystem's ``info`` is not."""
+    adapter = view.adapter
+    _, key = view.split(path)
+    info = view.run(adapter.arecord_info(path)) if key else None
+    if info is None:
+        if view.run(take(adapter.alist_records(path), 1)):
             raise CliError(f"{url}: is a directory, not a file")
         raise FileNotFoundError(path)
-    size = int(head.get("ContentLength") or 0)
+    size = int(info.get("size") or 0)
     if size > limit:
         raise CliError(f"{url}: {size:,} bytes is larger than any commit record ({limit:,})")
-    return store.run(store.aread(bucket, key, limit)) if size else b""
+    data = view.run(adapter.aread_record(path, limit)) if size else b""
+    if data is None:
+        raise FileNotFoundError(path)
+    return data
 
 
 # -- output ---------------------------------------------------------------------------------------

@@ -1,67 +1,73 @@
-"""``magicfs uploads list|abort PATH`` on Azure Blob: blobs with staged, unpublished blocks.
+"""``magicfs uploads list|abort PATH`` on a store that cannot discard pending writes.
 
-Azure's counterpart of a parked multipart upload is a blob name holding staged
-("uncommitted") blocks and no published blob: what a block-list job leaves when a task
-attempt was aborted, superseded or killed. Such names are invisible to readers; the
-listing (``list_blobs`` with uncommitted blobs) shows them with their staged blocks and
-bytes, which Azure bills for until they go.
+On such a store (Azure Blob: its staged blocks) the store's operator view
+(:mod:`magicfs.stores.operator_view`) lists the names under PATH holding staged data and
+no published file, with their staged parts and bytes, which the store may bill for until
+they go; it says why they cannot be discarded
+(:attr:`~magicfs.stores.operator_view.OperatorView.cannot_discard`).
 
-Decision: ``abort`` changes nothing on Azure and says why. Azure has no request that
-deletes staged blocks alone; they go 7 days after they were staged, or when the name is
-next published (any Put Block List or Put Blob on it). The only way to force them out
-now is to publish something at that name, which would make a file visible: magicfs never
-does that. ``abort`` therefore lists what would stay, and ``--force`` is refused.
+Decision: ``abort`` changes nothing there and says why; ``--force`` is refused. The
+only way to force staged data out would be to publish something at that name, which
+would make a file visible: magicfs never does that.
 """
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from ...stores.azure.blocks import BlockStore
-from .common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, CliError, human_bytes, plural, print_json
-
-NO_ABORT = (
-    "Azure has no request that deletes staged blocks alone: they expire 7 days after "
-    "staging, or are discarded when the name is next written. Nothing was changed."
+from ...stores.operator_view import OperatorView
+from .common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    human_bytes,
+    plural,
+    print_json,
+    store_errors,
 )
 
 
-def run_azure(args: argparse.Namespace, fs: Any, path: str) -> int:
-    """``uploads list|abort`` for an ``abfs://``/``az://`` PATH."""
+def run_staged(args: argparse.Namespace, view: OperatorView, path: str, store: str) -> int:
+    """``uploads list|abort`` for a PATH on a store that cannot discard (``store``: its
+    registered name, for the JSON document)."""
     if args.action == "abort" and args.force:
-        raise CliError(f"{args.path}: cannot abort on Azure. {NO_ABORT}", EXIT_USAGE)
+        raise CliError(f"{args.path}: cannot abort here. {view.cannot_discard}", EXIT_USAGE)
     if args.job or args.older_than:
         raise CliError(
-            f"{args.path}: --job and --older-than select S3 uploads; on Azure the listing "
-            "shows every name under PATH with staged blocks",
+            f"{args.path}: --job and --older-than select pending writes a store can "
+            "discard; on this store the listing shows every name under PATH with staged "
+            f"{view.part_noun}s",
             EXIT_USAGE,
         )
-    store = BlockStore(fs)
-    container, prefix = store.split(path)
+    container, prefix = view.split(path)
     if not container:
         raise CliError(f"{args.path}: no container in the path", EXIT_USAGE)
     prefix = prefix.rstrip("/") + "/" if prefix else ""
-    staged = store.run(store.staged_blobs(container, prefix))
-    total = sum(entry["bytes"] for entry in staged)
+    with store_errors(args.path):
+        staged = list(view.iterate(view.alist_pending(f"{container}/{prefix}")))
+    total = sum(entry.bytes for entry in staged)
     if args.json:
         document = {
             "path": args.path,
-            "store": "azure-block-list",
-            "staged": [{**e, "url": store.url(e["name"])} for e in staged],
+            "store": store,
+            "staged": [
+                {"name": e.path, "blocks": e.parts or 0, "bytes": e.bytes, "url": view.url(e.path)}
+                for e in staged
+            ],
             "total": {"count": len(staged), "bytes": total},
         }
         print_json(document)
     else:
         for entry in staged:
             print(
-                f"  {entry['bytes']:>15,} bytes  {store.url(entry['name'])}  "
-                f"{plural(entry['blocks'], 'staged block')}"
+                f"  {entry.bytes:>15,} bytes  {view.url(entry.path)}  "
+                f"{plural(entry.parts or 0, view.part_noun)}"
             )
         found = plural(len(staged), "name")
-        print(f"Total: {found} with staged blocks, {human_bytes(total)} staged.")
+        print(f"Total: {found} with {view.part_noun}s, {human_bytes(total)} staged.")
         if args.action == "abort":
-            print(NO_ABORT)
+            print(view.cannot_discard)
     if args.action == "list" and getattr(args, "fail_if_any", False) and staged:
         return EXIT_FAILED
     return EXIT_OK

@@ -1,6 +1,10 @@
 """``magicfs uploads list|abort PATH``: the multipart uploads parked under a path.
 
-Hadoop's ``hadoop s3guard uploads``, with three differences that make it safer to run:
+Any registered deferred store is served through its operator view
+(:mod:`magicfs.stores.operator_view`: listing, measuring and discarding its pending
+writes); a store that cannot discard them (Azure's staged blocks) is listed by
+:mod:`.staged`. On S3 the command is Hadoop's ``hadoop s3guard uploads``, with three
+differences that make it safer to run:
 
 * ``abort`` is a dry run unless ``--force`` (Hadoop prompts instead; a dry run works
   in scripts and shows exactly what ``--force`` would abort);
@@ -10,9 +14,11 @@ Hadoop's ``hadoop s3guard uploads``, with three differences that make it safer t
   For an *unmarked* job (its tree holds ``_magicfs_unmarked``: no intent markers,
   :mod:`magicfs.stores.s3.tracking`) that is also every upload under its destination not
   in its snapshot (the uploads pending when it began) that no other job's tree may own,
-  the rule of its own sweep
-  (:mod:`magicfs.stores.s3.sweep`);
+  the rule of its own sweep (S3's operator view, :mod:`magicfs.stores.s3.operator_view`);
 * every upload is shown with its parked bytes (what S3 bills for until it is aborted).
+
+``--older-than`` needs the initiation times S3 lists; a store that does not tell them
+refuses it. ``--job`` works wherever the job's magic tree can be listed.
 
 Only uploads under PATH's prefix are listed, with a ``/`` appended as Hadoop does, so
 ``s3://bkt/data`` never matches ``s3://bkt/data10/...``; the bucket root lists all. The
@@ -22,7 +28,7 @@ An upload is *older than* an age when it was initiated at or before now minus th
 The command streams, so it runs in flat memory however many uploads a bucket has: each
 listed upload goes through the filters, ListParts (:data:`LIST_PARTS_IN_FLIGHT` at
 once) and, for ``abort --force``, AbortMultipartUpload (at most :data:`WINDOW` in
-flight), both as coroutines on s3fs's IO loop (:func:`magicfs.parallel.loop_map`), and
+flight), both as coroutines on the store's IO loop (:func:`magicfs.parallel.loop_map`), and
 is printed as soon as it is settled, in listing order. The text output has fixed column
 widths and the totals come from running counters; ``--json`` writes one JSON document,
 its ``uploads`` array one element at a time. What it holds at once: one listing
@@ -52,13 +58,12 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from ...layouts.magic import MagicJobLayout, check_job_id
-from ...names import UNMARKED_FILE
+from ...names import PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
 from ...parallel import loop_map
+from ...paths import final_destination, is_deferred_write
 from ...progress import batches, progress_bar
-from ...stores.registry import DEFERRED_STORES, deferred_store_for
-from ...stores.s3.store import PendingUpload, S3Store, iterate
-from ...stores.s3.sweep import OtherJob, aread_unmarked, hidden_below, other_jobs, tree_keys
-from ...stores.s3.tracking import UnmarkedRecord
+from ...stores.operator_view import OperatorView, Owner, Pending
+from ...stores.registry import DEFERRED_STORES, deferred_store_for, operator_view_for
 from ...stores.spool import KeySet
 from .common import (
     EXIT_FAILED,
@@ -73,7 +78,7 @@ from .common import (
     plural,
     store_errors,
 )
-from .staged import run_azure
+from .staged import run_staged
 
 log = logging.getLogger("magicfs.cli.uploads")
 
@@ -98,10 +103,11 @@ BYTES_WIDTH = 17
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     uploads = sub.add_parser(
         "uploads",
-        help="list or abort the pending multipart uploads under an S3 path",
-        description="List or abort the pending (never completed) multipart uploads under an "
-        "S3 path, like Hadoop's 'hadoop s3guard uploads'. Each upload's parts are billed "
-        "until it is completed or aborted.",
+        help="list or abort the pending writes (S3 multipart uploads...) under a path",
+        description="List or abort the pending (never completed) writes under a path on a "
+        "deferred store: S3's multipart uploads, like Hadoop's 'hadoop s3guard uploads' "
+        "(each upload's parts are billed until it is completed or aborted); Azure's staged "
+        "blocks (listed: Azure cannot discard them); mem-deferred:// uploads.",
     )
     actions = uploads.add_subparsers(dest="action", required=True, metavar="{list,abort}")
     listing = actions.add_parser(
@@ -135,8 +141,8 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "path",
         metavar="PATH",
-        help="s3://bucket[/prefix]: only uploads whose key starts with prefix/ "
-        "(the bucket root: every upload of the bucket)",
+        help="s3://bucket[/prefix] (or abfs://, mem-deferred://): only uploads whose key "
+        "starts with prefix/ (the bucket root: every upload of the bucket)",
     )
     parser.add_argument(
         "--older-than",
@@ -173,6 +179,8 @@ class Upload:
     key: str
     upload_id: str
     initiated: datetime.datetime | None
+    #: The upload's URL, as its store names it (``s3://bucket/key``).
+    url: str = ""
     parts: int = 0
     bytes: int = 0
     #: ``pending`` (listed), ``would abort``, ``aborted``, ``already gone``, ``failed``
@@ -180,8 +188,9 @@ class Upload:
     error: str | None = None
 
     @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
+    def pending(self) -> Pending:
+        path = f"{self.bucket}/{self.key}"
+        return Pending(path, self.upload_id, self.initiated, self.parts, self.bytes)
 
     def initiated_text(self) -> str:
         return _iso(self.initiated) if self.initiated else "(unknown)"
@@ -209,10 +218,8 @@ class Selection:
     older_than: int | None
     job: str | None
     cutoff: datetime.datetime | None
-
-    @property
-    def url(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
+    #: ``bucket/prefix`` as its store names it (``s3://bucket/prefix``).
+    url: str = ""
 
     def describe(self) -> str:
         text = self.url
@@ -276,22 +283,26 @@ def cutoff_for(age_seconds: int | None, now: datetime.datetime) -> datetime.date
 
 def run(args: argparse.Namespace) -> int:
     fs, path = open_fs(args.path, args)
-    spec = deferred_store_for(fs)
-    if spec is None or spec.name not in ("s3", "azure-block-list"):
+    view = operator_view_for(fs)
+    if view is None:
         served = ", ".join(store.name for store in DEFERRED_STORES)
         raise CliError(
-            f"{args.path}: uploads lists the pending writes of S3 (s3://) or Azure's staged "
-            f"blocks (abfs://); this path is "
-            f"{'not a deferred store' if spec is None else 'served by ' + spec.name} "
-            f"(registered deferred stores: {served})",
+            f"{args.path}: uploads lists the pending writes of S3 (s3://), Azure's staged "
+            f"blocks (abfs://) and the other deferred stores; this path is not on a "
+            f"deferred store (registered deferred stores: {served})",
             EXIT_USAGE,
         )
-    if spec.name == "azure-block-list":
-        return run_azure(args, fs, path)
-    store = S3Store(fs)
-    bucket, key = store.split(path)
+    if not view.capabilities.discards_pending:
+        return run_staged(args, view, path, _store_name(fs))
+    bucket, key = view.split(path)
     if not bucket:
         raise CliError(f"{args.path}: no bucket in the path", EXIT_USAGE)
+    if args.older_than and not view.knows_initiation:
+        raise CliError(
+            f"{args.path}: --older-than selects by initiation time, which this store does "
+            "not tell of its pending writes",
+            EXIT_USAGE,
+        )
     older_than = sum(args.older_than) if args.older_than else None
     selection = Selection(
         bucket=bucket,
@@ -299,28 +310,35 @@ def run(args: argparse.Namespace) -> int:
         older_than=older_than,
         job=args.job,
         cutoff=cutoff_for(older_than, datetime.datetime.now(datetime.UTC)),
+        url=view.url(f"{bucket}/{upload_prefix(key)}"),
     )
-    with store_errors(selection.url), recorded_by_job(store, selection) as recorded:
-        uploads = measure(store, select(store, selection, recorded))
+    with store_errors(selection.url), recorded_by_job(view, selection) as recorded:
+        uploads = measure(view, select(view, selection, recorded))
         if args.action == "abort":
-            uploads = abort(store, uploads, dry_run=not args.force)
+            uploads = abort(view, uploads, dry_run=not args.force)
         with contextlib.closing(uploads):
             totals = report(args, selection, uploads)
     return exit_code(args, selection, totals)
+
+
+def _store_name(fs: Any) -> str:
+    spec = deferred_store_for(fs)
+    return spec.name if spec is not None else ""
 
 
 # -- selection --------------------------------------------------------------------------
 
 
 def select(
-    store: S3Store,
+    view: OperatorView,
     selection: Selection,
-    recorded: Container[str] | UnmarkedJobKeys | None = None,
+    recorded: Container[str] | Owner | None = None,
 ) -> Iterator[Upload]:
     """The pending uploads under the prefix that pass the age filter and, with a job, are
-    on one of the ``recorded`` keys (:func:`recorded_by_job`); listed page by page as
-    they are consumed, each filter logging its count once the listing is through."""
-    uploads = _listed(store, selection)
+    on one of the ``recorded`` keys or owned by the job (:func:`recorded_by_job`);
+    listed page by page as they are consumed, each filter logging its count once the
+    listing is through."""
+    uploads = _listed(view, selection)
     if selection.cutoff is not None:
         uploads = _initiated_by(uploads, selection.cutoff)
     if recorded is not None:
@@ -328,11 +346,15 @@ def select(
     return uploads
 
 
-def _listed(store: S3Store, selection: Selection) -> Iterator[Upload]:
+def _listed(view: OperatorView, selection: Selection) -> Iterator[Upload]:
     count = 0
-    for listed in iterate(store, store.alist_uploads(selection.bucket, selection.prefix)):
+    for listed in view.iterate(view.alist_pending(f"{selection.bucket}/{selection.prefix}")):
         count += 1
-        yield Upload(selection.bucket, listed.key, listed.upload_id, listed.initiated)
+        _, key = view.split(listed.path)
+        upload = Upload(selection.bucket, key, listed.upload_id, listed.initiated)
+        upload.url = view.url(listed.path)
+        upload.parts, upload.bytes = listed.parts or 0, listed.bytes
+        yield upload
     log.info("%s under %s", plural(count, "upload"), selection.url)
 
 
@@ -346,66 +368,26 @@ def _initiated_by(uploads: Iterable[Upload], cutoff: datetime.datetime) -> Itera
 
 
 def _recorded(
-    uploads: Iterable[Upload], keys: Container[str] | UnmarkedJobKeys, job: str
+    uploads: Iterable[Upload], keys: Container[str] | Owner, job: str
 ) -> Iterator[Upload]:
     count = 0
     for upload in uploads:
-        if _of_job(keys, upload):
+        if keys(upload.pending) if callable(keys) else upload.key in keys:
             count += 1
             yield upload
     log.info("%d of them recorded by job %s", count, job)
 
 
-class UnmarkedJobKeys:
-    """What an unmarked job's uploads are: on its recorded keys, or not in its snapshot
-    and owned by no other job's tree (looked up once per directory). An unreadable
-    snapshot: only its recorded keys."""
-
-    def __init__(
-        self,
-        store: S3Store,
-        bucket: str,
-        dest_key: str,
-        job: str,
-        keys: KeySet,
-        snapshot: UnmarkedRecord,
-    ):
-        self.store, self.bucket, self.job, self.keys = store, bucket, job, keys
-        self.snapshot = snapshot
-        self.dest_key = dest_key
-        self._others: dict[str, list[OtherJob]] = {}
-
-    def owns(self, upload: Upload) -> bool:
-        if upload.key in self.keys:
-            return True
-        if not self.snapshot.may_own(upload.upload_id):
-            return False
-        if hidden_below(self.dest_key, upload.key):
-            return False
-        directory = upload.key.rpartition("/")[0]
-        if directory not in self._others:
-            self._others[directory] = other_jobs(self.store, self.bucket, self.job, {upload.key})
-        listed = PendingUpload(upload.key, upload.upload_id, upload.initiated)
-        return not any(other.may_own(listed) for other in self._others[directory])
-
-
-def _of_job(keys: Container[str] | UnmarkedJobKeys, upload: Upload) -> bool:
-    if isinstance(keys, UnmarkedJobKeys):
-        return keys.owns(upload)
-    return upload.key in keys
-
-
 @contextlib.contextmanager
-def recorded_by_job(
-    store: S3Store, selection: Selection
-) -> Iterator[KeySet | UnmarkedJobKeys | None]:
+def recorded_by_job(view: OperatorView, selection: Selection) -> Iterator[KeySet | Owner | None]:
     """The destination keys the job's magic tree names, on disk; ``None`` without a job.
 
     A marked job's writers record the key of every upload before creating it (the
     intent marker), so these keys cover also the uploads of writers that were killed, and
-    the duplicates of lost ``CreateMultipartUpload`` replies. An unmarked job's tree says
-    so (``_magicfs_unmarked``): its uploads are then also those not in its snapshot
-    that no other job's tree may own (:class:`UnmarkedJobKeys`). The tree is listed page by page
+    the duplicates of lost upload replies. An unmarked job's tree says so
+    (``_magicfs_unmarked``): its uploads are then those its store's view owns it
+    (:meth:`~magicfs.stores.operator_view.OperatorView.job_owner`; S3: also those not in
+    its snapshot that no other job's tree may own). The tree is listed page by page
     into a :class:`~magicfs.stores.spool.KeySet`, deleted when the block ends.
     """
     if not selection.job:
@@ -413,80 +395,83 @@ def recorded_by_job(
         return
     keys = KeySet()
     try:
-        unmarked = _fill_job_keys(store, selection, selection.job, keys)
-        if unmarked is None:
-            yield keys
-        else:
-            log.info(
-                "job %s is unmarked: the uploads under its destination not in its snapshot "
-                "(%s uploads pending when it began) are its own",
-                selection.job,
-                "?" if unmarked.before is None else f"{len(unmarked.before):,}",
-            )
-            dest_key = selection.prefix.rstrip("/")
-            yield UnmarkedJobKeys(store, selection.bucket, dest_key, selection.job, keys, unmarked)
+        dest = f"{selection.bucket}/{selection.prefix}".rstrip("/")
+        unmarked = _fill_job_keys(view, selection, selection.job, keys)
+        owner = None if unmarked is None else view.job_owner(dest, selection.job, keys, unmarked)
+        yield keys if owner is None else owner
     finally:
         keys.discard()
 
 
-def _fill_job_keys(
-    store: S3Store, selection: Selection, job: str, keys: KeySet
-) -> UnmarkedRecord | None:
-    """Fill ``keys``; returns the job's unmarked record (its snapshot), if it is unmarked."""
+def _fill_job_keys(view: OperatorView, selection: Selection, job: str, keys: KeySet) -> str | None:
+    """Fill ``keys``; returns the path of the job's unmarked record, if it is unmarked."""
     dest = f"{selection.bucket}/{selection.prefix}".rstrip("/")
     layout = MagicJobLayout(dest, job)
-    _, tree = store.split(layout.magic_dir)
+    record = f"{layout.magic_dir}/{UNMARKED_FILE}"
     files = 0
     active = False
     unmarked = False
-    for page in batches(iterate(store, store.alist_keys(selection.bucket, f"{tree}/")), TREE_PAGE):
+    tree = view.iterate(view.adapter.alist_records(layout.magic_dir))
+    for page in batches(tree, TREE_PAGE):
         files += len(page)
         active = active or layout.job_marker in page
-        unmarked = unmarked or f"{layout.magic_dir}/{UNMARKED_FILE}" in page
-        keys.update(tree_keys(store, page))
+        unmarked = unmarked or record in page
+        keys.update(tree_keys(view, page))
     if not files:
         log.warning(
-            "job %s has no magic tree at s3://%s/: it records no uploads (a committed or "
+            "job %s has no magic tree at %s/: it records no uploads (a committed or "
             "aborted job's tree is deleted)",
             job,
-            layout.magic_dir,
+            view.url(layout.magic_dir),
         )
     elif active:
         log.warning(
-            "job %s is still active (s3://%s exists): its tasks and commit need these uploads",
+            "job %s is still active (%s exists): its tasks and commit need these uploads",
             job,
-            layout.job_marker,
+            view.url(layout.job_marker),
         )
     log.info("job %s: %d files in its magic tree name %d keys", job, files, len(keys))
-    if not unmarked:
-        return None
-    return store.run(aread_unmarked(store, selection.bucket, f"{tree}/{UNMARKED_FILE}"))
+    return record if unmarked else None
+
+
+def tree_keys(view: OperatorView, listing: Iterable[str]) -> set[str]:
+    """Destination keys named by the markers and ``.pending`` records among ``listing``."""
+    keys = set()
+    for path in listing:
+        file = path.removesuffix(PENDING_SUFFIX)
+        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
+            continue
+        try:
+            keys.add(view.split(final_destination(file))[1])
+        except ValueError:  # not a file path (a directory marker, say)
+            continue
+    return keys
 
 
 # -- requests, a bounded number in flight (magicfs.parallel) ---------------------------
 
 
-def measure(store: S3Store, uploads: Iterable[Upload]) -> Generator[Upload, None, None]:
-    """Fill in parts and parked bytes (ListParts, :data:`LIST_PARTS_IN_FLIGHT` at once,
-    at most :data:`WINDOW` uploads held), in listing order; drop uploads ended meanwhile."""
+def measure(view: OperatorView, uploads: Iterable[Upload]) -> Generator[Upload, None, None]:
+    """Fill in parts and parked bytes (S3: ListParts, :data:`LIST_PARTS_IN_FLIGHT` at
+    once, at most :data:`WINDOW` uploads held), in listing order; drop uploads ended
+    meanwhile."""
 
     async def parts_of(upload: Upload) -> Upload | None:
-        try:
-            parts = await store.alist_parts(upload.bucket, upload.key, upload.upload_id)
-        except FileNotFoundError:
+        measured = await view.ameasure(upload.pending)
+        if measured is None:
             log.info("%s upload %s ended while being listed", upload.url, upload.upload_id)
             return None
-        upload.parts, upload.bytes = len(parts), sum(int(p.get("Size") or 0) for p in parts)
+        upload.parts, upload.bytes = measured
         log.debug("%s upload %s: %d parts", upload.url, upload.upload_id, upload.parts)
         return upload
 
-    for upload in loop_map(store.run_background, parts_of, uploads, LIST_PARTS_IN_FLIGHT, WINDOW):
+    for upload in loop_map(view.run_background, parts_of, uploads, LIST_PARTS_IN_FLIGHT, WINDOW):
         if upload is not None:
             yield upload
 
 
 def abort(
-    store: S3Store, uploads: Iterable[Upload], dry_run: bool
+    view: OperatorView, uploads: Iterable[Upload], dry_run: bool
 ) -> Generator[Upload, None, None]:
     """Abort each upload (at most :data:`WINDOW` in flight) and set its status, in listing
     order; a dry run only marks them."""
@@ -499,15 +484,15 @@ def abort(
 
     async def abort_one(upload: Upload) -> Upload:
         try:
-            # False: NoSuchUpload, completed or aborted meanwhile
-            gone = not await store.aabort_upload(upload.bucket, upload.key, upload.upload_id)
+            # False: completed or aborted meanwhile (S3: NoSuchUpload)
+            gone = not await view.aabort(upload.pending)
             upload.status = "already gone" if gone else "aborted"
         except OSError as e:
             upload.status, upload.error = "failed", str(e)
             log.warning("could not abort %s upload %s: %s", upload.url, upload.upload_id, e)
         return upload
 
-    yield from loop_map(store.run_background, abort_one, uploads, WINDOW, WINDOW)
+    yield from loop_map(view.run_background, abort_one, uploads, WINDOW, WINDOW)
 
 
 # -- output -----------------------------------------------------------------------------

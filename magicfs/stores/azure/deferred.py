@@ -9,7 +9,7 @@
 * **delete**: Delete Blob. **discard**: nothing — Azure has no request that deletes
   staged blocks alone; they stay invisible until the name is next published or Azure
   drops them 7 days after staging (docs/stores/azure.md). **list pending**: not offered
-  to the committer (``magicfs uploads list`` lists staged blobs itself: :mod:`.blocks`).
+  to the committer (``magicfs uploads list`` lists staged blobs: :mod:`.operator_view`).
 * **records**: Get Blob (ranged), Put Blob (atomic: no temporary name, no rename), Get
   Blob Properties, List Blobs, Delete Blob — adlfs's own client on its IO loop (the
   Azure SDK retries), with no :class:`~magicfs.stores.rename.RenameStore` in between.
@@ -32,6 +32,7 @@ from ..deferred import (
 )
 from .blocks import BLOCK_LIST_STORE, BlockStore, _not_found
 from .job_hooks import BlockListCommitOptions, BlockListJobHooks
+from .operator_view import BlockListOperatorView
 from .writer import BlockListWrites
 
 T = TypeVar("T")
@@ -193,4 +194,5 @@ SPEC = DeferredStoreSpec(
     writes=BlockListWrites,
     options=BlockListCommitOptions,
     job_hooks=BlockListJobHooks,
+    operator_view=BlockListOperatorView,
 )

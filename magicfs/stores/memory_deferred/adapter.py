@@ -21,6 +21,7 @@ from ...records import SinglePendingCommit
 from ..create_only import is_create_only
 from ..deferred import DeferredCapabilities, DeferredStoreBase, DeferredStoreSpec, PendingWrite
 from .fs import MemoryDeferredFileSystem
+from .operator_view import MemoryOperatorView
 from .writer import STORE_NAME, MemoryWrites, run_background
 
 T = TypeVar("T")
@@ -155,4 +156,5 @@ SPEC = DeferredStoreSpec(
     capabilities=CAPABILITIES,
     committer="magic-layout",
     writes=MemoryWrites,
+    operator_view=MemoryOperatorView,
 )

@@ -41,6 +41,7 @@ from ..deferred import (
 from . import checksums
 from .conditional import aconditional_support
 from .job_hooks import S3CommitOptions, S3JobHooks
+from .operator_view import S3OperatorView
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import RecordedUpload, abort_uploads, uploads_of
@@ -240,4 +241,5 @@ SPEC = DeferredStoreSpec(
     writer_options=S3WriterOptions,
     options=S3CommitOptions,
     job_hooks=S3JobHooks,
+    operator_view=S3OperatorView,
 )
