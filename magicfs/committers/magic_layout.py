@@ -139,15 +139,15 @@ class MagicLayoutCommitter(OutputCommitter):
         store_keywords = {n: options.pop(n) for n in option_names(options_class) if n in options}
         self.name = configuration
         #: The store's committer options, typed and checked (passed through unread).
-        self.store_options_typed = options_class(**store_keywords)
+        self.store_config = options_class(**store_keywords)
         super().__init__(dest, **options)
         self.deferred = spec.adapter(
             self.store_fs,
             self.job_id,
             self._scratch_dir,
-            **self.store_options_typed.adapter_options(),
+            **self.store_config.adapter_options(),
         )
-        self.opt_in = {spec.opt_in: True} if spec.opt_in else {}
+        self._opt_in = {spec.opt_in: True} if spec.opt_in else {}
         self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
         self.bucket, self.dest_key = self.deferred.split(self.dest)
         #: The job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`).
@@ -155,18 +155,18 @@ class MagicLayoutCommitter(OutputCommitter):
         self.records = PendingsetRecords(self, self.deferred, self._read_record, self._read_records)
         make_hooks = (spec.job_hooks if own else None) or DeferredJobHooks
         #: What the store adds to the flow (:mod:`magicfs.stores.job_hooks`).
-        self.store_hooks = make_hooks(self, self.store_options_typed)
+        self.store_hooks = make_hooks(self, self.store_config)
         self._fs = self._task_view()
 
     def _store_filesystem(
         self, protocol: str, options: dict[str, Any], threads: int
     ) -> fsspec.AbstractFileSystem:
-        options = self.store_options_typed.filesystem_options(options, threads)
+        options = self.store_config.filesystem_options(options, threads)
         return super()._store_filesystem(protocol, options, threads)
 
     def _task_view(self) -> MagicFileSystem:
         """The task view; writes to the destination outside task paths are refused."""
-        view = {**self.opt_in, **self.store_hooks.view_options()}
+        view = {**self._opt_in, **self.store_hooks.view_options()}
         return MagicFileSystem(fs=self.store_fs, job_root=self.dest, **view)
 
     @property
@@ -179,8 +179,10 @@ class MagicLayoutCommitter(OutputCommitter):
 
     @property
     def storage_options(self) -> dict[str, Any]:
-        url_options = {**self.opt_in, **self.store_hooks.url_options()}
-        magic = MagicOptions(job_root=self.dest, **url_options)
+        # A URL-based writer builds its own view: it needs what differs from the defaults.
+        view = {**self._opt_in, **self.store_hooks.view_options()}
+        changed = {k: v for k, v in view.items() if v != MagicFileSystem.default(k)}
+        magic = MagicOptions(job_root=self.dest, **changed)
         return {"magic": magic, self.protocol: dict(self.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:

@@ -41,7 +41,7 @@ from ..paths import is_magic_path
 from ..stores.capabilities import capabilities
 from ..stores.deferred import DeferredStoreSpec
 from ..stores.deferred_writer import WriterOptions
-from ..stores.registry import store_keywords
+from ..stores.registry import store_default, store_keywords
 from .deferred_view import DeferredTaskView
 from .originals import store_filesystem, unwrapped
 from .routed_view import RoutedTaskView
@@ -160,6 +160,15 @@ class MagicFileSystem(ChainedFileSystem):
         self.background_close = background_close
         self.job_root = job_root.rstrip("/") if job_root else None
         self.view = self._choose_view()
+
+    @classmethod
+    def default(cls, keyword: str) -> Any:
+        """The value ``keyword`` takes when not given (its own keywords' defaults, and the
+        deferred stores': their ``writer_options`` fields, an opt-in False)."""
+        parameter = inspect.signature(cls.__init__).parameters.get(keyword)
+        if parameter is not None and parameter.default is not parameter.empty:
+            return parameter.default
+        return store_default(keyword)
 
     def _choose_view(self) -> DeferredTaskView | RoutedTaskView:
         """The deferred store's view when the registry knows the store (and its opt-in

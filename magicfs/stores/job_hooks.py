@@ -9,8 +9,8 @@ everything through unread:
 * its **options** (:class:`StoreOptions`): the committer options its jobs take
   (``in_memory``, ``checksum``, ``block_size``...), typed and checked once, and what
   follows from them: the task view's :class:`~magicfs.filesystems.MagicFileSystem`
-  keywords, the ``"magic"`` storage options of task URLs, the adapter's options, the
-  store filesystem's client settings and ``_SUCCESS`` diagnostics;
+  keywords (task URLs carry those that differ from their defaults), the adapter's
+  options, the store filesystem's client settings and ``_SUCCESS`` diagnostics;
 * its **hooks** (:class:`DeferredJobHooks`, which a store subclasses): how an attempt's
   entries are listed, how its commits are gathered at task commit, what a task abort
   discards, what a job's clean-up sweeps.
@@ -48,11 +48,6 @@ class StoreOptions:
 
     def view_options(self) -> dict[str, Any]:
         """:class:`~magicfs.filesystems.MagicFileSystem` keywords of the job's task view."""
-        return {}
-
-    def url_options(self) -> dict[str, Any]:
-        """The ``"magic"`` storage options task URLs carry (those that differ from the
-        view's defaults: a URL-based writer builds its own view from them)."""
         return {}
 
     def adapter_options(self) -> dict[str, Any]:
@@ -149,10 +144,6 @@ class DeferredJobHooks:
     def view_options(self) -> dict[str, Any]:
         """The task view's keywords (the options', plus what set-up decided)."""
         return self.options.view_options()
-
-    def url_options(self) -> dict[str, Any]:
-        """The ``"magic"`` storage options of task URLs."""
-        return self.options.url_options()
 
     def diagnostics(self) -> dict[str, str]:
         return self.options.diagnostics()

@@ -53,6 +53,19 @@ def store_keywords() -> frozenset[str]:
     return frozenset(names)
 
 
+def store_default(keyword: str) -> Any:
+    """The default of a deferred store's own task-view keyword (:func:`store_keywords`):
+    its ``writer_options`` field's, or False for an opt-in; ``None`` if no store has it."""
+    for spec in DEFERRED_STORES:
+        if keyword == spec.opt_in:
+            return False
+        fields = dataclasses.fields(spec.writer_options) if spec.writer_options else ()
+        for field in fields:
+            if field.name == keyword:
+                return field.default
+    return None
+
+
 def operator_view_for(fs: Any, adapter: DeferredStore | None = None) -> OperatorView | None:
     """The operator's view (:mod:`.operator_view`) of the deferred store ``fs`` belongs
     to, over ``adapter`` (a job's, with its options) or a new one of no job; ``None``

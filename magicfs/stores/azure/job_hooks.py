@@ -63,14 +63,6 @@ class BlockListCommitOptions(StoreOptions):
             "in_memory": self.in_memory,
         }
 
-    def url_options(self) -> dict[str, Any]:
-        options = {
-            "block_lists": True,
-            "part_size": self.block_size,
-            "parts_in_flight": self.blocks_in_flight,
-        }
-        return {**options, "in_memory": True} if self.in_memory else options
-
     def diagnostics(self) -> dict[str, str]:
         return {"magicfs.store": BLOCK_LIST_STORE, "magicfs.in_memory": str(self.in_memory).lower()}
 

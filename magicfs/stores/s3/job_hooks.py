@@ -127,12 +127,6 @@ class S3CommitOptions(StoreOptions):
             "checksum": self.checksum,
         }
 
-    def url_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"in_memory": True} if self.in_memory else {}
-        if self.checksum != DEFAULT_CHECKSUM:
-            options["checksum"] = self.checksum
-        return options
-
     def adapter_options(self) -> dict[str, Any]:
         return {"retry_policy": self.retry_policy, "max_request_rate": self.max_request_rate}
 
@@ -163,10 +157,6 @@ class S3JobHooks(DeferredJobHooks):
 
     def view_options(self) -> dict[str, Any]:
         return {**self.options.view_options(), "intent_markers": not self.unmarked}
-
-    def url_options(self) -> dict[str, Any]:
-        options = self.options.url_options()
-        return {**options, "intent_markers": False} if self.unmarked else options
 
     # -- job set-up: marked or unmarked ---------------------------------------------------
 
