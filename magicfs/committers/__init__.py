@@ -45,7 +45,7 @@ __all__ = [
 COMMITTERS: dict[str, tuple[type[OutputCommitter], dict[str, Any]]] = {
     "magic": (MagicLayoutCommitter, {"configuration": "magic"}),
     "block-list": (MagicLayoutCommitter, {"configuration": "block-list"}),
-    "magic-layout": (MagicLayoutCommitter, {}),
+    "magic-layout": (MagicLayoutCommitter, {"configuration": "magic-layout"}),
     "manifest": (ManifestCommitter, {}),
     "file-v1": (FileOutputCommitter, {"algorithm": 1}),
     "file-v2": (FileOutputCommitter, {"algorithm": 2}),
