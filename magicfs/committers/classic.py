@@ -14,13 +14,13 @@ The baseline everyone knows, and what the benchmarks measure magicfs against. La
   commit only writes ``_SUCCESS``. Output is visible before the job commits and a
   failed job's committed tasks stay visible: **unsafe**, kept for comparison only.
 
-Both follow the seed document's ``mergePaths`` pseudo-code, run by the base class's
-job-commit stages (publish = merge). Neither can roll back: a v1 commit that fails
-half-way leaves the files it merged visible, as Hadoop's does. Tasks write plain paths
-(``task.path(...)`` is under the attempt directory); ``committer.fs`` is the store's own
-filesystem. Deliberately classic: no records, no journal, no validation, a zero-byte
-``_SUCCESS``; two jobs writing to one destination share ``_temporary/<app attempt>`` and
-collide, as in Hadoop.
+Both follow the seed document's ``mergePaths`` pseudo-code, run by the protocol's
+job-commit stages (:mod:`magicfs.protocol.job_commit`; publish = merge). Neither can
+roll back: a v1 commit that fails half-way leaves the files it merged visible, as
+Hadoop's does. Tasks write plain paths (``task.path(...)`` is under the attempt
+directory); ``committer.fs`` is the store's own filesystem. Deliberately classic: no
+records, no journal, no validation, a zero-byte ``_SUCCESS``; two jobs writing to one
+destination share ``_temporary/<app attempt>`` and collide, as in Hadoop.
 
 What they share with the other committers (:mod:`magicfs.protocol.committer`):
 

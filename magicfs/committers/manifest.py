@@ -3,8 +3,9 @@
 Tasks write the same magic paths as on S3 (``task.path(...)`` through
 ``committer.fs``); the filesystem sends them into the attempt's working directory
 (:mod:`magicfs.filesystems.routed_view`). Task commit saves a manifest of the files
-(:mod:`magicfs.committers.manifest_tasks`); job commit runs the base class's stages with
-the manifest stages as hooks (:mod:`magicfs.committers.manifest_stages`): load the manifests,
+(:mod:`magicfs.committers.manifest_tasks`); job commit runs the protocol's stages
+(:mod:`magicfs.protocol.job_commit`), whose hooks this committer fills with the manifest
+stages (:mod:`magicfs.committers.manifest_stages`): load the manifests,
 create directories and rename every file into place (publish), optionally validate,
 save ``_SUCCESS``, clean up.
 
@@ -250,7 +251,7 @@ class ManifestCommitter(OutputCommitter):
         except (FileNotFoundError, ValueError):
             return None
 
-    # -- job commit: the hooks of the base class's stages -----------------------------------------
+    # -- job commit: the hooks its stages call (magicfs.protocol.job_commit) -----------------------
 
     def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:

@@ -128,7 +128,8 @@ class StagingCommitter(OutputCommitter):
     Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
     retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in
     requests per second, on this job's calls: :mod:`magicfs.stores.s3.rate`); the job
-    commit is the pendingset one the magic committer runs (:mod:`.pendingsets`).
+    commit is the pendingset one the magic-layout committer runs, a collaborator both
+    hold (:class:`~.pendingsets.PendingsetRecords`).
     """
 
     name = "directory"
@@ -403,7 +404,7 @@ class StagingCommitter(OutputCommitter):
         if previous.task_attempt_id != task.attempt_id:
             self.records.operations().abort(previous.commits)
 
-    # -- job commit: the hooks of the base class's stages ----------------------------------
+    # -- job commit: the hooks its stages call (magicfs.protocol.job_commit) ----------------
 
     def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
         return self.records.load(records)

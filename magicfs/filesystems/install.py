@@ -1,7 +1,7 @@
 """``magicfs.install()``: make plain store URLs magic-aware, for code that cannot change URLs.
 
 After ``install()``, ``fsspec.filesystem("s3", ...)`` and ``fsspec.open("s3://...")``
-build a :class:`~magicfs.filesystem.MagicFileSystem` around the usual s3fs filesystem:
+build a :class:`~magicfs.filesystems.MagicFileSystem` around the usual s3fs filesystem:
 paths without a magic element behave exactly as before, writes under magic paths are
 deferred. ``uninstall()`` puts the original classes back.
 

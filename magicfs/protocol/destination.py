@@ -5,8 +5,15 @@ or ``.`` (Spark, Hive and pyarrow skip ``_SUCCESS``, ``__magic_job-*`` and
 ``_temporary`` by that convention). ``fail`` mode refuses a destination holding some;
 ``replace`` mode deletes it (:meth:`Destination.visible_files`).
 
-Reads go through the store's own fsspec filesystem (one listing, one ranged read of
-``_SUCCESS``): they are the reader's view, the one the conflict modes are about.
+Reads go through the store's own fsspec filesystem, on purpose: ``ls`` of the
+destination, ``isdir`` and ``find`` of its visible entries (``replace``), a ranged
+``cat_file`` of ``_SUCCESS`` (which job committed there). They are the reader's view,
+the one the conflict modes and a job id's reuse are about, through the filesystem a
+reader uses. This is the one place the committers read the store's filesystem directly
+(with recovery's listing of the destination in ``replace`` mode,
+:meth:`~magicfs.protocol.recovery.Recovery.old_data_deleted`); their records — markers,
+task records, the journal, ``_SUCCESS``'s write — go through the deferred store's adapter
+(:mod:`magicfs.stores.deferred`) or, on rename stores, :mod:`magicfs.stores.rename`.
 """
 
 from __future__ import annotations
@@ -24,7 +31,8 @@ class Destination:
     """Reads of one job's destination shared by job setup, job commit and abort.
 
     ``fs`` is the store's fsspec filesystem, ``path`` the destination as it names it.
-    It holds no state: a committer builds one when it asks (:attr:`CommitterOptions.destination`).
+    It holds no state: a committer builds one when it asks
+    (:attr:`~.options.CommitterOptions.destination`).
     """
 
     def __init__(self, fs: Any, path: str):

@@ -178,7 +178,8 @@ class CommitterHooks(CommitterOptions, ABC):
     def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         """The task records to publish: those the messages name, or the listed ones.
 
-        Raises :class:`NothingToCommitError` when the job has nothing (left) to commit.
+        Raises :class:`~magicfs.errors.NothingToCommitError` when the job has nothing
+        (left) to commit.
         """
 
     @abstractmethod
