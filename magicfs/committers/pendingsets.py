@@ -1,4 +1,4 @@
-"""Job commit from ``.pendingset`` records, streamed: the magic, staging and block-list committers.
+"""Job commit from ``.pendingset`` records, streamed: the magic-layout and staging committers.
 
 These committers end a task with one pendingset (the task's pending files) and a job
 with publishing every file those name, through the store's adapter

@@ -4,7 +4,7 @@ A store with deferred writes lets a task write a file under its *final* name wit
 becoming visible; the task saves a ``.pending`` record (Hadoop's ``SinglePendingCommit``)
 and job commit makes the file visible from that record alone. Each such store has one
 adapter implementing :class:`DeferredStore`, bound to one job; the committer over the
-magic layout (:mod:`magicfs.committers.pendingsets`) is written once against it, and the
+magic layout (:mod:`magicfs.committers.magic_layout`) is written once against it, and the
 registry (:mod:`.registry`) says which adapter serves which fsspec filesystem.
 
 =====================  ===============================  ===============================

@@ -31,9 +31,9 @@ no rate control), and why:
   ``find``/``info`` of task paths and ``SinglePendingCommit.load`` of a closed task
   file's size: they are the user's file-system calls, with s3fs's buffering and
   semantics (the multipart writes of task files are the magic writer's: covered);
-* :mod:`magicfs.protocol.committer`'s ``_SUCCESS`` read (``cat_file``) and its listings of
-  the destination (``find``/``ls``/``isdir``) for ``replace`` and visible files, and
-  :mod:`magicfs.committers.magic`'s ``find`` of a task's files: the protocol layer is
+* :mod:`magicfs.protocol.destination`'s ``_SUCCESS`` read (``cat_file``) and its listings
+  of the destination (``ls``/``isdir``/``find``) for ``replace`` and visible files, and
+  :mod:`magicfs.protocol.recovery`'s ``find`` of the destination: the protocol layer is
   written over any fsspec store, not over this one;
 * the manifest and classic committers on S3 (:mod:`magicfs.stores.rename`: ``info``,
   ``find``, ``copy``...): written over any fsspec store; S3 jobs use the magic committer.

@@ -253,7 +253,7 @@ class S3FileHooks:
         """``xb`` in an unmarked job: a ``wb`` file of the set-up process has no marker for
         the conditional PUT to meet, but once closed it has its ``.pending`` (one HEAD; a
         ``wb`` file still open, or closed in ``in_memory`` mode, is caught at task commit:
-        the path then has a marker of another process, :mod:`magicfs.committers.magic`)."""
+        the path then has a marker of another process, :mod:`.job_hooks`)."""
         record = pending_path(self.marker_key)
         if await self.store.ahead_object(self.bucket, record) is None:
             return
