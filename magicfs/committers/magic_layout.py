@@ -14,9 +14,10 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
   ``tasks/<attempt>.pendingset`` (the message names it) and ``<task id>.pendingset`` (the
   last committed attempt wins) — then the job checked still active. A store whose job
   clean-up finds pending writes by their markers keeps the attempt's records until the
-  job ends (:attr:`~magicfs.stores.job_hooks.DeferredJobHooks.keeps_attempt_records`); otherwise they are
-  dropped at task commit, as Hadoop drops the attempt directory, and a second commit of
-  the attempt returns its saved pendingset.
+  job ends (its hooks' ``keeps_attempt_records``:
+  :class:`~magicfs.stores.job_hooks.DeferredJobHooks`); otherwise they are dropped at
+  task commit, as Hadoop drops the attempt directory, and a second commit of the attempt
+  returns its saved pendingset.
 * ``commit_job``: the task records listed (or named by the messages), the nothing-to-commit
   refusals, the job commit of :mod:`.pendingsets`, ``_SUCCESS``.
 * clean-up: the job's tree deleted files first, then task records, the journal last
