@@ -224,9 +224,17 @@ class S3Deferred(DeferredStoreBase):
         return abort_uploads(self.store, uploads_of(commits))
 
     async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
-        bucket, key = self.split(prefix)
+        bucket, key = self.split_prefix(prefix)
         async for upload in self.store.alist_uploads(bucket, key):
             yield PendingWrite(f"{bucket}/{upload.key}", upload.upload_id)
+
+    def split_prefix(self, prefix: str) -> tuple[str, str]:
+        """:meth:`split` of a listing's prefix, keeping its trailing ``/`` (s3fs's path
+        stripping drops it): ``bkt/data/`` never matches ``bkt/data10/``."""
+        bucket, key = self.split(prefix)
+        if prefix.endswith("/") and key:
+            key += "/"
+        return bucket, key
 
 
 SPEC = DeferredStoreSpec(
