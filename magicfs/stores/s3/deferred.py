@@ -40,6 +40,7 @@ from ..deferred import (
 )
 from . import checksums
 from .conditional import aconditional_support
+from .failures import FAILURES
 from .job_hooks import S3CommitOptions, S3JobHooks
 from .operator_view import S3OperatorView
 from .retry import DEFAULT_POLICY, RetryPolicy
@@ -250,4 +251,5 @@ SPEC = DeferredStoreSpec(
     options=S3CommitOptions,
     job_hooks=S3JobHooks,
     operator_view=S3OperatorView,
+    failures=FAILURES,
 )
