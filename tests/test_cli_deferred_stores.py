@@ -7,6 +7,7 @@ the store holds afterwards."""
 from __future__ import annotations
 
 import json
+import shlex
 import uuid
 
 import fsspec
@@ -154,3 +155,30 @@ def test_jobs_and_uploads_on_azure_block_lists(abfs, azure_container, azurite_se
     assert code == 0, err
     assert find_jobs(dest, fs=abfs) == []
     assert not abfs.exists(f"{azure_container}/out/kept.bin")
+
+
+def test_jobs_list_names_a_committer_that_is_not_the_paths_default(
+    abfs, azure_container, azurite_server, capsys
+):
+    """Azure's default is block-list; a manifest job there (adlfs serves both) is listed
+    with commands naming ``--committer manifest``, and the one recommended rolls it back."""
+    dest = f"abfs://{azure_container}/out"
+    committer = magicfs.committer_for(dest, committer="manifest", fs=abfs)
+    committer.setup_job()
+    with committer.attempt(0) as task:
+        committer.fs.pipe_file(task.path("a.csv"), b"abc")
+    options = ["-o", f"connection_string={azurite_server.connection_string}"]
+
+    code, out, err = run(capsys, "jobs", "list", dest, "--json", *options)
+    assert code == 0, err
+    (job,) = json.loads(out)["jobs"]
+    assert (job["jobId"], job["committer"], job["state"]) == (
+        committer.job_id,
+        "manifest",
+        "active",
+    )
+    rollback = f"magicfs jobs rollback --committer manifest --job {committer.job_id} {dest}"
+    assert job["commands"][0] == rollback
+    code, out, err = run(capsys, *shlex.split(rollback)[1:], *options)
+    assert code == 0, err
+    assert find_jobs(dest, fs=abfs) == []

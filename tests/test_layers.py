@@ -104,3 +104,22 @@ def test_imports_point_at_the_same_layer_or_below(module):
         if target is not None and (layer_of(target) or 0) > own:
             upward.append(f"{target} ({LAYERS[layer_of(target) or 0][0]})")
     assert upward == [], f"{module} ({LAYERS[own][0]}) imports a layer above it: {upward}"
+
+
+#: The modules outside stores/ that may import one store's own modules: the staging
+#: committers are S3 only by definition (they stage multipart uploads).
+STORE_SPECIFIC = {"committers/staging.py"}
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if not m.startswith("stores/")])
+def test_only_the_stores_know_a_store(module):
+    """Store knowledge lives below stores/ (issue 37): no other module imports a store's
+    folder (stores/s3/, stores/azure/, ...); each asks the registry instead."""
+    own = [
+        dotted
+        for dotted in imports_of(PACKAGE / module)
+        if (target := module_file(dotted)) is not None
+        and target.startswith("stores/")
+        and target.count("/") > 1
+    ]
+    assert own == [] or module in STORE_SPECIFIC, f"{module} imports a store's own module: {own}"

@@ -699,3 +699,57 @@ def test_a_path_written_here_unmarked_and_elsewhere_is_refused_at_task_commit(
     job.abort_job()
     assert visible(s3_client, bucket) == []
     assert uploads(s3_client, bucket) == []
+
+
+# --- a sibling destination whose name starts with the same letters ---------------------------
+
+
+def test_the_pending_writes_under_a_destination_are_not_a_siblings(s3, s3_client, bucket):
+    """The adapter's ``alist_pending("bkt/out/")`` lists what lies below ``out/``: not
+    ``out10/``'s uploads (s3fs's path stripping drops the ``/``), in one request."""
+    from magicfs.stores.deferred import collect
+    from magicfs.stores.operator_view import no_scratch
+    from magicfs.stores.s3.deferred import S3Deferred
+
+    for key in ("out/a.bin", "out10/b.bin"):
+        s3_client.create_multipart_upload(Bucket=bucket, Key=key)
+    adapter = S3Deferred.for_job(s3, "", no_scratch)
+    calls = Calls(s3)
+    listed = adapter.run(collect(adapter.alist_pending(f"{bucket}/out/")))
+    assert [write.path for write in listed] == [f"{bucket}/out/a.bin"]
+    assert calls.counts() == Counter({"ListMultipartUploads": 1})
+    calls.clear()
+    listed = adapter.run(collect(adapter.alist_pending(f"{bucket}/out")))  # a prefix: both
+    assert sorted(write.path for write in listed) == [
+        f"{bucket}/out/a.bin",
+        f"{bucket}/out10/b.bin",
+    ]
+    assert calls.counts() == Counter({"ListMultipartUploads": 1})
+    for key, upload_id in uploads(s3_client, bucket):
+        s3_client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+
+
+@pytest.mark.parametrize("name", ["magic", "magic-layout"])
+def test_a_jobs_clean_up_leaves_a_sibling_destinations_uploads(s3, s3_client, bucket, name):
+    """A job at ``bkt/out`` commits and cleans up while a job at ``bkt/out10`` has a
+    committed task: that task's upload survives, and its job then commits it."""
+    import magicfs
+
+    jobs = {
+        dest: magicfs.committer_for(f"s3://{bucket}/{dest}", committer=name, fs=s3)
+        for dest in ("out", "out10")
+    }
+    messages = {}
+    for dest, job in jobs.items():
+        job.setup_job()
+        messages[dest] = [committed_task(job, 0, f"{dest}.csv")]
+    jobs["out"].commit_job(messages["out"])
+    assert [key for key, _ in uploads(s3_client, bucket)] == ["out10/out10.csv"]
+    jobs["out10"].commit_job(messages["out10"])
+    assert visible(s3_client, bucket) == [
+        "out/_SUCCESS",
+        "out/out.csv",
+        "out10/_SUCCESS",
+        "out10/out10.csv",
+    ]
+    assert uploads(s3_client, bucket) == []

@@ -362,3 +362,35 @@ def test_abort_job_with_aborts_refused_lists_the_uploads_left(outage):
     outage.front.clear()
     committer.abort_job()  # the store is back: the roll-back finishes
     assert_rolled_back(outage.client, outage.bucket)
+
+
+def test_the_registry_reads_an_error_the_way_its_store_does():
+    """``registry.explain``: S3's reading (:mod:`magicfs.stores.s3.failures`) of its
+    replies and of a connection never made; ``None`` for an error no store claims, so
+    the CLI's messages above the stores need no store's module."""
+    import botocore.exceptions
+
+    from magicfs.stores.registry import explain, store_exceptions
+
+    assert botocore.exceptions.BotoCoreError in store_exceptions()
+    assert explain(FileNotFoundError(2, "no such file", "/tmp/x")) is None
+    reply = botocore.exceptions.ClientError(
+        {
+            "Error": {"Code": "AccessDenied", "Message": "no"},
+            "ResponseMetadata": {"HTTPStatusCode": 403},
+        },
+        "GetObject",
+    )
+    denied = PermissionError(13, "no")
+    denied.__cause__ = reply
+    failure = explain(denied)
+    assert failure is not None and failure.answered and not failure.missing_bucket
+    assert (failure.code, failure.status, failure.answer) == (
+        "AccessDenied",
+        403,
+        "HTTP 403 AccessDenied: no",
+    )
+    unreachable = botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:9/bkt")
+    failure = explain(unreachable)
+    assert failure is not None and failure.not_connected and not failure.answered
+    assert failure.answer.startswith("no answer from the store at http://127.0.0.1:9: ")

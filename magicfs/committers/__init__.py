@@ -37,6 +37,7 @@ __all__ = [
     "TaskCommitMessage",
     "accepted_options",
     "committer_for",
+    "default_committer",
 ]
 
 #: Every committer by its ``committer_for`` name: its class and the options it fixes.
@@ -102,18 +103,25 @@ def committer_for(
         ('manifest', 1)
     """
     if committer is None:
-        # The store's own filesystem, never magicfs.install()'s wrapper (it hides S3's).
-        store = unwrapped(options.get("fs"))
-        if store is None:
-            store = store_class(fsspec.core.split_protocol(dest)[0] or "file")
-        spec = deferred_store_for(store)
-        committer = spec.committer if spec is not None else "manifest"
+        committer = default_committer(dest, options.get("fs"))
     if committer not in COMMITTERS:
         known = ", ".join(sorted(COMMITTERS))
         raise ValueError(f"unknown committer {committer!r} for {dest} (available: {known})")
     cls, fixed = COMMITTERS[committer]
     check_options(committer, options)
     return cls(dest, job_id=job_id, storage_options=storage_options, **fixed, **options)
+
+
+def default_committer(dest: str, fs: Any = None) -> str:
+    """The name of the committer :func:`committer_for` picks for ``dest`` when none is
+    named: its deferred store's own (:mod:`magicfs.stores.registry`), else ``manifest``.
+    The store is ``fs`` when given, else the URL's filesystem class (none is built)."""
+    # The store's own filesystem, never magicfs.install()'s wrapper (it hides S3's).
+    store = unwrapped(fs)
+    if store is None:
+        store = store_class(fsspec.core.split_protocol(dest)[0] or "file")
+    spec = deferred_store_for(store)
+    return spec.committer if spec is not None else ManifestCommitter.name
 
 
 def accepted_options(committer: str) -> list[str]:

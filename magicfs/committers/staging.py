@@ -15,6 +15,10 @@ directory (the manifest committer's layout); task commit without it (never set u
 aborted, or already committed: its local files are gone) raises ``FileNotFoundError``
 and changes nothing — the task's earlier committed attempt keeps its record.
 
+S3 only by definition (they stage multipart uploads), they are the one module outside
+``magicfs/stores/`` that imports S3's own modules (``stores/s3/``); everything else
+asks the registry (:mod:`magicfs.stores.registry`, ``tests/test_layers.py`` checks it).
+
 Task commit uploads every file as a multipart upload to its final key *without
 completing it* and hands the pending uploads to the job as a ``.pendingset`` committed
 through FileOutputCommitter v1 on a consistent store with rename (``staging_dir``: a

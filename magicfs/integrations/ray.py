@@ -73,8 +73,9 @@ class CommittedDatasink(Datasink[TaskCommitMessage]):
     """Write a Ray Dataset to ``dest`` as one committed job: ``ds.write_datasink(sink)``.
 
     Args:
-        dest: any fsspec URL (``s3://`` uses the magic committer, everything else the
-            manifest committer; a local path needs every Ray node to see the same disk).
+        dest: any fsspec URL (a deferred store uses its own committer: ``magic`` on
+            S3, ``block-list`` on Azure Blob; everything else the manifest committer; a
+            local path needs every Ray node to see the same disk).
         format: ``parquet``, ``csv`` or ``json`` (JSON lines).
         storage_options: options of the store's fsspec filesystem.
         committer: a committer name for :func:`magicfs.committer_for`, or an

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from ..records import SinglePendingCommit
 
 if TYPE_CHECKING:
+    from .failures import StoreFailures
     from .job_hooks import JobHooksFactory, StoreOptions
 
 T = TypeVar("T")
@@ -271,6 +272,10 @@ class DeferredStoreSpec:
     #: the adapter, ``(adapter) -> view``: a subclass of :class:`~.operator_view.OperatorView`
     #: in the store's folder; ``None``: the generic view over the adapter.
     operator_view: Callable[[Any], Any] | None = None
+    #: How to read its client's errors for messages (:class:`~.failures.StoreFailures`:
+    #: code, HTTP status, its own words, no connection, no bucket, the exception types
+    #: it raises besides ``OSError``); ``None``: the exception's class says all it can.
+    failures: StoreFailures | None = None
 
 
 def pending_writes(commits: Iterable[SinglePendingCommit]) -> list[PendingWrite]:

@@ -4,7 +4,7 @@ A deferred store (:mod:`.deferred`) is one :class:`~.deferred.DeferredStoreSpec`
 beside its adapter; this module lists them. Everything that behaves differently per
 deferred store — ``committer_for``'s default, the task view
 (:class:`~magicfs.filesystems.MagicFileSystem`), the capabilities
-(:mod:`.capabilities`), the CLI (:func:`operator_view_for`) — asks
+(:mod:`.capabilities`), the CLI (:func:`operator_view_for`, :func:`explain`) — asks
 :func:`deferred_store_for` instead of comparing protocol names. Adding a store is its
 folder and one line in :data:`DEFERRED_STORES`.
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 from .azure.deferred import SPEC as AZURE_BLOCK_LISTS
 from .deferred import DeferredStore, DeferredStoreSpec
+from .failures import Failure, read
 from .memory_deferred.adapter import SPEC as IN_PROCESS
 from .operator_view import OperatorView, no_scratch
 from .s3.deferred import SPEC as S3_MULTIPART
@@ -77,3 +78,21 @@ def operator_view_for(fs: Any, adapter: DeferredStore | None = None) -> Operator
         adapter = spec.adapter(fs, "", no_scratch)
     view: OperatorView = (spec.operator_view or OperatorView)(adapter)
     return view
+
+
+def explain(error: BaseException) -> Failure | None:
+    """``error`` as the deferred store whose client raised it reads it (its declared
+    :class:`~.failures.StoreFailures`: code, HTTP status, its own words); ``None`` when
+    no store claims it (a local disk's error, or a store that declares no reading)."""
+    for spec in DEFERRED_STORES:
+        if spec.failures is not None:
+            failure = read(spec.failures, error)
+            if failure is not None:
+                return failure
+    return None
+
+
+def store_exceptions() -> tuple[type[BaseException], ...]:
+    """The exception types the deferred stores' clients raise besides ``OSError`` (S3:
+    botocore's), for a caller that turns every store error into a message."""
+    return tuple(t for spec in DEFERRED_STORES if spec.failures for t in spec.failures.raises)

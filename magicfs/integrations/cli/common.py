@@ -24,14 +24,20 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+import fsspec
+
+from ...filesystems.originals import store_class
 from ...stores.deferred import take
+from ...stores.failures import Failure
 from ...stores.operator_view import OperatorView
-from ...stores.registry import operator_view_for
+from ...stores.registry import deferred_store_for, explain, operator_view_for, store_exceptions
 from ..option_values import decode_option
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: The requests at once a command's store client is sized for (a committer's default).
+CLIENT_THREADS = 8
 
 #: Every logger of the package hangs below this one.
 ROOT_LOGGER = "magicfs"
@@ -203,18 +209,13 @@ def redact(options: Any) -> Any:
 
 def open_fs(url: str, args: argparse.Namespace) -> tuple[Any, str]:
     """The fsspec filesystem for ``url`` built from the command's options, and the path in it."""
-    import fsspec
-
     options: dict[str, Any] = dict(args.storage_options)
     if args.endpoint_url:
         options["endpoint_url"] = args.endpoint_url
     remember_secrets(options)
-    if url.startswith(("s3://", "s3a://")):  # fail fast on a wrong or dead endpoint
-        from ...stores.s3.client import client_config
-
-        options["config_kwargs"] = client_config(options.get("config_kwargs"))
-    log.debug("opening %s with storage options %s", url, redact(options))
     try:
+        options = _client_options(url, options)
+        log.debug("opening %s with storage options %s", url, redact(options))
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as e:
         raise CliError(f"{url}: the filesystem for this URL is not installed ({e})") from None
@@ -224,6 +225,17 @@ def open_fs(url: str, args: argparse.Namespace) -> tuple[Any, str]:
     return fs, path
 
 
+def _client_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the client settings ``url``'s deferred store gives its filesystem
+    when a committer builds it (S3: timeouts and retries that fail fast on a wrong or
+    dead endpoint): asked of the registry by the URL's filesystem class, none built."""
+    protocol = fsspec.core.split_protocol(url)[0]
+    spec = deferred_store_for(store_class(protocol)) if protocol else None
+    if spec is None or spec.options is None:
+        return options
+    return spec.options().filesystem_options(options, CLIENT_THREADS)
+
+
 def is_local(fs: Any) -> bool:
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return "file" in protocols or "local" in protocols
@@ -231,45 +243,42 @@ def is_local(fs: Any) -> bool:
 
 @contextmanager
 def store_errors(url: str) -> Iterator[None]:
-    """Turn the store's errors into one-line :class:`CliError` messages about ``url``."""
-    from botocore.exceptions import BotoCoreError
-
+    """Turn the store's errors into one-line :class:`CliError` messages about ``url``
+    (read the store's own way: :func:`~magicfs.stores.registry.explain`)."""
     from ...errors import StoreCallError
-    from ...stores.s3.failures import answer, is_not_connected
-    from ...stores.s3.store import error_code
 
+    raised = store_exceptions()
     try:
         yield
     except CliError:
         raise
     except OSError as e:
-        if error_code(e) == "NoSuchBucket":  # s3fs: FileNotFoundError; magicfs: its own
+        failure = explain(e)
+        if failure is not None and failure.missing_bucket:  # s3fs: FileNotFoundError
             raise CliError(f"{url}: no such bucket") from None
         if isinstance(e, FileNotFoundError):
             raise NotFound(f"{url}: no such file or directory") from None
         if isinstance(e, PermissionError):
-            raise CliError(f"{url}: access denied: {_denial(e)}") from None
+            raise CliError(f"{url}: access denied: {_denial(e, failure)}") from None
         if isinstance(e, IsADirectoryError):
             raise CliError(f"{url}: is a directory, not a file") from None
-        code = error_code(e)
+        code = failure.code if failure is not None else None
         if isinstance(e, StoreCallError) or code is None:  # names its answer (or has none)
             raise CliError(f"{url}: {e}") from None
         raise CliError(f"{url}: {code}: {e}") from None
-    except BotoCoreError as e:  # no credentials, no connection, bad endpoint ...
-        if is_not_connected(e):
-            raise CliError(f"{url}: {answer(e)}") from None
+    except raised as e:  # no credentials, no connection, bad endpoint ...
+        failure = explain(e)
+        if failure is not None and failure.not_connected:
+            raise CliError(f"{url}: {failure.answer}") from None
         raise CliError(f"{url}: {e}") from None
 
 
-def _denial(error: PermissionError) -> str:
+def _denial(error: PermissionError, failure: Failure | None) -> str:
     """The store's own words for a refusal (its code and message), and what to check."""
-    from ...stores.s3.failures import answer, http_status
-    from ...stores.s3.store import error_code
-
-    if http_status(error) is None and error_code(error) is None:
+    if failure is None or not failure.answered:
         return f"{error}; check this user's permissions on the path"
     return (
-        f"{answer(error)}; check the credentials (-o key=... or the profile in use) and "
+        f"{failure.answer}; check the credentials (-o key=... or the profile in use) and "
         "that their policy allows this action on the path"
     )
 

@@ -35,12 +35,13 @@ import pathlib
 import sys
 from typing import Any
 
-from ...committers import committer_for
-from ...committers.jobs import JobState, describe_job, find_jobs
+from ...committers import committer_for, default_committer
+from ...committers.jobs import JOB_COMMITTERS, JobState, describe_job, find_jobs
 from ...errors import JobCommitError, NothingToCommitError
 from ...layouts.magic import check_job_id
 from ...protocol.attempts import TaskCommitMessage
 from ...protocol.committer import OutputCommitter
+from ...stores.registry import DEFERRED_STORES
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -69,9 +70,11 @@ def add_parser(sub: Any) -> None:
     jobs = sub.add_parser(
         "jobs",
         help="list the jobs left under a destination; recover, roll back or clean one up",
-        description="Jobs of the magic and manifest committers keep their state under the "
-        "destination (__magic_job-<id>/ on S3, _temporary/<id>/ elsewhere). After a driver "
-        "died, list them and finish (recover) or roll back each one.",
+        description="Jobs of the magic-layout committers (magic, block-list, magic-layout) "
+        "and of the manifest committer keep their state under the destination "
+        "(__magic_job-<id>/ on a deferred store such as S3 or Azure Blob, _temporary/<id>/ "
+        "elsewhere). After a driver died, list them and finish (recover) or roll back each "
+        "one.",
     )
     actions = jobs.add_subparsers(dest="action", required=True)
     listing = actions.add_parser("list", help="the jobs under PATH and what each needs next")
@@ -86,8 +89,8 @@ def add_parser(sub: Any) -> None:
         action.add_argument("--job", required=True, type=_job_id, metavar="ID", help="the job id")
         action.add_argument(
             "--committer",
-            choices=("magic", "manifest"),
-            help="default: magic for s3:// destinations, manifest elsewhere",
+            choices=JOB_COMMITTERS,
+            help=_committer_help(),
         )
         if name == "recover":
             _add_choices(action)
@@ -99,6 +102,15 @@ def add_parser(sub: Any) -> None:
                 "data cannot come back; the new data is deleted too)",
             )
         action.set_defaults(handler=run_action)
+
+
+def _committer_help() -> str:
+    """``--committer``'s help: the default as :func:`committer_for` picks it (the registry)."""
+    own = ", ".join(f"{spec.committer} on {spec.name}" for spec in DEFERRED_STORES)
+    return (
+        "the job's committer, when it is not PATH's default; default: the committer of "
+        f"PATH's deferred store ({own}), manifest elsewhere"
+    )
 
 
 def _add_choices(parser: argparse.ArgumentParser) -> None:
@@ -138,8 +150,9 @@ def run_list(args: argparse.Namespace) -> int:
     url = fs.unstrip_protocol(path)
     with store_errors(url):
         jobs = find_jobs(url, fs=fs)
+    default = default_committer(url, fs)
     if args.json:
-        documents = [{**job.to_dict(), "commands": _commands(job)} for job in jobs]
+        documents = [{**job.to_dict(), "commands": _commands(job, default)} for job in jobs]
         print_json({"destination": url, "jobs": documents})
     else:
         print(f"Jobs under {url}: {len(jobs) or 'none'}")
@@ -153,14 +166,16 @@ def run_list(args: argparse.Namespace) -> int:
             )
             print(f"      destination: {job.destination}")
             print(f"      next: {job.next_step}")
-            for command, why in _explained_commands(job):
+            for command, why in _explained_commands(job, default):
                 print(f"      {command}" + (f"    # {why}" if why else ""))
     return EXIT_FAILED if args.fail_if_any and jobs else EXIT_OK
 
 
-def _explained_commands(job: JobState) -> list[tuple[str, str]]:
-    """The commands that end ``job``, the recommended one first, each with why (or ``""``)."""
-    base = f"--job {job.job_id} {job.destination}"
+def _explained_commands(job: JobState, default: str) -> list[tuple[str, str]]:
+    """The commands that end ``job``, the recommended one first, each with why (or ``""``);
+    they name its committer when it is not the ``default`` one of PATH's store."""
+    committer = f"--committer {job.committer} " if job.committer != default else ""
+    base = f"{committer}--job {job.job_id} {job.destination}"
     if job.state in NOT_BEGUN:
         rollback = (f"magicfs jobs rollback {base}", "once its driver is known gone")
         if not job.task_records:
@@ -177,8 +192,8 @@ def _explained_commands(job: JobState) -> list[tuple[str, str]]:
     return [(f"magicfs jobs {verb} {base}", "")]
 
 
-def _commands(job: JobState) -> list[str]:
-    return [command for command, _ in _explained_commands(job)]
+def _commands(job: JobState, default: str) -> list[str]:
+    return [command for command, _ in _explained_commands(job, default)]
 
 
 # -- recover, rollback, cleanup ----------------------------------------------------------------

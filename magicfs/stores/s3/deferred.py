@@ -40,6 +40,7 @@ from ..deferred import (
 )
 from . import checksums
 from .conditional import aconditional_support
+from .failures import FAILURES
 from .job_hooks import S3CommitOptions, S3JobHooks
 from .operator_view import S3OperatorView
 from .retry import DEFAULT_POLICY, RetryPolicy
@@ -224,9 +225,17 @@ class S3Deferred(DeferredStoreBase):
         return abort_uploads(self.store, uploads_of(commits))
 
     async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
-        bucket, key = self.split(prefix)
+        bucket, key = self.split_prefix(prefix)
         async for upload in self.store.alist_uploads(bucket, key):
             yield PendingWrite(f"{bucket}/{upload.key}", upload.upload_id)
+
+    def split_prefix(self, prefix: str) -> tuple[str, str]:
+        """:meth:`split` of a listing's prefix, keeping its trailing ``/`` (s3fs's path
+        stripping drops it): ``bkt/data/`` never matches ``bkt/data10/``."""
+        bucket, key = self.split(prefix)
+        if prefix.endswith("/") and key:
+            key += "/"
+        return bucket, key
 
 
 SPEC = DeferredStoreSpec(
@@ -242,4 +251,5 @@ SPEC = DeferredStoreSpec(
     options=S3CommitOptions,
     job_hooks=S3JobHooks,
     operator_view=S3OperatorView,
+    failures=FAILURES,
 )

@@ -171,11 +171,44 @@ def _class_for(error: BaseException, code: str | None, answered: bool) -> type[S
     return StoreCallError
 
 
+def is_missing_bucket(error: BaseException) -> bool:
+    """The store answered ``NoSuchBucket`` (s3fs raises ``FileNotFoundError``; magicfs
+    its :class:`~magicfs.errors.MissingBucketError`)."""
+    return error_code(error) == "NoSuchBucket"
+
+
+class S3Failures:
+    """S3's way to read its errors, for messages written above the stores
+    (:class:`~..failures.StoreFailures`; declared as ``SPEC.failures``)."""
+
+    #: No credentials, no connection, a bad endpoint ...: botocore's, no ``OSError``.
+    raises: tuple[type[BaseException], ...] = (botocore.exceptions.BotoCoreError,)
+
+    def code(self, error: BaseException) -> str | None:
+        return error_code(error)
+
+    def http_status(self, error: BaseException) -> int | None:
+        return http_status(error)
+
+    def answer(self, error: BaseException) -> str:
+        return answer(error)
+
+    def is_not_connected(self, error: BaseException) -> bool:
+        return is_not_connected(error)
+
+    def is_missing_bucket(self, error: BaseException) -> bool:
+        return is_missing_bucket(error)
+
+
+#: The one :class:`S3Failures` (it holds nothing).
+FAILURES = S3Failures()
+
+
 def listing_error(operation: str, path: str, error: FileNotFoundError) -> OSError:
     """What to raise when one of s3fs's own listings of ``path`` (``bucket/key``) failed
     with ``FileNotFoundError``: a :class:`MissingBucketError` naming the bucket when the
     bucket is missing, else ``error`` itself (the path is just not there)."""
-    if error_code(error) != "NoSuchBucket":
+    if not is_missing_bucket(error):
         return error
     bucket, _, key = path.partition("/")
     wrapped = store_error(operation, {"Bucket": bucket, "Key": key}, error)

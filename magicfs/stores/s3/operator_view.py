@@ -36,6 +36,7 @@ class S3OperatorView(OperatorView):
 
     knows_initiation = True
     paced_reads = True
+    adapter: S3Deferred
 
     def __init__(self, adapter: S3Deferred):
         super().__init__(adapter)
@@ -45,9 +46,7 @@ class S3OperatorView(OperatorView):
         return iterate(self.store, items, chunk)  # a page per wait
 
     def alist_pending(self, prefix: str) -> AsyncIterator[Pending]:
-        bucket, key = self.split(prefix)
-        if prefix.endswith("/") and key:  # data/ never matches data10/
-            key += "/"
+        bucket, key = self.adapter.split_prefix(prefix)  # data/ never matches data10/
 
         def pending(upload: PendingUpload) -> Pending:
             return Pending(f"{bucket}/{upload.key}", upload.upload_id, upload.initiated)
