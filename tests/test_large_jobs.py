@@ -202,15 +202,20 @@ def test_a_throttled_commit_slows_down_and_loses_nothing(
     names = {t: [f"f{t}-{n}" for n in range(10)] for t in range(4)}
     messages = run_tasks(committer, names)
     assert committer.store_fs.s3.meta.config.retries["mode"] == "standard"
-    assert committer.store.rate.rate() is None  # no limit before the store throttles
+    assert committer.store_hooks.store.rate.rate() is None  # no limit before the store throttles
     faults_front.add_rule("CompleteMultipartUpload", "503", rate=0.15)
     monkeypatch.setattr(Progress, "every", 0.0)  # a progress line per completion
     with caplog.at_level(logging.INFO, logger="magicfs.s3.commit"):
         summary = committer.commit_job(messages)
     answered = faults_front.stats()["CompleteMultipartUpload"]["faults"]["503"]
     assert summary.files == 40 and answered >= 2
-    assert committer.store.throttled == answered  # every SlowDown seen, retries included
-    assert committer.store.rate.cuts >= 1 and committer.store.rate.rate() is not None
+    assert (
+        committer.store_hooks.store.throttled == answered
+    )  # every SlowDown seen, retries included
+    assert (
+        committer.store_hooks.store.rate.cuts >= 1
+        and committer.store_hooks.store.rate.rate() is not None
+    )
     assert summary.counters["store_io_throttled"] == answered  # and in _SUCCESS's statistics
     keys = visible_keys(s3_client, bucket)
     assert sorted(keys) == sorted(
