@@ -310,7 +310,10 @@ class MagicLayoutCommitter(OutputCommitter):
     def _aattempt_entries(
         self, task: TaskAttempt
     ) -> Coroutine[Any, Any, dict[str, dict[str, str]]]:
-        return self.store_hooks.aattempt_entries(self.layout.task_attempt_dir(task.attempt_id))
+        """One listing of every attempt of the task (their directories, started markers and
+        records): the attempt's own entries, and whether another attempt has committed."""
+        prefix = self.layout.task_attempts_prefix(task.attempt_id)
+        return self.store_hooks.aattempt_entries(prefix)
 
     def commit_task_files(self, commit: TaskCommit, files: list[TaskFile]) -> TaskCommitMessage:
         task = commit.task
@@ -340,7 +343,7 @@ class MagicLayoutCommitter(OutputCommitter):
             iostatistics=stats,
             extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
         )
-        self._save_task_record(task, pendingset)
+        self._save_task_record(task, pendingset, task_record=found.others_committed)
         if not keeps_records:
             self._drop_attempt_records(task, sorted(found.files))
         size = pendingset.total_bytes
@@ -348,15 +351,17 @@ class MagicLayoutCommitter(OutputCommitter):
             self, task, attempt_record, len(commits), size, commit.start, "committed"
         )
 
-    def _save_task_record(self, task: TaskAttempt, pendingset: PendingSet) -> None:
-        """Save the attempt's pendingset (both names, at once), then check the job is
-        still active; on any failure withdraw the commits and abort the attempt."""
+    def _save_task_record(
+        self, task: TaskAttempt, pendingset: PendingSet, task_record: bool
+    ) -> None:
+        """Save the attempt's pendingset (and, where another attempt of the task has
+        committed, the task's: both at once; :mod:`magicfs.layouts.magic`), then check the
+        job is still active; on any failure withdraw the commits and abort the attempt."""
         try:
             data = pendingset.to_bytes()
-            paths = (
-                self.layout.attempt_pendingset(task.attempt_id),
-                self.layout.pendingset(task.task_id),
-            )
+            paths = [self.layout.attempt_pendingset(task.attempt_id)]
+            if task_record:
+                paths.append(self.layout.pendingset(task.task_id))
             saves = [
                 self.deferred.run_background(self.deferred.awrite_record(p, data)) for p in paths
             ]
@@ -412,10 +417,18 @@ class MagicLayoutCommitter(OutputCommitter):
     def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self._check_messages(messages, self.layout.tasks_dir)
-        # The job has ended before this listing: a task commit either saved its record
-        # before (and is listed) or finds the job gone and withdraws. Paged and uncached.
-        listing = self.list_records(self.layout.job_attempt_dir, recursive=False)
-        records = [p for p in listing if p.endswith(PENDINGSET_SUFFIX)]
+        # The job has ended before these listings: a task commit either saved its record
+        # before (and is listed) or finds the job gone and withdraws. Paged and uncached;
+        # the tasks' records and the attempts' at once.
+        layout = self.layout
+        listings = [
+            self.deferred.run_background(collect(self.deferred.alist_records(d, False)))
+            for d in (layout.job_attempt_dir, layout.tasks_dir)
+        ]
+        task_records, attempt_records = (
+            [p for p in listing.result() if p.endswith(PENDINGSET_SUFFIX)] for listing in listings
+        )
+        records = layout.chosen_records(task_records, attempt_records)
         if not was_active and (not records or self.success_names_this_job()):
             raise self._nothing_to_commit(
                 bool(records) or bool(self.list_records(self.layout.magic_dir))
