@@ -442,7 +442,7 @@ def job_records(options, s3_client, bucket):
     committer, _ = start_job(options, bucket, "out", "J1", {"part-0.csv": b"0123456789"})
     keys = object_keys(s3_client, bucket, "out/__magic_job-J1/")
     pending = next(k for k in keys if k.endswith(".pending"))
-    pendingset = next(k for k in keys if k.endswith(".pendingset") and "/tasks/" not in k)
+    pendingset = next(k for k in keys if k.endswith(".pendingset"))
 
     def body(key: str) -> bytes:
         return s3_client.get_object(Bucket=bucket, Key=key)["Body"].read()

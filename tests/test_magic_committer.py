@@ -75,6 +75,61 @@ def test_commit_job_without_messages_lists_the_committed_tasks(make_committer, s
     assert pending_uploads(s3_client, bucket) == []
 
 
+def task_records(client, bucket: str, committer) -> list[str]:
+    """The committed-task records in the job's tree: the attempts' and the tasks'."""
+    prefix = committer.deferred.split(committer.layout.job_attempt_dir)[1] + "/"
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+    return sorted(o["Key"][len(prefix) :] for o in listed if o["Key"].endswith(".pendingset"))
+
+
+def test_a_task_committed_once_saves_one_record_and_a_later_attempt_two(
+    make_committer, s3_client, bucket
+):
+    committer = make_committer()
+    committer.setup_job()
+    first, second = committer.task_attempt(0, 0), committer.task_attempt(0, 1)
+    for task, text in ((first, "first\n"), (second, "second\n")):
+        committer.setup_task(task)
+        write_text(committer, task, "part-0", text)
+    committer.commit_task(first)
+    # the task's only committed attempt: its own record, no task record
+    assert task_records(s3_client, bucket, committer) == [f"tasks/{first.attempt_id}.pendingset"]
+    committer.commit_task(second)
+    # the second sees the first in its listing: its own record and the task's
+    assert task_records(s3_client, bucket, committer) == sorted(
+        [
+            f"{first.task_id}.pendingset",
+            f"tasks/{first.attempt_id}.pendingset",
+            f"tasks/{second.attempt_id}.pendingset",
+        ]
+    )
+    assert committer.commit_job().files == 1  # without messages: the last committed wins
+    assert read(s3_client, bucket, "out/part-0") == "second\n"
+    assert pending_uploads(s3_client, bucket) == []
+
+
+def test_attempts_that_did_not_see_each_other_publish_one_of_them_whole(
+    make_committer, s3_client, bucket
+):
+    """Two attempts of a task that committed at the same moment (each listing before the
+    other's save) leave no task record: a job without messages publishes the higher
+    attempt, whole, and sweeps the other's uploads."""
+    committer = make_committer()
+    committer.setup_job()
+    attempts = [committer.task_attempt(0, n) for n in (0, 1)]
+    for task in attempts:
+        committer.setup_task(task)
+        write_text(committer, task, "a", f"a of {task.attempt_number}\n")
+        write_text(committer, task, "b", f"b of {task.attempt_number}\n")
+    for task in reversed(attempts):  # attempt 1 first: attempt 0's commit then sees it
+        committer.commit_task(task)
+    task_record = committer.deferred.split(committer.layout.pendingset(attempts[0].task_id))[1]
+    s3_client.delete_object(Bucket=bucket, Key=task_record)  # as if it had not seen it
+    assert committer.commit_job().files == 2
+    assert [read(s3_client, bucket, f"out/{n}") for n in "ab"] == ["a of 1\n", "b of 1\n"]
+    assert pending_uploads(s3_client, bucket) == []
+
+
 def test_paths_carry_the_job_id(make_committer, bucket):
     committer = make_committer()
     task = committer.task_attempt(3, 1)

@@ -372,11 +372,11 @@ def test_task_commit_racing_the_job_end_is_rejected(make_committer, s3_client, b
     committer = make_committer()
     task = write_only(committer, ["a"])
     # The job ends between the task's save and its check: simulate by ending it
-    # whenever the task-level pendingset is written.
+    # whenever the attempt's pendingset is written.
     faults = Faults(committer.store_fs)
 
     def end_job(params):
-        if params["Key"].endswith(f"{task.task_id}.pendingset"):
+        if params["Key"].endswith(f"{task.attempt_id}.pendingset"):
             s3_client.delete_object(
                 Bucket=bucket, Key=committer.deferred.split(committer.layout.job_marker)[1]
             )
@@ -507,9 +507,9 @@ def test_requests_per_small_file(make_committer, s3_client, bucket, request_log)
     job_commit = request_log.counts()
 
     # task commit in the writing process: O(1), the commits are known here: one listing
-    # of everything named like the attempt (its started marker with it), two PUTs, one
-    # HEAD of the job marker
-    assert task_commit == {"ListObjectsV2": 1, "PutObject": 2, "HeadObject": 1}
+    # of every attempt of the task (its started marker with it), one PUT (the attempt's
+    # record: no other attempt of the task committed), one HEAD of the job marker
+    assert task_commit == {"ListObjectsV2": 1, "PutObject": 1, "HeadObject": 1}
     # job commit: one completion per file, plus O(1) for the task and the job (alone on
     # its destination the job is unmarked: its record is deleted in a batch of its own)
     assert job_commit["CompleteMultipartUpload"] == 20
@@ -524,11 +524,11 @@ def test_task_commit_in_another_process_reads_each_record(
     task = write_only(committer, [f"f{n}" for n in range(20)])  # then "another process"
     request_log.attach(committer.store_fs)
     message = committer.commit_task(task)
-    # one GET per .pending, plus O(1): a listing, two PUTs, the job marker's HEAD
+    # one GET per .pending, plus O(1): a listing, one PUT, the job marker's HEAD
     assert request_log.counts() == {
         "ListObjectsV2": 1,
         "GetObject": 20,
-        "PutObject": 2,
+        "PutObject": 1,
         "HeadObject": 1,
     }
     committer.commit_job([message])

@@ -383,8 +383,8 @@ def _marker(committer: OutputCommitter) -> dict[str, Any] | None:
 
 def _task_records(committer: OutputCommitter) -> int:
     layout = getattr(committer, "layout", None)
-    if isinstance(layout, MagicJobLayout):
-        directory, suffix = layout.job_attempt_dir, PENDINGSET_SUFFIX
+    if isinstance(layout, MagicJobLayout):  # every committed attempt has its own record
+        directory, suffix = layout.tasks_dir, PENDINGSET_SUFFIX
     elif isinstance(layout, ManifestJobLayout):
         directory, suffix = layout.manifests_dir, MANIFEST_SUFFIX
     else:
@@ -392,7 +392,8 @@ def _task_records(committer: OutputCommitter) -> int:
     if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
         deferred = committer.deferred
         files = deferred.run(collect(deferred.alist_records(directory, recursive=False)))
-        return sum(1 for path in files if path.endswith(suffix))
+        records = [p for p in files if p.endswith(suffix)]
+        return len(committer.layout.chosen_records([], records))  # one per task
     return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
 
 

@@ -8,11 +8,13 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
   the job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`: how
   ``magicfs jobs list`` finds the job from any prefix above it; a refused entry is
   logged and fails nothing); ``setup_task``: the attempt's started marker.
-* ``commit_task``: one listing of every record named like the attempt (its started
-  marker, its saved pendingset, its directory), the attempt's commits gathered (this
-  process's, or its ``.pending`` records), the pendingset saved twice — as
-  ``tasks/<attempt>.pendingset`` (the message names it) and ``<task id>.pendingset`` (the
-  last committed attempt wins) — then the job checked still active. A store whose job
+* ``commit_task``: one listing of every record of the task's attempts (the attempt's
+  started marker, its saved pendingset, its directory, and the other attempts' records),
+  the attempt's commits gathered (this process's, or its ``.pending`` records), the
+  pendingset saved as ``tasks/<attempt>.pendingset`` (the message names it) and, only
+  where another attempt of the task has committed, also as ``<task id>.pendingset`` (the
+  last committed attempt wins: :mod:`magicfs.layouts.magic`) — then the job checked
+  still active. A store whose job
   clean-up finds pending writes by their markers keeps the attempt's records until the
   job ends (its hooks' ``keeps_attempt_records``:
   :class:`~magicfs.stores.job_hooks.DeferredJobHooks`); otherwise they are dropped at
@@ -27,11 +29,12 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
   option says (:mod:`magicfs.protocol.cleanup`).
 
 **Requests per task, and why each stays** (issue 28). Set-up: a HEAD of the job marker
-and the started marker's PUT; commit: one listing by the attempt's name (its directory,
-``<attempt>.started`` and ``<attempt>.pendingset`` share the prefix ``tasks/<attempt>``,
-so the started marker needs no request of its own, nor a pendingset that was never
-saved; entries of attempts whose ids merely start alike are left out), the two
-pendingset PUTs (at once), a HEAD of the job marker. The job checks are shared: task
+and the started marker's PUT; commit: one listing by the task's attempts' shared name
+(the attempt's directory, ``<attempt>.started`` and ``<attempt>.pendingset`` share the
+prefix ``tasks/attempt_<job>_0000_m_<task>_`` with the task's other attempts, so the
+started marker needs no request of its own, nor a pendingset that was never saved, and
+the listing says whether another attempt has committed), the pendingset PUT (two at
+once where another attempt has committed), a HEAD of the job marker. The job checks are shared: task
 set-ups and commits that ask at the same time in one process, and its writers, share one
 HEAD (:meth:`MagicLayoutCommitter.job_active`).
 
@@ -50,12 +53,13 @@ follows the closes.
   commit), nor this process's memory (set-up, abort and commit may run in different
   processes). Hadoop's magic committer pays the same (its task set-up makes the attempt
   directory).
-* Two pendingsets: the attempt's own (``tasks/<attempt>.pendingset``) is what the task
-  commit message names, so a job commit with messages publishes exactly the attempt the
-  caller chose among speculative ones; the task's (``<task id>.pendingset``) is what a
-  job commit without messages lists, where the store's own last-writer-wins order makes
-  "the last committed attempt wins" exact (HADOOP-17258) — one name cannot serve both,
-  and the task's is Hadoop's layout. Saved at once: one round trip.
+* The attempt's own pendingset (``tasks/<attempt>.pendingset``) is what the task commit
+  message names, so a job commit with messages publishes exactly the attempt the caller
+  chose among speculative ones. The task's (``<task id>.pendingset``, Hadoop's layout)
+  is needed only once two attempts of a task have committed: a job commit without
+  messages then takes it, and the store's own last-writer-wins order makes "the last
+  committed attempt wins" exact (HADOOP-17258). A task that committed once is its
+  attempt's record (one PUT, not two).
 * The job check after saving is the zombie handshake: a task commit either saved its
   record before the job's end (and is listed or named) or finds the marker gone and
   withdraws. It must follow the save, so it cannot share the listing before it.
@@ -310,7 +314,10 @@ class MagicLayoutCommitter(OutputCommitter):
     def _aattempt_entries(
         self, task: TaskAttempt
     ) -> Coroutine[Any, Any, dict[str, dict[str, str]]]:
-        return self.store_hooks.aattempt_entries(self.layout.task_attempt_dir(task.attempt_id))
+        """One listing of every attempt of the task (their directories, started markers and
+        records): the attempt's own entries, and whether another attempt has committed."""
+        prefix = self.layout.task_attempts_prefix(task.attempt_id)
+        return self.store_hooks.aattempt_entries(prefix)
 
     def commit_task_files(self, commit: TaskCommit, files: list[TaskFile]) -> TaskCommitMessage:
         task = commit.task
@@ -340,7 +347,7 @@ class MagicLayoutCommitter(OutputCommitter):
             iostatistics=stats,
             extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
         )
-        self._save_task_record(task, pendingset)
+        self._save_task_record(task, pendingset, task_record=found.others_committed)
         if not keeps_records:
             self._drop_attempt_records(task, sorted(found.files))
         size = pendingset.total_bytes
@@ -348,15 +355,17 @@ class MagicLayoutCommitter(OutputCommitter):
             self, task, attempt_record, len(commits), size, commit.start, "committed"
         )
 
-    def _save_task_record(self, task: TaskAttempt, pendingset: PendingSet) -> None:
-        """Save the attempt's pendingset (both names, at once), then check the job is
-        still active; on any failure withdraw the commits and abort the attempt."""
+    def _save_task_record(
+        self, task: TaskAttempt, pendingset: PendingSet, task_record: bool
+    ) -> None:
+        """Save the attempt's pendingset (and, where another attempt of the task has
+        committed, the task's: both at once; :mod:`magicfs.layouts.magic`), then check the
+        job is still active; on any failure withdraw the commits and abort the attempt."""
         try:
             data = pendingset.to_bytes()
-            paths = (
-                self.layout.attempt_pendingset(task.attempt_id),
-                self.layout.pendingset(task.task_id),
-            )
+            paths = [self.layout.attempt_pendingset(task.attempt_id)]
+            if task_record:
+                paths.append(self.layout.pendingset(task.task_id))
             saves = [
                 self.deferred.run_background(self.deferred.awrite_record(p, data)) for p in paths
             ]
@@ -412,10 +421,18 @@ class MagicLayoutCommitter(OutputCommitter):
     def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
             return self._check_messages(messages, self.layout.tasks_dir)
-        # The job has ended before this listing: a task commit either saved its record
-        # before (and is listed) or finds the job gone and withdraws. Paged and uncached.
-        listing = self.list_records(self.layout.job_attempt_dir, recursive=False)
-        records = [p for p in listing if p.endswith(PENDINGSET_SUFFIX)]
+        # The job has ended before these listings: a task commit either saved its record
+        # before (and is listed) or finds the job gone and withdraws. Paged and uncached;
+        # the tasks' records and the attempts' at once.
+        layout = self.layout
+        listings = [
+            self.deferred.run_background(collect(self.deferred.alist_records(d, False)))
+            for d in (layout.job_attempt_dir, layout.tasks_dir)
+        ]
+        task_records, attempt_records = (
+            [p for p in listing.result() if p.endswith(PENDINGSET_SUFFIX)] for listing in listings
+        )
+        records = layout.chosen_records(task_records, attempt_records)
         if not was_active and (not records or self.success_names_this_job()):
             raise self._nothing_to_commit(
                 bool(records) or bool(self.list_records(self.layout.magic_dir))

@@ -6,9 +6,20 @@
         _magicfs_job.json                                the job is active (see below)
         job-<job>/<NN>/                                  job attempt dir, NN = app attempt
             <task id>.pendingset                         last committed attempt of a task
+                                                         (only once two attempts committed)
             tasks/<task attempt id>/__base/<relative>    where a task attempt writes
             tasks/<task attempt id>.started              the attempt was set up, not aborted
             tasks/<task attempt id>.pendingset           an attempt's own committed record
+
+**Which attempt of a task a job without messages commits.** Every committed attempt
+saves its own record (the one its message names). An attempt whose commit finds another
+attempt of its task already committed (its commit lists every attempt of the task: one
+listing, :meth:`MagicJobLayout.task_attempts_prefix`) also saves the task's
+``<task id>.pendingset``, Hadoop's record of the last committed attempt, where the
+store's last-writer-wins makes "the last committed attempt wins" exact (HADOOP-17258).
+So a task that committed once costs one record, and :func:`chosen_records` reads the
+task's record where there is one, else the attempt's own (of two attempts that
+committed at the same moment, neither seeing the other: the higher attempt number).
 
 **The job marker.** ``_magicfs_job.json`` exists from job setup until the job is
 committed or aborted. Writers check it right after recording each upload, and task
@@ -100,20 +111,50 @@ class MagicJobLayout:
         """One attempt's own committed record, named by the task commit message."""
         return join(self.tasks_dir, attempt_id + PENDINGSET_SUFFIX)
 
+    def task_attempts_prefix(self, attempt_id: str) -> str:
+        """The prefix every attempt of ``attempt_id``'s task shares (its directory, started
+        marker and record): ``tasks/attempt_<job>_0000_m_000007_``."""
+        return join(self.tasks_dir, attempt_id.rsplit("_", 1)[0] + "_")
+
     def started_marker(self, attempt_id: str) -> str:
         """Exists from task setup until the attempt is aborted: only then may it commit."""
         return join(self.tasks_dir, attempt_id + STARTED_SUFFIX)
 
     def attempt_records(self, attempt_id: str, listed: Mapping[str, T]) -> AttemptRecords[T]:
-        """Split a listing of the prefix ``task_attempt_dir(attempt_id)``: the attempt's
-        directory, started marker and pendingset share it, so one listing finds all three.
-        Entries of attempts whose ids merely start with ``attempt_id`` are left out."""
+        """Split a listing of :meth:`task_attempts_prefix`: the attempt's directory, started
+        marker and pendingset share it, so one listing finds all three, and the records
+        of the task's other committed attempts. Entries of attempts whose ids merely
+        start with ``attempt_id`` are not the attempt's."""
         directory = self.task_attempt_dir(attempt_id) + "/"
+        own = self.attempt_pendingset(attempt_id)
+        prefix = self.task_attempts_prefix(attempt_id)
         return AttemptRecords(
             self.started_marker(attempt_id) in listed,
-            self.attempt_pendingset(attempt_id) in listed,
+            own in listed,
             {p: v for p, v in listed.items() if p.startswith(directory)},
+            any(
+                p != own and p.startswith(prefix) and _is_attempt_record(p[len(prefix) :])
+                for p in listed
+            ),
         )
+
+    def chosen_records(self, task_records: list[str], attempt_records: list[str]) -> list[str]:
+        """The record to publish for each committed task, for a job commit without
+        messages: the task's ``<task id>.pendingset`` where it has one (the last committed
+        attempt, once two committed), else its attempt's own; of two attempts with no task
+        record (they committed at the same moment), the higher attempt number. In task
+        order."""
+        chosen: dict[str, tuple[int, str]] = {}
+        for path in attempt_records:
+            attempt = path.rsplit("/", 1)[-1].removesuffix(PENDINGSET_SUFFIX)
+            task, _, number = attempt.rpartition("_")
+            key = "task" + task.removeprefix("attempt")
+            rank = int(number) if number.isdigit() else -1
+            if key not in chosen or rank > chosen[key][0]:
+                chosen[key] = (rank, path)
+        for path in task_records:
+            chosen[path.rsplit("/", 1)[-1].removesuffix(PENDINGSET_SUFFIX)] = (1 << 62, path)
+        return [chosen[task][1] for task in sorted(chosen)]
 
 
 @dataclass(frozen=True)
@@ -123,6 +164,13 @@ class AttemptRecords(Generic[T]):
     started: bool  # its started marker
     saved: bool  # its own pendingset
     files: dict[str, T]  # its directory's entries, as listed (with what the listing gave)
+    others_committed: bool = False  # another attempt of its task has a record
+
+
+def _is_attempt_record(rest: str) -> bool:
+    """``<attempt number>.pendingset`` (what follows a task's attempts prefix)."""
+    number, _, suffix = rest.partition(".")
+    return number.isdigit() and "." + suffix == PENDINGSET_SUFFIX
 
 
 def job_marker_for(magic_path: MagicPath) -> str | None:
