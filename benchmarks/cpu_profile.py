@@ -14,8 +14,7 @@ after another (8 MiB parts: a tenth as many), on the same server in the same run
 Bodies and checksums as a job sends them: a ``PutObject`` of a ``.pending`` record (its
 JSON, with a CRC32 header), an ``UploadPart`` of 8 MiB with its CRC32 computed by the
 caller (magicfs: as the writer sends it, a :class:`~magicfs.stores.s3.body.PartBody` of
-eight 1 MiB pieces whose SHA-256 for the signature is computed before the request, off
-the IO loop: it shows under ``other``, not ``sign``), a
+eight 1 MiB pieces, sent as they were written: no join, no copy), a
 ``CompleteMultipartUpload`` of one part with its checksum, ``HeadObject``,
 ``ListObjectsV2`` of 10 keys, ``GetObject`` of a record read whole. One more row sends
 the part as the writer did before it sent views of its pieces: joined into one ``bytes``.
@@ -157,13 +156,11 @@ class Requests:
         )
 
     def m_part(self) -> Any:
-        """As the writer sends a part: its CRC32 and (over plain HTTP) the SHA-256 its
-        signature needs computed first, on a thread of their own (here the caller's)."""
+        """As the writer sends a part: its pieces as they were written (no join), its
+        CRC32 computed first, on a thread of its own (here the caller's)."""
         from magicfs.stores.s3.body import PartBody
 
         body = PartBody(self.pieces)
-        if self.store.signs_payloads:
-            body.hash_payload()
         crc = ("CRC32", _crc(body))
         return self.store.run(
             self.store.aupload_part(BUCKET, "out/part.bin", self.upload, 1, body, crc)
