@@ -59,9 +59,12 @@ METHODS = ("magicfs", "magicfs-bg", "magicfs-close", "boto3")
 
 
 def _chunks(size: int) -> Iterator[bytes]:
-    block = os.urandom(CHUNK)
+    """``size`` bytes in 1 MiB ``bytes`` objects, each a new one as a real producer makes
+    (the same object every time would let a writer that keeps the caller's bytes, rather
+    than copying them, hold almost no memory of its own)."""
+    block = memoryview(os.urandom(CHUNK))
     for start in range(0, size, CHUNK):
-        yield block[: min(CHUNK, size - start)]
+        yield bytes(block[: min(CHUNK, size - start)])  # a copy: a new object
 
 
 def _rss_mib() -> float:

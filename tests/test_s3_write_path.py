@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import os
@@ -19,6 +20,8 @@ from hypothesis import strategies as st
 
 from magicfs import MagicFileSystem
 from magicfs.errors import JobNotActiveError
+from magicfs.stores.s3 import checksums
+from magicfs.stores.s3.body import PartBody
 from magicfs.stores.s3.tracking import META_JOB_ID, META_TASK_ATTEMPT, META_WRITER
 from magicfs.task_files import TASK_FILES
 
@@ -151,6 +154,52 @@ def test_one_huge_write_is_split_into_parts(magic, s3_client, bucket):
     assert pending["partCount"] == 4  # 5 + 5 + 5 + 2 MiB
     complete_from_pending(s3_client, json.dumps(pending))
     assert s3_client.get_object(Bucket=bucket, Key="out/huge.bin")["Body"].read() == data
+
+
+@pytest.mark.parks_uploads(
+    "the write path alone: no job commits or sweeps the deferred uploads it checks"
+)
+def test_parts_go_out_as_the_callers_bytes_not_copies(magic, s3, s3_client, bucket):
+    # A part is sent from the bytes objects the caller wrote (memoryviews of them): no
+    # join, no BytesIO (magicfs.stores.s3.body). Mutable data is copied once, on write.
+    sent = []
+    s3.s3.meta.events.register(
+        "before-call.s3.UploadPart", lambda params, **_: sent.append(params["body"].pieces)
+    )
+    written = [payload(MiB, seed=n) for n in range(5)]
+    reused = bytearray(b"r" * MiB)
+    path = magic_file(bucket, "pieces.bin")
+    with magic.open(path, "wb") as f:
+        for piece in written:
+            f.write(piece)
+        f.write(reused)
+        reused[:] = b"X" * MiB  # the caller refills its buffer: the file keeps "r"s
+    second, first = sorted(sent, key=len)  # the parts go out in either order
+    assert [view.obj for view in first] == written  # the very objects, in order
+    assert all(view.obj is piece for view, piece in zip(first, written, strict=True))
+    assert bytes(second[0]) == b"r" * MiB and second[0].obj is not reused
+    pending = s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")
+    complete_from_pending(s3_client, pending["Body"].read())
+    data = s3_client.get_object(Bucket=bucket, Key="out/pieces.bin")["Body"].read()
+    assert data == b"".join(written) + b"r" * MiB
+
+
+def test_a_part_body_reads_its_pieces_without_joining_them():
+    body = PartBody([b"ab", bytearray(b"cde"), b"", memoryview(b"f")])
+    assert (len(body), body.tell()) == (6, 0)
+    first = body.read(4)  # stops at the end of a piece: a view of it
+    assert isinstance(first, memoryview) and bytes(first) == b"ab"
+    assert body.read() == b"cdef" and body.read(1) == b""
+    assert body.seek(1) == 1 and bytes(body.read(10)) == b"b"
+    assert body.seek(-2, 2) == 4 and body.read(-1) == b"ef"
+
+    async def sent() -> bytes:
+        body.seek(0)
+        return b"".join([bytes(chunk) async for chunk in body])
+
+    assert asyncio.run(sent()) == b"abcdef"
+    assert checksums.compute("CRC32", body) == checksums.compute("CRC32", b"abcdef")
+    assert not PartBody([]) and PartBody([]).read() == b""
 
 
 # --- request budget and bounded memory ------------------------------------------------

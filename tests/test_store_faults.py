@@ -130,6 +130,32 @@ def test_transient_faults_on_every_write_operation(faults_front, s3_client, buck
     assert_nothing_left(s3_client, bucket)
 
 
+@pytest.mark.parametrize(("client_attempts", "s3fs_retries"), [(None, 1), (1, 1), (1, 5)])
+def test_a_part_sent_again_is_sent_whole(
+    faults_front, s3_client, bucket, client_attempts, s3fs_retries
+):
+    # A part goes out as views of the caller's pieces (magicfs.stores.s3.body), read to
+    # the end by each attempt: the store took the whole first attempt, then answered 500.
+    # Whoever repeats it (botocore, s3fs, or magicfs's retry policy once botocore and
+    # s3fs give up), the store must get every byte again, not what is left after the end.
+    committer = committer_via(
+        faults_front, bucket, client_attempts=client_attempts, retry_policy=FAST
+    )
+    committer.store_fs.retries = s3fs_retries
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    pieces = [bytes([n]) * (1 << 20) for n in range(9)] + [b"tail"]  # parts of 8 MiB, 1 MiB
+    faults_front.add_rule("UploadPart", "500-after", count=2)
+    with committer.fs.open(task.path("big.bin"), "wb") as f:
+        for piece in pieces:
+            f.write(piece)
+    committer.commit_job([committer.commit_task(task)])
+    assert faults_front.stats()["UploadPart"]["faults"] == {"500-after": 2}
+    assert published(s3_client, bucket) == {"out/big.bin": b"".join(pieces)}
+    assert_nothing_left(s3_client, bucket)
+
+
 def test_completions_answered_with_an_error_in_a_200_reply(faults_front, s3_client, bucket):
     # S3 documents this for CompleteMultipartUpload: the status line went out before
     # the work failed. One file must not undo the others: it is retried.

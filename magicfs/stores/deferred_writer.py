@@ -133,10 +133,16 @@ class PartBuffer:
     def take(self) -> bytes:
         """The part's bytes (one whole ``bytes`` piece: that very object); the buffer is
         then empty."""
-        pieces, self._pieces, self.size = self._pieces, [], 0
+        pieces = self.take_pieces()
         if len(pieces) == 1 and type(pieces[0]) is bytes:
             return pieces[0]
         return b"".join(pieces)
+
+    def take_pieces(self) -> list[bytes | bytearray]:
+        """The part's bytes as the pieces they are held in, not joined (no copy): nothing
+        changes them afterwards (the caller's mutable data was copied in :meth:`add`)."""
+        pieces, self._pieces, self.size = self._pieces, [], 0
+        return pieces
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,10 @@ class FileHooks(Protocol):
 
     #: The file's URL, for messages.
     url: str
+    #: :meth:`astage` takes the part as its pieces (a list of ``bytes``-like objects
+    #: nothing changes afterwards), not joined into one ``bytes``: a store whose client
+    #: sends buffers as they are saves the copy of every part (S3: :mod:`.s3.body`).
+    part_pieces: bool
 
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Start ``call`` on the store's IO loop."""
@@ -197,8 +207,9 @@ class FileHooks(Protocol):
     async def ajob_active(self) -> bool:
         """Is the job still active? (Only asked when the file belongs to a job.)"""
 
-    async def astage(self, number: int, body: bytes) -> str:
-        """Stage part ``number`` (from 1); returns its id for the record."""
+    async def astage(self, number: int, body: Any) -> str:
+        """Stage part ``number`` (from 1): ``body`` is its ``bytes``, or its pieces with
+        :attr:`part_pieces`; returns its id for the record."""
 
     def record(self, part_ids: list[str], length: int) -> SinglePendingCommit:
         """The file's record: ``part_ids`` in order, ``length`` bytes written."""
@@ -358,7 +369,7 @@ class DeferredWriter(io.BufferedIOBase):
                 self._buffer.add(data, view, offset, offset + take)
                 offset += take
                 if len(self._buffer) == part_size:
-                    self._stage(self._buffer.take())
+                    self._stage(self._take())
             self._written += size
             self._registry.wrote(self.path, self, self._written)
             return size
@@ -395,7 +406,7 @@ class DeferredWriter(io.BufferedIOBase):
             try:
                 self._check_usable()
                 if self._buffer or (not self._parts and self.rules.at_least_one):
-                    self._stage(self._buffer.take())
+                    self._stage(self._take())
             except BaseException:
                 self._abort()
                 raise
@@ -514,7 +525,11 @@ class DeferredWriter(io.BufferedIOBase):
             self._abort()
             raise failure
 
-    def _stage(self, body: bytes) -> None:
+    def _take(self) -> Any:
+        """The next part's body: its pieces for a store that takes them, else its bytes."""
+        return self._buffer.take_pieces() if self.hooks.part_pieces else self._buffer.take()
+
+    def _stage(self, body: Any) -> None:
         number = len(self._parts) + 1
         if number > self.rules.max_parts:
             raise OSError(
@@ -527,7 +542,7 @@ class DeferredWriter(io.BufferedIOBase):
         except BaseException:
             self._slots.release()
             raise
-        size = len(body)
+        size = len(body) if isinstance(body, bytes) else sum(map(len, body))
         BUFFER_BUDGET.take(size)  # and at most BUFFER_BUDGET across the process
         try:
             future = self.hooks.run_background(self._astage(number, body))
@@ -538,7 +553,7 @@ class DeferredWriter(io.BufferedIOBase):
         future.add_done_callback(lambda done: self._staged(done, size))
         self._parts[number] = future
 
-    async def _astage(self, number: int, body: bytes) -> str:
+    async def _astage(self, number: int, body: Any) -> str:
         task = asyncio.current_task()
         if task is not None:
             self._tasks[number] = task

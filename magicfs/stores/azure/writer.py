@@ -148,6 +148,8 @@ class BlockListWrites(DeferredWritesBase):
 class BlockFileHooks:
     """One task file's blocks (see the module docstring)."""
 
+    part_pieces = False  # astage takes the block's bytes
+
     def __init__(
         self,
         blocks: BlockStore,

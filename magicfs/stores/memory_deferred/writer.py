@@ -103,6 +103,8 @@ class MemoryWrites(DeferredWritesBase):
 class MemoryFileHooks:
     """One task file's upload in process memory (see the module docstring)."""
 
+    part_pieces = False  # astage takes the block's bytes
+
     def __init__(
         self,
         fs: MemoryDeferredFileSystem,

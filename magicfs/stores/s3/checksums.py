@@ -53,6 +53,7 @@ import botocore.httpchecksum as httpchecksum
 
 from ...errors import InvalidCommitData
 from ...records import CHECKSUM_ALGORITHM_KEY, SinglePendingCommit
+from .body import PartBody
 
 ALGORITHM_KEY = CHECKSUM_ALGORITHM_KEY  # a pendingset declares it too (records.pending)
 PARTS_KEY = "magicfs.checksum.parts"
@@ -92,10 +93,11 @@ def checked_algorithm(name: str | None) -> str | None:
     return algorithm
 
 
-def compute(algorithm: str, data: bytes) -> str:
-    """The base64 checksum of ``data``, as S3 headers carry it."""
+def compute(algorithm: str, data: bytes | PartBody) -> str:
+    """The base64 checksum of ``data`` (a part's pieces in turn), as S3 headers carry it."""
     checksum = _CLASSES[algorithm]()
-    checksum.update(data)
+    for piece in data.pieces if isinstance(data, PartBody) else [data]:
+        checksum.update(piece)
     return str(checksum.b64digest())
 
 
@@ -188,7 +190,7 @@ def check_reply(commit: SinglePendingCommit, reply: dict[str, Any]) -> None:
         )
 
 
-async def aheader(fs: Any, body: bytes) -> dict[str, str]:
+async def aheader(fs: Any, body: bytes | PartBody) -> dict[str, str]:
     """A CRC32 checksum parameter for a request botocore would checksum by itself.
 
     With botocore's default ``request_checksum_calculation="when_supported"`` it adds a

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .body import rewind
 from .retry import THROTTLING_CODES
 
 log = logging.getLogger("magicfs.s3.rate")
@@ -175,6 +176,8 @@ class Replies:
         if id(client) not in self._watched:
             self._watched.add(id(client))
             client.meta.events.register("needs-retry.s3", self._on_reply)
+            # Not about replies, but once per client too: every call sends a part whole.
+            client.meta.events.register("before-parameter-build.s3", rewind)
 
     def _on_reply(self, response: Any = None, **_: Any) -> None:
         if response is None:

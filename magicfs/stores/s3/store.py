@@ -62,6 +62,7 @@ from fsspec.asyn import sync
 
 from ...errors import MissingBucketError
 from . import checksums
+from .body import PartBody
 from .failures import answer, is_not_connected, store_error
 from .rate import RateControl, Replies
 from .retry import (
@@ -280,10 +281,11 @@ class S3Store:
         key: str,
         upload_id: str,
         number: int,
-        body: bytes,
+        body: bytes | PartBody,
         checksum: tuple[str, str] | None = None,
     ) -> dict[str, Any]:
-        """Upload part ``number``; the reply has its ``ETag``.
+        """Upload part ``number`` (``body``: a :class:`.body.PartBody` is sent without a
+        copy); the reply has its ``ETag``.
 
         ``checksum`` (algorithm, base64 value) goes with it as a header, for the store to
         verify; without one, a CRC32 header where botocore would add one itself.

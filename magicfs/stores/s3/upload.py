@@ -13,6 +13,7 @@ import os
 
 from ...records import SinglePendingCommit, path_to_uri
 from . import checksums as part_checksums
+from .body import PartBody
 from .store import S3Store
 
 
@@ -45,7 +46,8 @@ def upload_pending(
                     sums.append(part_checksums.compute(checksum, chunk))
                 sent = (checksum, sums[-1]) if checksum else None
                 number = len(etags) + 1
-                part = store.run(store.aupload_part(bucket, key, upload_id, number, chunk, sent))
+                body = PartBody([chunk])  # sent without a copy on the IO loop
+                part = store.run(store.aupload_part(bucket, key, upload_id, number, body, sent))
                 etags.append(part["ETag"])
                 if len(chunk) < part_size:
                     break

@@ -60,6 +60,7 @@ from ..deferred_writer import (
 )
 from ..job_check import job_still_active
 from . import checksums
+from .body import PartBody
 from .conditional import aconditional_support
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
@@ -170,6 +171,8 @@ def _hidden(magic_path: MagicPath) -> bool:
 class S3FileHooks:
     """One task file's multipart upload (see the module docstring)."""
 
+    part_pieces = True  # sent as they are: :mod:`.body`
+
     def __init__(
         self,
         store: S3Store,
@@ -274,22 +277,24 @@ class S3FileHooks:
 
         return await job_still_active(self.bucket, marker, head)  # shared by writers
 
-    async def astage(self, number: int, body: bytes) -> str:
-        """Upload one part, with its checksum as a header (the store checks the bytes).
+    async def astage(self, number: int, body: list[bytes | bytearray]) -> str:
+        """Upload one part (its pieces, sent without a copy: :mod:`.body`), with its
+        checksum as a header (the store checks the bytes).
 
         The checksum is computed on a worker thread (zlib releases the GIL), neither on
         the IO loop, which serves every writer, nor in the writing thread, which is busy
         producing the next part.
         """
         assert self.upload_id is not None
+        part = PartBody(body)
         sent = None
         if self.checksum:
             loop = asyncio.get_running_loop()
-            value = await loop.run_in_executor(None, checksums.compute, self.checksum, body)
+            value = await loop.run_in_executor(None, checksums.compute, self.checksum, part)
             self.part_checksums[number] = value
             sent = (self.checksum, value)
         reply = await self.store.aupload_part(
-            self.bucket, self.destination_key, self.upload_id, number, body, sent
+            self.bucket, self.destination_key, self.upload_id, number, part, sent
         )
         return str(reply["ETag"])
 
