@@ -267,7 +267,7 @@ def profile_types(target: Any, count: int, runs: int) -> dict[str, dict[str, dic
 
     options = {**target.storage_options, "skip_instance_cache": True}
     committer = magicfs.committer_for(f"s3://{BUCKET}/out", storage_options=options)
-    store = committer.store
+    store = committer.store_hooks.store
     client = target.boto3_client()
     client.create_bucket(Bucket=BUCKET)
     requests = Requests(store, client)
@@ -317,7 +317,9 @@ def setup_cpu(target: Any, count: int) -> tuple[float, float]:
     for _ in range(count):
         start = time.process_time()
         committer = magicfs.committer_for(f"s3://{BUCKET}/out", storage_options=options)
-        committer.store.run(committer.store.ahead_object(BUCKET, "out/record.pending"))
+        committer.store_hooks.store.run(
+            committer.store_hooks.store.ahead_object(BUCKET, "out/record.pending")
+        )
         m.append(time.process_time() - start)
         start = time.process_time()
         client = boto3.session.Session().client(

@@ -391,8 +391,8 @@ def commit_child(spec: dict[str, Any]) -> dict[str, Any]:
         "client_calls": dict(calls),
         "stages": stages,
         "rss_by_stage": rss_by_stage(stages, samples),
-        "rate_cuts": committer.store.rate.cuts,
-        "final_rate": committer.store.rate.rate(),
+        "rate_cuts": committer.store_hooks.store.rate.cuts,
+        "final_rate": committer.store_hooks.store.rate.rate(),
     }
     if tracer is not None:
         stop, best = tracer
