@@ -130,6 +130,26 @@ def test_attempts_that_did_not_see_each_other_publish_one_of_them_whole(
     assert pending_uploads(s3_client, bucket) == []
 
 
+def test_an_aborted_later_attempt_leaves_the_earlier_one_to_publish(
+    make_committer, s3_client, bucket
+):
+    """The later attempt's abort deletes its records and the task's record (it names
+    that attempt); the earlier attempt's own record is what a job without messages then
+    publishes, whole, and the aborted attempt's uploads are gone."""
+    committer = make_committer()
+    committer.setup_job()
+    first, second = committer.task_attempt(0, 0), committer.task_attempt(0, 1)
+    for task, text in ((first, "first\n"), (second, "second\n")):
+        committer.setup_task(task)
+        write_text(committer, task, "part-0", text)
+        committer.commit_task(task)
+    committer.abort_task(second)
+    assert task_records(s3_client, bucket, committer) == [f"tasks/{first.attempt_id}.pendingset"]
+    assert committer.commit_job().files == 1
+    assert read(s3_client, bucket, "out/part-0") == "first\n"
+    assert pending_uploads(s3_client, bucket) == []
+
+
 def test_paths_carry_the_job_id(make_committer, bucket):
     committer = make_committer()
     task = committer.task_attempt(3, 1)
