@@ -39,6 +39,9 @@ CLASSIC_JOB_MARKER_PREFIX = "_magicfs_job-"
 CLASSIC_JOB_MARKER_SUFFIX = ".json"
 #: Written by task set-up, deleted by task abort: only a started attempt may commit.
 STARTED_SUFFIX = ".started"
+#: Written by the abort of an attempt whose commits stay in the process that set it up
+#: (S3's ``in_memory``), from another process: that attempt has no started marker to delete.
+ABORTED_SUFFIX = ".aborted"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.
 JOURNAL_FILE = "_magicfs_commit.json"
 #: Its delete pages beside it: ``_magicfs_commit.deletes-<5-digit page number>.json``.

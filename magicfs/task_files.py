@@ -82,7 +82,8 @@ class TaskFiles:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._files: dict[str, TaskFile] = {}
-        self._finished: dict[tuple[str, str], str] = {}
+        #: (job, attempt) -> (outcome, whether this process had set the attempt up).
+        self._finished: dict[tuple[str, str], tuple[str, bool]] = {}
         self._set_up: dict[tuple[str, str], int] = {}  # attempt -> the process that set it up
 
     # -- writers -------------------------------------------------------------------------
@@ -208,8 +209,8 @@ class TaskFiles:
         """
         with self._lock:
             self._finished.pop((job_id, attempt_id), None)
-            self._set_up.pop((job_id, attempt_id), None)
-            self._finished[(job_id, attempt_id)] = outcome
+            here = self._set_up.pop((job_id, attempt_id), None) == os.getpid()
+            self._finished[(job_id, attempt_id)] = (outcome, here)
             while len(self._finished) > self.MAX_FINISHED:
                 del self._finished[next(iter(self._finished))]
             taken = [
@@ -237,7 +238,15 @@ class TaskFiles:
         if not job_id or not attempt_id:
             return None
         with self._lock:
-            return self._finished.get((job_id, attempt_id))
+            ended = self._finished.get((job_id, attempt_id))
+            return None if ended is None else ended[0]
+
+    def ended_where_set_up(self, job_id: str, attempt_id: str) -> bool:
+        """Did the attempt finish in the process that set it up (this one)? Its abort then
+        needs no record for other processes: its commits were this process's alone."""
+        with self._lock:
+            ended = self._finished.get((job_id, attempt_id))
+            return ended is not None and ended[1]
 
 
 #: The registry of this process.

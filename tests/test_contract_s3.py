@@ -60,6 +60,22 @@ class TestRgwContract(TestS3Contract):
     store = "rgw"
 
 
+class TestS3InMemoryContract(TestS3Contract):
+    """The magic committer with ``in_memory=True``: its attempts' commits stay in the
+    process that set them up (no started marker; records carried by the messages)."""
+
+    committers = ("magic",)
+
+    def make_target(self, request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Target:
+        target = super().make_target(request, pair, tmp_path)
+        target.options["in_memory"] = True
+        return target
+
+
+class TestRgwInMemoryContract(TestS3InMemoryContract):
+    store = "rgw"
+
+
 class TestSeaweedContract(TestS3Contract):
     store = "seaweed"
 

@@ -5,6 +5,7 @@ which requests were sent; the speed itself is measured by ``benchmarks/job_commi
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -213,22 +214,27 @@ def test_the_old_success_file_is_deleted_while_the_job_is_set_up(front, s3_clien
     assert tree_of(s3_client, bucket, committer) == []
 
 
+@pytest.mark.parametrize("carried", [False, True], ids=["named", "carried"])
 def test_records_named_by_messages_are_read_while_the_job_ends(
-    front, s3_client, bucket, tmp_path, monkeypatch
+    front, s3_client, bucket, tmp_path, monkeypatch, carried
 ):
     """The pendingset a message names is read alongside the job marker's DELETE (one
     round trip): here the DELETE fails, yet the record was read. Nothing is visible, no
-    local spill file stays, the upload waits, and the retried commit publishes it."""
+    local spill file stays, the upload waits, and the retried commit publishes it. A
+    record the message carries (a small one) is not read at all."""
     spills = tmp_path / "spills"
     spills.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(spills))
     committer = committer_at(bucket, front.storage_options)
     messages = run_tasks(committer)
+    assert messages[0].record_json is not None
+    if not carried:  # as a task too large to carry its record would report
+        messages = [dataclasses.replace(m, record_json=None) for m in messages]
     front.add_rule("DeleteObject", "500", key=r"_magicfs_job\.json$")
     read = front.add_rule("GetObject", "delay", ms=0, key=r"\.pendingset$")
     with pytest.raises(StoreCallError, match=r"DeleteObject .*_magicfs_job\.json failed"):
         committer.commit_job(messages)
-    assert [r["fired"] for r in front.rules() if r["id"] == read["id"]] == [1]
+    assert [r["fired"] for r in front.rules() if r["id"] == read["id"]] == [0 if carried else 1]
     assert visible_keys(s3_client, bucket) == []
     assert list(spills.iterdir()) == []
     assert sorted(u["Key"] for u in pending_uploads(s3_client, bucket)) == [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 
 import pytest
@@ -209,8 +210,16 @@ def test_malformed_pending_names_the_file(make_committer, s3_client, bucket):
     assert_clean_failure(s3_client, bucket)
 
 
-def tamper_pendingset(committer, s3_client, bucket, message, change):
+def tamper_pendingset(committer, s3_client, bucket, message, change, carried: bool):
+    """Tamper with the saved record, and return the message the job is given: carrying
+    the record, tampered the same way (``carried``), or none (the job reads the store's)."""
     edit_json(s3_client, bucket, committer.deferred.split(message.record)[1], change)
+    if not carried:
+        return dataclasses.replace(message, record_json=None)
+    assert message.record_json is not None
+    document = json.loads(message.record_json)
+    change(document)
+    return dataclasses.replace(message, record_json=json.dumps(document))
 
 
 @pytest.mark.parametrize(
@@ -232,26 +241,35 @@ def tamper_pendingset(committer, s3_client, bucket, message, change):
         (lambda d: d["commits"][0]["etags"].pop(), r"etags: lists 1 parts but partCount says 2"),
     ],
 )
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "read"])
 def test_tampered_pendingset_fails_the_job_before_anything_is_visible(
-    make_committer, s3_client, bucket, change, match
+    make_committer, s3_client, bucket, change, match, carried
 ):
     committer = make_committer()
     big = 8 * MiB + 10  # two parts of the default 8 MiB
     messages = run_tasks(committer, {0: ["a", "b"], 1: ["c"]}, data=lambda n: n.encode() * big)
-    tamper_pendingset(committer, s3_client, bucket, messages[0], change)
+    messages[0] = tamper_pendingset(committer, s3_client, bucket, messages[0], change, carried)
     with pytest.raises(JobCommitError, match=match) as caught:
         committer.commit_job(messages)
     assert caught.value.stage in ("load", "validate")
     assert isinstance(caught.value.__cause__, InvalidCommitData)
-    assert caught.value.__cause__.source == f"s3://{messages[0].record}"
+    source = caught.value.__cause__.source
+    assert source is not None and source.startswith(f"s3://{messages[0].record}")
+    assert ("commit message carried it" in source) == carried
     assert_clean_failure(s3_client, bucket)
 
 
-def test_reordered_etags_are_refused_by_the_store(make_committer, s3_client, bucket):
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "read"])
+def test_reordered_etags_are_refused_by_the_store(make_committer, s3_client, bucket, carried):
     committer = make_committer()
     messages = run_tasks(committer, {0: ["a"]}, data=lambda n: b"1" * (8 * MiB) + b"2" * 10)
-    tamper_pendingset(
-        committer, s3_client, bucket, messages[0], lambda d: d["commits"][0]["etags"].reverse()
+    messages[0] = tamper_pendingset(
+        committer,
+        s3_client,
+        bucket,
+        messages[0],
+        lambda d: d["commits"][0]["etags"].reverse(),
+        carried,
     )
     with pytest.raises(CommitFailedError, match=r"InvalidPart|could not complete"):
         committer.commit_job(messages)

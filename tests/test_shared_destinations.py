@@ -27,6 +27,7 @@ import time
 from collections import Counter
 
 import pytest
+from helpers import Calls
 from helpers.cli import run_cli
 
 from magicfs.committers.magic_layout import MagicCommitter, MagicLayoutCommitter
@@ -90,23 +91,6 @@ def write_elsewhere(job, path: str, mode: str, tmp_path) -> str:
 
 def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-
-
-class Calls:
-    """Every S3 call an s3fs instance sends: (operation, key)."""
-
-    def __init__(self, fs) -> None:
-        self.made: list[tuple[str, str]] = []
-        fs.s3.meta.events.register("provide-client-params.s3.*", self._record)
-
-    def _record(self, params, model, **_) -> None:
-        self.made.append((model.name, params.get("Key") or params.get("Prefix") or ""))
-
-    def clear(self) -> None:
-        self.made.clear()
-
-    def counts(self) -> Counter:
-        return Counter(op for op, _ in self.made)
 
 
 def committer(fs, bucket: str, dest: str = "out", **options) -> MagicLayoutCommitter:

@@ -7,36 +7,43 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
 * ``setup_job``: the job marker (from now on the job accepts writers) and, at once,
   the job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`: how
   ``magicfs jobs list`` finds the job from any prefix above it; a refused entry is
-  logged and fails nothing); ``setup_task``: the attempt's started marker.
+  logged and fails nothing); ``setup_task``: the attempt's started marker (none where
+  the attempt's commits stay in the process that set it up: S3's ``in_memory``).
 * ``commit_task``: one listing of every record of the task's attempts (the attempt's
-  started marker, its saved pendingset, its directory, and the other attempts' records),
-  the attempt's commits gathered (this process's, or its ``.pending`` records), the
-  pendingset saved as ``tasks/<attempt>.pendingset`` (the message names it) and, only
-  where another attempt of the task has committed, also as ``<task id>.pendingset`` (the
-  last committed attempt wins: :mod:`magicfs.layouts.magic`) — then the job checked
-  still active. A store whose job
-  clean-up finds pending writes by their markers keeps the attempt's records until the
-  job ends (its hooks' ``keeps_attempt_records``:
+  started or aborted marker, its saved pendingset, its directory, and the other
+  attempts' records), the attempt's commits gathered (this process's, or its
+  ``.pending`` records), the pendingset saved as ``tasks/<attempt>.pendingset`` (the
+  message names it, and carries it where it is small) and, only where another attempt
+  of the task has committed, also as ``<task id>.pendingset`` (the last committed
+  attempt wins: :mod:`magicfs.layouts.magic`) — then the job checked still active. A
+  store whose job clean-up finds pending writes by their markers keeps the attempt's
+  records until the job ends (its hooks' ``keeps_attempt_records``:
   :class:`~magicfs.stores.job_hooks.DeferredJobHooks`); otherwise they are dropped at
-  task commit, as Hadoop drops the attempt directory, and a second commit of the attempt
-  returns its saved pendingset.
-* ``commit_job``: the task records listed (or named by the messages), the nothing-to-commit
-  refusals, the job commit of :mod:`.pendingsets`, ``_SUCCESS``.
+  task commit, as Hadoop drops the attempt directory. A second commit of an attempt
+  (after a lost reply) returns its saved pendingset wherever its first commit ran here,
+  or its records are gone; elsewhere it gathers the attempt's records again.
+* ``commit_job``: the task records listed (or named by the messages, or carried by
+  them), the nothing-to-commit refusals, the job commit of :mod:`.pendingsets`,
+  ``_SUCCESS``.
 * clean-up: the job's tree deleted files first, then task records, the journal last
   (a clean-up cut short never leaves a tree a retried commit reads as fewer tasks), the
   index entry in the same request as the tree's last batch (no round trip of its own;
   the entry lasts as long as anything of the tree); when, the committer's ``cleanup``
   option says (:mod:`magicfs.protocol.cleanup`).
 
-**Requests per task, and why each stays** (issue 28). Set-up: a HEAD of the job marker
-and the started marker's PUT; commit: one listing by the task's attempts' shared name
-(the attempt's directory, ``<attempt>.started`` and ``<attempt>.pendingset`` share the
-prefix ``tasks/attempt_<job>_0000_m_<task>_`` with the task's other attempts, so the
-started marker needs no request of its own, nor a pendingset that was never saved, and
-the listing says whether another attempt has committed), the pendingset PUT (two at
-once where another attempt has committed), a HEAD of the job marker. The job checks are shared: task
-set-ups and commits that ask at the same time in one process, and its writers, share one
-HEAD (:meth:`MagicLayoutCommitter.job_active`).
+**Requests per task, and why each stays** (issues 28 and 39). Set-up: a HEAD of the job
+marker and the started marker's PUT (nothing in ``in_memory`` mode, below); commit: one
+listing by the task's attempts' shared name (the attempt's directory, its
+``.started``/``.aborted`` marker and ``<attempt>.pendingset`` share the prefix
+``tasks/attempt_<job>_0000_m_<task>_`` with the task's other attempts, so the markers
+need no request of their own, nor a pendingset that was never saved, and the listing
+says whether another attempt has committed), the pendingset PUT (two at once where
+another attempt has committed), a HEAD of the job marker. Job commit reads no record a
+message carries (:attr:`~magicfs.protocol.attempts.TaskCommitMessage.record_json`). The
+job checks are shared: task set-ups and commits that ask at the same time in one
+process, and its writers, share one HEAD (:meth:`MagicLayoutCommitter.job_active`). So
+a task costs 3 requests and a share of a HEAD in ``in_memory`` mode, 4 and two shares
+in file mode (plus each file's ``.pending``).
 
 **The listing starts early** where attempt records stay until the job ends (S3): while
 the attempt's files finish closing, one round trip less after the last upload. It waits
@@ -50,9 +57,15 @@ follows the closes.
   process — or never set up (it would save a record of whatever its directory holds, or
   an empty one, and the job would publish that as the task). The job marker cannot carry
   it (it is per job), nor the attempt's pendingset (it does not exist before the
-  commit), nor this process's memory (set-up, abort and commit may run in different
-  processes). Hadoop's magic committer pays the same (its task set-up makes the attempt
-  directory).
+  commit). Hadoop's magic committer pays the same (its task set-up makes the attempt
+  directory). **Where the attempt's commits stay in the process that set it up**
+  (``in_memory``: the store's hooks say so, ``commits_stay_where_set_up``), that
+  process's memory is the marker: a commit anywhere else could publish none of the
+  attempt's files and is refused (without aborting anything: the attempt is not that
+  process's to veto); an abort in another process leaves ``<attempt>.aborted``, which
+  the commit's listing finds. The rare cross-process abort pays the request, not
+  every set-up; an attempt aborted that way stays aborted (engines never set up an
+  attempt id twice).
 * The attempt's own pendingset (``tasks/<attempt>.pendingset``) is what the task commit
   message names, so a job commit with messages publishes exactly the attempt the caller
   chose among speculative ones. The task's (``<task id>.pendingset``, Hadoop's layout)
@@ -77,6 +90,7 @@ generic flow with the generic hooks on any deferred store.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Iterator
@@ -91,13 +105,14 @@ from ..filesystems.originals import store_class, unwrapped
 from ..layouts import job_index
 from ..layouts.magic import MagicJobLayout
 from ..names import (
+    ABORTED_SUFFIX,
     JOURNAL_FILE,
     PENDINGSET_SUFFIX,
     STARTED_SUFFIX,
     UNMARKED_FILE,
 )
 from ..parallel import loop_map
-from ..protocol.attempts import Messages
+from ..protocol.attempts import Messages, carried_records
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
@@ -123,6 +138,12 @@ log = logging.getLogger("magicfs.committer.magic_layout")
 
 #: Records deleted in one request at clean-up (S3's DeleteObjects limit).
 DELETE_BATCH = 1000
+
+#: Why a commit of an attempt whose commits stay where it was set up is refused elsewhere.
+NOT_HERE = (
+    " here (its files' commits stay in the process that set the attempt up: with "
+    "in_memory=True a task commits in that process, after its setup_task there)"
+)
 
 
 class MagicLayoutCommitter(OutputCommitter):
@@ -300,6 +321,10 @@ class MagicLayoutCommitter(OutputCommitter):
     # -- tasks ----------------------------------------------------------------------------
 
     def prepare_task(self, task: TaskAttempt) -> None:
+        """The started marker, saved while the job is checked; none (no request) where
+        the attempt's commits stay in this process: its memory is the marker."""
+        if self.store_hooks.commits_stay_where_set_up:
+            return
         started, data = self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
         save_checked(self.deferred, started, data, lambda: require_active_job(self, task))
 
@@ -323,20 +348,27 @@ class MagicLayoutCommitter(OutputCommitter):
         task = commit.task
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         keeps_records = self.store_hooks.keeps_attempt_records
+        committed_here = TASK_FILES.finished(self.job_id, task.attempt_id) == "committed"
+        local = self.store_hooks.commits_stay_where_set_up
+        if local and not (committed_here or TASK_FILES.set_up_here(self.job_id, task.attempt_id)):
+            # Refused, not aborted: nothing of it is here, and its own process may commit it.
+            raise not_started_error(self, task, NOT_HERE)
         try:
             listing = commit.early or self.deferred.run_background(self._aattempt_entries(task))
             found = self.layout.attempt_records(task.attempt_id, listing.result())
-            if not found.started:
+            if found.aborted or not (local or found.started):
                 raise not_started_error(self, task)
             saved = None
-            if found.saved and not keeps_records:
+            if found.saved and (committed_here or not keeps_records):
                 saved = self._saved(attempt_record)
+            if saved is None and committed_here and self.store_hooks.commits_stay_where_set_up:
+                raise not_started_error(self, task)  # its commits were in its files' entries
             if saved is None:
                 commits, stats = self.store_hooks.gather(task.attempt_id, files, found.files)
         except BaseException:
             self.abort_task(task)
             raise
-        if saved is not None:  # committed before: its files' records are gone
+        if saved is not None:  # committed before (here, or its files' records are gone)
             size = saved.total_bytes
             return task_committed(
                 self, task, attempt_record, len(saved.commits), size, commit.start, "kept"
@@ -347,22 +379,22 @@ class MagicLayoutCommitter(OutputCommitter):
             iostatistics=stats,
             extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
         )
-        self._save_task_record(task, pendingset, task_record=found.others_committed)
+        data = pendingset.to_bytes()
+        self._save_task_record(task, pendingset, data, task_record=found.others_committed)
         if not keeps_records:
             self._drop_attempt_records(task, sorted(found.files))
         size = pendingset.total_bytes
         return task_committed(
-            self, task, attempt_record, len(commits), size, commit.start, "committed"
+            self, task, attempt_record, len(commits), size, commit.start, "committed", data
         )
 
     def _save_task_record(
-        self, task: TaskAttempt, pendingset: PendingSet, task_record: bool
+        self, task: TaskAttempt, pendingset: PendingSet, data: bytes, task_record: bool
     ) -> None:
-        """Save the attempt's pendingset (and, where another attempt of the task has
-        committed, the task's: both at once; :mod:`magicfs.layouts.magic`), then check the
-        job is still active; on any failure withdraw the commits and abort the attempt."""
+        """Save the attempt's pendingset (``data``; and, where another attempt of the task
+        has committed, the task's: both at once; :mod:`magicfs.layouts.magic`), then check
+        the job is still active; on any failure withdraw the commits and abort the attempt."""
         try:
-            data = pendingset.to_bytes()
             paths = [self.layout.attempt_pendingset(task.attempt_id)]
             if task_record:
                 paths.append(self.layout.pendingset(task.task_id))
@@ -401,6 +433,10 @@ class MagicLayoutCommitter(OutputCommitter):
     def abort_task_files(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         """Discard what the attempt's records name (the store's hooks say how and which
         markers to keep for the job's clean-up) and delete the attempt's records."""
+        if self.store_hooks.commits_stay_where_set_up and not TASK_FILES.ended_where_set_up(
+            self.job_id, task.attempt_id
+        ):
+            self._leave_aborted_marker(task)
         listing = self.list_records(self.layout.task_attempt_dir(task.attempt_id))
         kept = self.store_hooks.discard_attempt(task.attempt_id, files, listing)
         records = [p for p in listing if p not in kept]
@@ -415,6 +451,15 @@ class MagicLayoutCommitter(OutputCommitter):
         log.info(
             "task %s: aborted; %d markers kept for the job's sweep", task.attempt_id, len(kept)
         )
+
+    def _leave_aborted_marker(self, task: TaskAttempt) -> None:
+        """An abort in a process that did not set the attempt up (where its commits stay
+        in the one that did): only a marker can tell that process's commit. Saved while
+        the job is checked, and taken back if it has ended (its tree is being deleted;
+        nothing of the attempt can commit then anyway)."""
+        marker = self.layout.aborted_marker(task.attempt_id)
+        with contextlib.suppress(JobNotActiveError):
+            save_checked(self.deferred, marker, b"", lambda: require_active_job(self, task))
 
     # -- job commit -----------------------------------------------------------------------
 
@@ -455,7 +500,7 @@ class MagicLayoutCommitter(OutputCommitter):
         )
 
     def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
-        return self.records.load(records)
+        return self.records.load(records, carried_records(messages))
 
     def validate_records(self, loaded: Loaded) -> None:
         self.records.validate(loaded)
@@ -650,6 +695,6 @@ def _deletion_order(path: str) -> tuple[int, str]:
         return (3, path)
     if name.startswith("_magicfs_commit.") or name == UNMARKED_FILE:  # the job's mode, kept
         return (2, path)
-    if name.endswith(PENDINGSET_SUFFIX) or name.endswith(STARTED_SUFFIX):
+    if name.endswith((PENDINGSET_SUFFIX, STARTED_SUFFIX, ABORTED_SUFFIX)):
         return (1, path)
     return (0, path)

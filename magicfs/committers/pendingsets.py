@@ -32,6 +32,7 @@ from ..parallel import thread_map
 from ..protocol.committer import Loaded, OutputCommitter, Published
 from ..records import (
     MAX_FILENAMES,
+    TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
     PendingSet,
     SinglePendingCommit,
@@ -124,13 +125,21 @@ class PendingsetRecords:
 
     # -- the stages -------------------------------------------------------------------------
 
-    def load(self, records: list[str]) -> Loaded:
+    def load(
+        self, records: list[str], carried: dict[str, tuple[bytes, str]] | None = None
+    ) -> Loaded:
+        """Read ``records`` into a spool; those the task commit messages carry
+        (``carried``: :func:`~magicfs.protocol.attempts.carried_records`) are not read."""
+        carried = carried or {}
         spool = CommitSpool()
         try:
             with self.job.stats.track("committer_load_pendingsets"):
-                reads = self.read_records(records)
+                reads = self.read_records([p for p in records if p not in carried])
                 for path in records:
-                    self._spool(spool, path, reads)
+                    if path in carried:
+                        self._spool_carried(spool, path, *carried[path])
+                    else:
+                        self._spool(spool, path, reads)
         except BaseException:
             spool.discard()
             raise
@@ -148,6 +157,20 @@ class PendingsetRecords:
                 "aborted?)"
             ) from None
         spool.add(source, PendingSet.from_json(data, source=source))
+
+    def _spool_carried(self, spool: CommitSpool, path: str, data: bytes, attempt: str) -> None:
+        """A record as its task's message carried it: checked like one read, and that
+        it is the record of the attempt whose message carried it."""
+        source = f"{self.display(path)} (as task attempt {attempt}'s commit message carried it)"
+        pendingset = PendingSet.from_json(data, source=source)
+        if pendingset.task_attempt_id != attempt:
+            raise InvalidCommitData(
+                source,
+                f"extraData.{TASK_ATTEMPT_ID_KEY}",
+                f"the record is of attempt {pendingset.task_attempt_id or '(none)'}, not of "
+                f"{attempt}: commit the job with the messages its task commits returned",
+            )
+        spool.add(source, pendingset)
 
     def validate(self, loaded: Loaded) -> None:
         spool: CommitSpool = loaded.payload

@@ -9,6 +9,9 @@
                                                          (only once two attempts committed)
             tasks/<task attempt id>/__base/<relative>    where a task attempt writes
             tasks/<task attempt id>.started              the attempt was set up, not aborted
+            tasks/<task attempt id>.aborted              aborted by another process than
+                                                         the one that set it up (attempts
+                                                         whose commits stay in that process)
             tasks/<task attempt id>.pendingset           an attempt's own committed record
 
 **Which attempt of a task a job without messages commits.** Every committed attempt
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from ..names import (
+    ABORTED_SUFFIX,
     BASE,
     JOB_DIR_PREFIX,
     JOB_MARKER,
@@ -120,9 +124,14 @@ class MagicJobLayout:
         """Exists from task setup until the attempt is aborted: only then may it commit."""
         return join(self.tasks_dir, attempt_id + STARTED_SUFFIX)
 
+    def aborted_marker(self, attempt_id: str) -> str:
+        """Left by an abort from another process, where an attempt's commits stay in the
+        process that set it up (it has no started marker to delete): it may never commit."""
+        return join(self.tasks_dir, attempt_id + ABORTED_SUFFIX)
+
     def attempt_records(self, attempt_id: str, listed: Mapping[str, T]) -> AttemptRecords[T]:
         """Split a listing of :meth:`task_attempts_prefix`: the attempt's directory, started
-        marker and pendingset share it, so one listing finds all three, and the records
+        (or aborted) marker and pendingset share it, so one listing finds them all, and the records
         of the task's other committed attempts. Entries of attempts whose ids merely
         start with ``attempt_id`` are not the attempt's."""
         directory = self.task_attempt_dir(attempt_id) + "/"
@@ -131,6 +140,7 @@ class MagicJobLayout:
         return AttemptRecords(
             self.started_marker(attempt_id) in listed,
             own in listed,
+            self.aborted_marker(attempt_id) in listed,
             {p: v for p, v in listed.items() if p.startswith(directory)},
             any(
                 p != own and p.startswith(prefix) and _is_attempt_record(p[len(prefix) :])
@@ -163,6 +173,7 @@ class AttemptRecords(Generic[T]):
 
     started: bool  # its started marker
     saved: bool  # its own pendingset
+    aborted: bool  # its aborted marker
     files: dict[str, T]  # its directory's entries, as listed (with what the listing gave)
     others_committed: bool = False  # another attempt of its task has a record
 

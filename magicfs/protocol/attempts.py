@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Self, TypeAlias
 
 from ..errors import CommitFailedError
@@ -117,6 +117,14 @@ class TaskCommitMessage:
     or manifest), so the job commits exactly this attempt without listing anything.
     ``rows`` is for writers that know how many rows they wrote (the Spark integration):
     the job reports the total in ``_SUCCESS``.
+
+    ``record_json`` is that record's own JSON where it is small (at most
+    :data:`CARRIED_RECORD_MAX` bytes: about 140 files), carried to the job so that its
+    commit reads the record from the message, not from the store (one request per task
+    less). It was saved before the message existed, with these very bytes; the job
+    checks it as it checks a record it reads (and that it is the named attempt's), and
+    a driver that restarts reads the saved record. It takes no part in comparing
+    messages: a commit repeated after a lost reply gives an equal message.
     """
 
     committer: str
@@ -127,6 +135,7 @@ class TaskCommitMessage:
     files: int
     bytes: int
     rows: int | None = None
+    record_json: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -136,6 +145,9 @@ class TaskCommitMessage:
         data = json.loads(text)
         return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
 
+
+#: The largest record a task commit message carries (:class:`TaskCommitMessage`).
+CARRIED_RECORD_MAX = 64 * 1024
 
 Messages: TypeAlias = Sequence["TaskCommitMessage | None"]
 """What job commit is given: one message per task. Spark hands ``None`` for a task that
@@ -242,3 +254,20 @@ def reported(job_id: str, messages: Messages) -> list[TaskCommitMessage]:
             )
         present.append(message)
     return present
+
+
+def carried_records(messages: Messages | None) -> dict[str, tuple[bytes, str]]:
+    """The records ``messages`` carry (:attr:`TaskCommitMessage.record_json`), by path:
+    their bytes and the attempt whose message carried them."""
+    return {
+        m.record: (m.record_json.encode("utf-8"), m.attempt_id)
+        for m in messages or []
+        if m is not None and m.record_json is not None
+    }
+
+
+def without_records(messages: Messages | None) -> Messages | None:
+    """``messages`` carrying no records (the job commit then reads them from the store)."""
+    if messages is None:
+        return None
+    return [None if m is None else replace(m, record_json=None) for m in messages]

@@ -6,7 +6,14 @@
 With messages, ``load`` reads the records they name during ``end_job`` (they were saved
 before the messages existed, so the job's end cannot change them: one round trip less;
 a commit that turns out to resume from its journal drops what was read and loads the
-journal's records). Each stage runs once and is timed into the committer's statistics
+journal's records). Messages that carry their records
+(:attr:`~.attempts.TaskCommitMessage.record_json`) need no reads: ``end_job`` then
+checks that the job was active when it ended it (one request for the job), and only
+then are the carried records used; otherwise (a retried commit of a committed job, an
+aborted one, one never set up) they are read from the store as before, so a job whose
+records have gone is refused the same way with or without them.
+
+Each stage runs once and is timed into the committer's statistics
 (``job_stage_<name>``); a failure names its stage and the job
 (:class:`~magicfs.errors.JobCommitError`) and is handled by the failure policy of
 :mod:`.recovery` (rolled back, or left to be finished). Once ``success`` has saved
@@ -29,7 +36,14 @@ from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsStore
 from ..task_files import TASK_FILES
 from .active_jobs import ACTIVE_JOBS
-from .attempts import JobSummary, Messages, distinct, total_rows
+from .attempts import (
+    JobSummary,
+    Messages,
+    carried_records,
+    distinct,
+    total_rows,
+    without_records,
+)
 from .cleanup import BackgroundCleanup
 from .hooks import CommitterHooks, Loaded, Published
 from .options import elapsed
@@ -60,6 +74,8 @@ class JobCommit:
     ):
         self.committer = committer
         self.messages = distinct(messages)
+        #: Some messages carry their records: the job's end checks it was active first.
+        self.carrying = bool(carried_records(self.messages))
         #: The caller declared the committed tasks the whole job (see ``commit_job``).
         self.all_committed_tasks = all_committed_tasks
         #: Set up in this process: the only one that may list without saying so.
@@ -119,8 +135,8 @@ class JobCommit:
         messages name are loaded (the three at once)."""
         c = self.committer
         with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(2) as pool:
-            ending = pool.submit(c.end_job, self.messages is None)
-            if self.messages is not None and c.loads_named_while_ending:
+            ending = pool.submit(c.end_job, self.messages is None or self.carrying)
+            if self.messages is not None and c.loads_named_while_ending and not self.carrying:
                 self.named = pool.submit(self._load_named)
             try:
                 if not self.journal_read:
@@ -188,7 +204,8 @@ class JobCommit:
                         if self.journal is not None
                         else c.records_to_commit(self.messages, was_active)
                     )
-                    self.loaded = c.load_records(records, self.messages)
+                    messages = self.messages if was_active else without_records(self.messages)
+                    self.loaded = c.load_records(records, messages)
             except FileNotFoundError:
                 self._check_not_committed_already()
                 raise

@@ -20,7 +20,7 @@ from ..errors import CommitFailedError, JobNotActiveError
 from ..layouts.magic import task_attempt_id as layout_attempt_id
 from ..layouts.magic import task_id as layout_task_id
 from ..task_files import TASK_FILES
-from .attempts import AttemptRun, TaskAttempt, TaskCommitMessage
+from .attempts import CARRIED_RECORD_MAX, AttemptRun, TaskAttempt, TaskCommitMessage
 from .hooks import CommitterHooks, TaskCommit
 from .options import elapsed
 
@@ -141,9 +141,10 @@ def require_active_job(hooks: CommitterHooks, task: TaskAttempt) -> None:
         )
 
 
-def not_started_error(hooks: CommitterHooks, task: TaskAttempt) -> Exception:
+def not_started_error(hooks: CommitterHooks, task: TaskAttempt, hint: str = "") -> Exception:
     """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set
-    up, or aborted (or, staging committers, already committed: its files are gone)."""
+    up, or aborted (or, staging committers, already committed: its files are gone).
+    ``hint``: what else the caller should know (appended)."""
     if not hooks.job_active():
         return JobNotActiveError(
             f"job {hooks.job_id} is not active: task attempt {task.attempt_id} cannot commit"
@@ -155,7 +156,7 @@ def not_started_error(hooks: CommitterHooks, task: TaskAttempt) -> Exception:
         )
     return FileNotFoundError(
         f"task attempt {task.attempt_id} of job {hooks.job_id} was never set up, or was "
-        "aborted: it cannot commit"
+        f"aborted: it cannot commit{hint}"
     )
 
 
@@ -167,8 +168,10 @@ def task_committed(
     size: int,
     start: float,
     verb: str,
+    record_json: bytes | None = None,
 ) -> TaskCommitMessage:
-    """Log a committed task (``verb``: what its commit did) and build its message."""
+    """Log a committed task (``verb``: what its commit did) and build its message
+    (carrying ``record_json``, the record's bytes, where they are small enough)."""
     log.info(
         "task %s: %s %d files (%d bytes) in %.2fs (%s committer)",
         task.attempt_id,
@@ -186,4 +189,9 @@ def task_committed(
         record=record,
         files=files,
         bytes=size,
+        record_json=(
+            record_json.decode("utf-8")
+            if record_json is not None and len(record_json) <= CARRIED_RECORD_MAX
+            else None
+        ),
     )

@@ -157,6 +157,16 @@ class DeferredJobHooks:
 
     # -- task commit and abort -------------------------------------------------------------
 
+    @property
+    def commits_stay_where_set_up(self) -> bool:
+        """The attempt's commits stay in the process that set it up (S3's ``in_memory``):
+        a commit anywhere else could publish none of them. Then task set-up sends no
+        request (no started marker: that process's own memory says the attempt was set
+        up and not aborted), a commit in another process is refused, and an abort from
+        another process leaves the attempt's ``.aborted`` marker, which its commit's
+        listing finds (:mod:`magicfs.committers.magic_layout`). False: the started marker."""
+        return False
+
     async def aattempt_entries(self, prefix: str) -> dict[str, dict[str, str]]:
         """The records named like the attempt (one listing of ``prefix``), with their
         metadata where the store's listing gives it."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 
 def pending_uploads(client, bucket: str, prefix: str = "") -> list[dict]:
@@ -46,3 +47,20 @@ def as_another_process(committer, task) -> None:
     TASK_FILES.settle(committer.job_id, task.attempt_id)
     for entry in TASK_FILES.of_attempt(committer.job_id, task.attempt_id):
         TASK_FILES.discarded(entry.path)
+
+
+class Calls:
+    """Every S3 call an s3fs instance sends: (operation, key)."""
+
+    def __init__(self, fs) -> None:
+        self.made: list[tuple[str, str]] = []
+        fs.s3.meta.events.register("provide-client-params.s3.*", self._record)
+
+    def _record(self, params, model, **_) -> None:
+        self.made.append((model.name, params.get("Key") or params.get("Prefix") or ""))
+
+    def clear(self) -> None:
+        self.made.clear()
+
+    def counts(self) -> Counter:
+        return Counter(op for op, _ in self.made)

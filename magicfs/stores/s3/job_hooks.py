@@ -158,6 +158,10 @@ class S3JobHooks(DeferredJobHooks):
     def view_options(self) -> dict[str, Any]:
         return {**self.options.view_options(), "intent_markers": not self.unmarked}
 
+    @property
+    def commits_stay_where_set_up(self) -> bool:
+        return self.options.in_memory
+
     # -- job set-up: marked or unmarked ---------------------------------------------------
 
     def after_setup(self, resume: bool) -> bool:

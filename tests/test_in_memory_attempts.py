@@ -1,0 +1,214 @@
+"""Attempts whose commits stay in the process that set them up (S3 ``in_memory=True``),
+and task records carried by their commit messages (issue 39: the cost of safety).
+
+In ``in_memory`` mode a task's files leave no record on the store until its commit, so
+only the process that set the attempt up can commit it. That process's memory is the
+attempt's started marker: task set-up sends no request, a commit anywhere else is
+refused (and does not veto the real one), and an abort from another process leaves the
+attempt's ``.aborted`` marker, which the commit's one listing finds. A task commit
+message carries its small record, so job commit reads none (every committer of the
+magic layout, file mode too). "Another process" here is a real one: the committer is
+pickled to a child Python, as the engines ship it.
+
+Runs on moto and Ceph RGW.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import Calls, pending_uploads, visible_keys
+from helpers.s3_targets import S3Target, s3_target
+
+from magicfs.errors import InvalidCommitData, JobCommitError, NothingToCommitError
+from magicfs.protocol.attempts import CARRIED_RECORD_MAX
+from magicfs.task_files import TASK_FILES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+#: Runs ``committer.<action>(task)`` in a child process; prints the outcome.
+CHILD = textwrap.dedent(
+    """
+    import pickle, sys
+    committer, task, action = pickle.load(open(sys.argv[1], "rb"))
+    try:
+        getattr(committer, action)(task)
+    except Exception as error:
+        print("refused:", type(error).__name__, error, flush=True)
+    else:
+        print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture(params=["moto", pytest.param("rgw", marks=pytest.mark.rgw)])
+def target(request) -> S3Target:
+    return s3_target(request)
+
+
+def committer_on(target: S3Target, **options):
+    from magicfs import MagicCommitter
+
+    storage = {**target.options, "skip_instance_cache": True}
+    return MagicCommitter(f"s3://{target.bucket}/out", storage_options=storage, **options)
+
+
+def elsewhere(committer, task, action: str, tmp_path) -> str:
+    """``committer.<action>(task)`` in another process; what it printed."""
+    spec = tmp_path / f"{action}.pkl"
+    spec.write_bytes(pickle.dumps((committer, task, action)))
+    path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(spec)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": path},
+        check=True,
+        timeout=120,
+    )
+    return done.stdout.strip()
+
+
+def written(committer, task_id: int, *names: str):
+    task = committer.task_attempt(task_id)
+    committer.setup_task(task)
+    for name in names:
+        committer.fs.pipe_file(task.path(name), name.encode())
+    return task
+
+
+def tree(target: S3Target, committer) -> list[str]:
+    prefix = f"out/__magic_job-{committer.job_id}/"
+    listed = target.client.list_objects_v2(Bucket=target.bucket, Prefix=prefix)
+    return sorted(o["Key"].removeprefix(prefix) for o in listed.get("Contents", []))
+
+
+def test_set_up_sends_nothing_and_the_job_reads_no_task_record(target):
+    committer = committer_on(target, in_memory=True)
+    committer.setup_job()
+    calls = Calls(committer.store_fs)
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    assert calls.made == []  # no started marker, no job check
+    for n in range(5):
+        committer.fs.pipe_file(task.path(f"f{n}.csv"), b"x")
+    TASK_FILES.settle()
+    calls.clear()
+    message = committer.commit_task(task)
+    assert calls.counts() == {"ListObjectsV2": 1, "PutObject": 1, "HeadObject": 1}
+    assert message.record_json is not None and len(message.record_json) <= CARRIED_RECORD_MAX
+    calls.clear()
+    committer.commit_job([message])
+    assert ("GetObject", message.record.partition("/")[2]) not in calls.made
+    assert not [key for op, key in calls.made if op == "GetObject" and key.endswith(".pendingset")]
+    assert visible_keys(target.client, target.bucket) == [
+        "out/_SUCCESS",
+        *(f"out/f{n}.csv" for n in range(5)),
+    ]
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+@pytest.mark.parametrize("messages", ["repeated", "none"])
+def test_a_commit_repeated_after_a_lost_reply_keeps_every_file(target, messages):
+    """It once saved an empty record over the first (the files' commits had been handed
+    over): the job then published nothing of the task."""
+    committer = committer_on(target, in_memory=True)
+    committer.setup_job()
+    task = written(committer, 0, "a.csv", "b.csv")
+    first = committer.commit_task(task)
+    second = committer.commit_task(task)
+    assert second == first and (second.files, second.bytes) == (2, 10)
+    summary = committer.commit_job([second] if messages == "repeated" else None)
+    assert summary.files == 2
+    assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS", "out/a.csv", "out/b.csv"]
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_commit_in_another_process_is_refused_and_vetoes_nothing(target, tmp_path):
+    committer = committer_on(target, in_memory=True)
+    committer.setup_job()
+    task = written(committer, 0, "a.csv")
+    TASK_FILES.settle()
+    said = elsewhere(committer, task, "commit_task", tmp_path)
+    assert said.startswith("refused: FileNotFoundError")
+    assert "in_memory=True a task commits in that process" in said
+    assert not [k for k in tree(target, committer) if k.endswith((".pendingset", ".aborted"))]
+    message = committer.commit_task(task)  # the process that set it up commits it
+    committer.commit_job([message])
+    assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS", "out/a.csv"]
+
+
+def test_an_abort_in_another_process_stops_the_commit_here(target, tmp_path):
+    committer = committer_on(target, in_memory=True)
+    committer.setup_job()
+    task = written(committer, 0, "a.csv")
+    TASK_FILES.settle()
+    assert elsewhere(committer, task, "abort_task", tmp_path) == "done"
+    aborted = f"job-{committer.job_id}/00/tasks/{task.attempt_id}.aborted"
+    assert aborted in tree(target, committer)
+    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
+        committer.commit_task(task)
+    assert pending_uploads(target.client, target.bucket) == []  # its upload went with it
+    assert committer.commit_job().files == 0  # the job has no committed task
+    assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS"]
+    assert tree(target, committer) == []
+
+
+def test_an_abort_after_the_job_ended_leaves_no_marker(target, tmp_path):
+    committer = committer_on(target, in_memory=True)
+    committer.setup_job()
+    task = written(committer, 0, "a.csv")
+    TASK_FILES.settle()
+    committer.abort_job()
+    assert elsewhere(committer, task, "abort_task", tmp_path) == "done"
+    assert tree(target, committer) == []
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_carried_record_of_another_attempt_fails_the_job(target):
+    committer = committer_on(target)  # file mode carries its records too
+    committer.setup_job()
+    messages = [committer.commit_task(written(committer, n, f"part-{n}.csv")) for n in (0, 1)]
+    swapped = dataclasses.replace(messages[0], record_json=messages[1].record_json)
+    with pytest.raises(JobCommitError) as failed:
+        committer.commit_job([swapped, messages[1]])
+    cause = failed.value.__cause__
+    assert isinstance(cause, InvalidCommitData) and cause.field == "extraData.task.attempt.id"
+    assert messages[0].attempt_id in str(cause) and "commit message carried it" in str(cause)
+    assert visible_keys(target.client, target.bucket) == []
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_carried_records_do_not_commit_an_aborted_job(target):
+    """The carried records are used only once the job's end found it active."""
+    committer = committer_on(target, in_memory=True)
+    committer.setup_job()
+    messages = [committer.commit_task(written(committer, 0, "a.csv"))]
+    committer.abort_job()
+    with pytest.raises((NothingToCommitError, JobCommitError)):
+        committer.commit_job(messages)
+    assert visible_keys(target.client, target.bucket) == []
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_large_record_is_named_not_carried(target):
+    committer = committer_on(target)
+    committer.setup_job()
+    names = [f"file-with-a-long-name-{n:04d}.csv" for n in range(160)]
+    message = committer.commit_task(written(committer, 0, *names))
+    saved = target.client.get_object(Bucket=target.bucket, Key=message.record.partition("/")[2])
+    assert len(saved["Body"].read()) > CARRIED_RECORD_MAX
+    assert message.record_json is None
+    assert json.loads(message.to_json())["record_json"] is None
+    calls = Calls(committer.store_fs)
+    committer.commit_job([message])
+    assert ("GetObject", message.record.partition("/")[2]) in calls.made
+    assert len(visible_keys(target.client, target.bucket)) == 161
