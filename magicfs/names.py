@@ -37,10 +37,11 @@ JOB_MARKER = "_magicfs_job.json"
 #: their jobs share that directory, so each marker's name carries its job id.
 CLASSIC_JOB_MARKER_PREFIX = "_magicfs_job-"
 CLASSIC_JOB_MARKER_SUFFIX = ".json"
-#: Written by task set-up, deleted by task abort: only a started attempt may commit.
+#: Written by task set-up, deleted by task abort: only a started attempt may commit (the
+#: manifest and staging committers; the magic layout wrote it in earlier versions).
 STARTED_SUFFIX = ".started"
-#: Written by the abort of an attempt whose commits stay in the process that set it up
-#: (S3's ``in_memory``), from another process: that attempt has no started marker to delete.
+#: Written by the abort of an attempt in another process than the one that set it up:
+#: the attempt may never commit (the magic layout: ``magicfs.committers.magic_layout``).
 ABORTED_SUFFIX = ".aborted"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.
 JOURNAL_FILE = "_magicfs_commit.json"

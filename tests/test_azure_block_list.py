@@ -18,6 +18,7 @@ bytes, Azure's own block lists and Azurite's request log — never by magicfs's 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import pathlib
@@ -446,12 +447,15 @@ def _tamper(case: str, commit: dict, container: str) -> str:
     return "extraData"
 
 
+@pytest.mark.parametrize("carried", [True, False], ids=["carried", "read"])
 @pytest.mark.parametrize(
     "case", ["outside", "misplaced", "bucket", "foreign-id", "mixed-lengths", "store"]
 )
 def test_a_tampered_record_is_refused_before_anything_is_published(
-    azurite_server, abfs, azure_container, case
+    azurite_server, abfs, azure_container, case, carried
 ):
+    """The record as the job reads it: carried by its message (tampered the same way), or
+    read from the store (a message that carries none, as a large task's)."""
     job = make_committer(abfs, azure_container)
     job.setup_job()
     messages = []
@@ -465,6 +469,9 @@ def test_a_tampered_record_is_refused_before_anything_is_published(
     index = len(document["commits"]) - 1  # the last one: a lazy check would publish others
     field = _tamper(case, document["commits"][index], azure_container)
     abfs.pipe_file(record, json.dumps(document).encode())
+    assert messages[1].record_json is not None
+    carrying = json.dumps(document) if carried else None
+    messages[1] = dataclasses.replace(messages[1], record_json=carrying)
 
     with pytest.raises(JobCommitError) as failure:
         job.commit_job(messages)

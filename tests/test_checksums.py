@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 import botocore.compat
 import fsspec
 import pytest
-from helpers import as_another_process, pending_uploads, visible_keys
+from helpers import as_another_process, pending_uploads, tamper_record, visible_keys
 from helpers.reference_documents import PENDING
 
 import magicfs
@@ -160,14 +160,16 @@ def test_a_tampered_part_checksum_fails_the_job_naming_the_file(
     committer.setup_job()
     tampered = write_task(committer, 0, {"a.csv": b"a" * 100})
     intact = write_task(committer, 1, {"b.csv": b"b"})
-    document = json.loads(committer.store_fs.cat_file(tampered.record))
-    extra = document["commits"][0]["extraData"]
-    extra["magicfs.checksum.parts"] = {
+    value = {
         "change": checksums.compute("CRC32", b"something else"),
         "drop": "",
         "garble": "not base64!",
     }[how]
-    committer.store_fs.pipe_file(tampered.record, json.dumps(document).encode())
+
+    def change(document: dict) -> None:
+        document["commits"][0]["extraData"]["magicfs.checksum.parts"] = value
+
+    tampered = tamper_record(committer.store_fs, tampered, change)
 
     with pytest.raises(JobCommitError) as failed:
         committer.commit_job([tampered, intact])
@@ -193,9 +195,12 @@ def test_a_record_stripped_of_its_checksums_fails_the_job(make_committer, target
     tampered = write_task(committer, 0, {"a.csv": b"a" * 100, "b.csv": b"b"})
     document = json.loads(committer.store_fs.cat_file(tampered.record))
     assert document["extraData"]["magicfs.checksum.algorithm"] == "CRC32"  # declared
-    for key in CHECKSUM_KEYS:
-        del document["commits"][1]["extraData"][key]
-    committer.store_fs.pipe_file(tampered.record, json.dumps(document).encode())
+
+    def strip(document: dict) -> None:
+        for key in CHECKSUM_KEYS:
+            del document["commits"][1]["extraData"][key]
+
+    tampered = tamper_record(committer.store_fs, tampered, strip)
 
     with pytest.raises(JobCommitError) as failed:
         committer.commit_job([tampered])

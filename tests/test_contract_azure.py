@@ -56,6 +56,18 @@ class TestAzureContract(CommitterContract):
         return [name.removeprefix(prefix) for name in staged_blobs(target.fs, container, prefix)]
 
 
+class TestAzureInMemoryContract(TestAzureContract):
+    """The block-list committer with ``in_memory=True``: its attempts' commits stay in
+    the process that set them up (no started marker; records carried by the messages)."""
+
+    committers = ("block-list",)
+
+    def make_target(self, request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Target:
+        target = super().make_target(request, pair, tmp_path)
+        target.options["in_memory"] = True
+        return target
+
+
 class TestAzureTaskPaths(TaskPathContract):
     """The manifest committer on Azure: a rename store."""
 

@@ -493,6 +493,24 @@ def test_distributed_to_parquet_round_trips(cluster, dest):
 
 
 @pytest.mark.slow
+def test_distributed_in_memory_tasks_commit_on_their_workers(cluster, s3_dest):
+    """``in_memory=True`` on worker processes: each task is set up, written and committed
+    on one worker, so its commits never leave it, and the job publishes every partition."""
+    ddf = sales_ddf()
+    with cluster.as_current():
+        summary = magicfs.dask.to_parquet(
+            ddf,
+            s3_dest.url,
+            storage_options=s3_dest.storage_options,
+            committer_options={"in_memory": True},
+        )
+    assert (summary.files, summary.tasks) == (NPARTITIONS, NPARTITIONS)
+    assert s3_dest.success()["diagnostics"]["magicfs.in_memory"] == "true"
+    pd.testing.assert_frame_equal(s3_dest.read_parquet(), ddf.compute())
+    assert_clean(s3_dest)
+
+
+@pytest.mark.slow
 def test_distributed_worker_killed_mid_write_is_rerun(cluster, dest, tmp_path):
     """Partition 1's first execution dies (SIGKILL) half-way through its file, its
     upload recorded; the nanny restarts the worker, Dask runs partition 1 again, and

@@ -367,15 +367,21 @@ def test_abort_task_with_nothing_written(make_committer, s3_client, bucket):
     assert object_keys(s3_client, bucket) == []
 
 
-def test_task_cannot_start_in_a_job_that_was_not_set_up(make_committer, s3_client, bucket):
+def test_a_task_of_a_job_never_set_up_cannot_write_or_commit(make_committer, s3_client, bucket):
+    """Task set-up sends nothing, so it cannot refuse: the first file does (its writer's
+    job check), and so does the commit (its job check after the save); nothing stays."""
     committer = make_committer()
     other = make_committer()  # a different, self-generated job id
     committer.setup_job()
     task = other.task_attempt(0)
-    with pytest.raises(JobNotActiveError, match="not active"):
-        other.setup_task(task)
-    # the started marker, saved alongside the check, is deleted again
+    other.setup_task(task)
+    other.fs.pipe_file(task.path("a.csv"), b"a")  # closes in the background
+    [(path, error)] = TASK_FILES.settle(other.job_id, task.attempt_id)
+    assert path == task.path("a.csv") and isinstance(error, JobNotActiveError)
+    with pytest.raises(CommitFailedError, match="could not be saved"):
+        other.commit_task(task)
     assert [k for k in object_keys(s3_client, bucket) if other.job_id in k] == []
+    assert pending_uploads(s3_client, bucket) == []
     other.abort_task(task)  # still allowed
     with pytest.raises(ValueError, match="belongs to job"):
         committer.commit_task(task)

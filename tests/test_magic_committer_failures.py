@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 
 import pytest
 from helpers import as_another_process, object_keys, pending_uploads, visible_keys
@@ -323,20 +324,24 @@ def test_task_commit_refuses_files_still_open(make_committer, s3_client, bucket)
     assert_clean_failure(s3_client, bucket)
 
 
-def test_a_refused_task_setup_says_why_even_if_its_marker_stays(make_committer, s3_client, bucket):
-    """Task set-up saves the started marker alongside the job check; refused, it deletes
-    the marker again. If that delete fails too, the caller still sees the refusal (not
-    the delete's error) and the marker waits for the job's clean-up."""
+def test_an_abort_elsewhere_of_an_ended_job_succeeds_even_if_its_marker_stays(
+    make_committer, s3_client, bucket, caplog
+):
+    """An abort in a process that did not set the attempt up saves its ``.aborted``
+    marker alongside a job check; the job is not active, so the marker is deleted again.
+    If that delete fails too, the abort still succeeds (nothing of the attempt can commit
+    now) and the marker waits for the job's clean-up."""
     committer = make_committer()
     other = make_committer()  # a different, self-generated job id: never set up
     committer.setup_job()
     other.store_fs.exists(f"{bucket}/out")  # its S3 client exists: faults can attach
     Faults(other.store_fs).fail("DeleteObject")
     task = other.task_attempt(0)
-    with pytest.raises(JobNotActiveError, match="not active"):
-        other.setup_task(task)
+    with caplog.at_level(logging.WARNING, logger="magicfs"):
+        other.abort_task(task)
     left = [k for k in object_keys(s3_client, bucket) if other.job_id in k]
-    assert len(left) == 1 and left[0].endswith(f"{task.attempt_id}.started")
+    assert len(left) == 1 and left[0].endswith(f"{task.attempt_id}.aborted")
+    assert "stays (its job's clean-up deletes it)" in caplog.text
     make_committer(job_id=other.job_id).cleanup_job()
     assert [k for k in object_keys(s3_client, bucket) if other.job_id in k] == []
 

@@ -11,7 +11,6 @@ left visible or parked.
 
 from __future__ import annotations
 
-import json
 import pickle
 import re
 import shlex
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from helpers import object_keys, pending_uploads, visible_keys
+from helpers import object_keys, pending_uploads, tamper_record, visible_keys
 from helpers.cli import run_cli
 
 import magicfs
@@ -63,14 +62,18 @@ def write_files(committer, count: int = 3) -> list:
     return [committer.commit_task(task)]
 
 
-def spoil_etag(client, bucket: str, committer, message, index: int = 0) -> str:
-    """Give one commit of the task's record a wrong part ETag; returns its destination key."""
-    key = committer.deferred.split(message.record)[1]
-    document = json.loads(client.get_object(Bucket=bucket, Key=key)["Body"].read())
-    commit = document["commits"][index]
-    commit["etags"] = [WRONG_ETAG]
-    client.put_object(Bucket=bucket, Key=key, Body=json.dumps(document).encode())
-    return commit["destinationKey"]
+def spoil_etag(committer, message, index: int = 0):
+    """Give one commit of the task's record a wrong part ETag, as saved and as its message
+    carries it; returns its destination key and the message the job is given."""
+    spoiled: dict = {}
+
+    def change(document: dict) -> None:
+        commit = document["commits"][index]
+        commit["etags"] = [WRONG_ETAG]
+        spoiled["key"] = commit["destinationKey"]
+
+    message = tamper_record(committer.store_fs, message, change)
+    return spoiled["key"], message
 
 
 def assert_rolled_back(client, bucket: str) -> None:
@@ -87,7 +90,7 @@ def refused_completion(storage_options: dict, client, bucket: str) -> None:
         f"s3://{bucket}/out", storage_options={**storage_options, "skip_instance_cache": True}
     )
     messages = write_files(committer, count=1)
-    key = spoil_etag(client, bucket, committer, messages[0])
+    key, messages[0] = spoil_etag(committer, messages[0])
     with pytest.raises(JobCommitError) as failure:
         committer.commit_job(messages)
     message = str(failure.value)

@@ -7,12 +7,11 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
 * ``setup_job``: the job marker (from now on the job accepts writers) and, at once,
   the job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`: how
   ``magicfs jobs list`` finds the job from any prefix above it; a refused entry is
-  logged and fails nothing); ``setup_task``: the attempt's started marker (none where
-  the attempt's commits stay in the process that set it up: S3's ``in_memory``).
+  logged and fails nothing); ``setup_task``: nothing on the store (below).
 * ``commit_task``: one listing of every record of the task's attempts (the attempt's
-  started or aborted marker, its saved pendingset, its directory, and the other
-  attempts' records), the attempt's commits gathered (this process's, or its
-  ``.pending`` records), the pendingset saved as ``tasks/<attempt>.pendingset`` (the
+  aborted marker, its saved pendingset, its directory, and the other attempts'
+  records), the attempt's commits gathered (this process's, or its ``.pending``
+  records), the pendingset saved as ``tasks/<attempt>.pendingset`` (the
   message names it, and carries it where it is small) and, only where another attempt
   of the task has committed, also as ``<task id>.pendingset`` (the last committed
   attempt wins: :mod:`magicfs.layouts.magic`) — then the job checked still active. A
@@ -31,19 +30,17 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
   the entry lasts as long as anything of the tree); when, the committer's ``cleanup``
   option says (:mod:`magicfs.protocol.cleanup`).
 
-**Requests per task, and why each stays** (issues 28 and 39). Set-up: a HEAD of the job
-marker and the started marker's PUT (nothing in ``in_memory`` mode, below); commit: one
-listing by the task's attempts' shared name (the attempt's directory, its
-``.started``/``.aborted`` marker and ``<attempt>.pendingset`` share the prefix
-``tasks/attempt_<job>_0000_m_<task>_`` with the task's other attempts, so the markers
-need no request of their own, nor a pendingset that was never saved, and the listing
-says whether another attempt has committed), the pendingset PUT (two at once where
-another attempt has committed), a HEAD of the job marker. Job commit reads no record a
-message carries (:attr:`~magicfs.protocol.attempts.TaskCommitMessage.record_json`). The
-job checks are shared: task set-ups and commits that ask at the same time in one
-process, and its writers, share one HEAD (:meth:`MagicLayoutCommitter.job_active`). So
-a task costs 3 requests and a share of a HEAD in ``in_memory`` mode, 4 and two shares
-in file mode (plus each file's ``.pending``).
+**Requests per task, and why each stays** (issues 28 and 39). Set-up: none. Commit:
+one listing by the task's attempts' shared name (the attempt's directory, its
+``.aborted`` marker and ``<attempt>.pendingset`` share the prefix
+``tasks/attempt_<job>_0000_m_<task>_`` with the task's other attempts, so none needs a
+request of its own, and the listing says whether another attempt has committed), the
+pendingset PUT (two at once where another attempt has committed), a HEAD of the job
+marker. Job commit reads no record a message carries
+(:attr:`~magicfs.protocol.attempts.TaskCommitMessage.record_json`). The job checks are
+shared: task commits that ask at the same time in one process, and its writers, share
+one HEAD (:meth:`MagicLayoutCommitter.job_active`). So a task costs 3 requests (one of
+them a share of a HEAD) beyond its files' own (each file's ``.pending`` in file mode).
 
 **The listing starts early** where attempt records stay until the job ends (S3): while
 the attempt's files finish closing, one round trip less after the last upload. It waits
@@ -53,19 +50,25 @@ holds their commits. Other processes' files were closed before the commit began,
 every task commit requires. Where a commit deletes what it listed (Azure), the listing
 follows the closes.
 
-* The started marker is what refuses a commit of an attempt that was aborted — in any
-  process — or never set up (it would save a record of whatever its directory holds, or
-  an empty one, and the job would publish that as the task). The job marker cannot carry
-  it (it is per job), nor the attempt's pendingset (it does not exist before the
-  commit). Hadoop's magic committer pays the same (its task set-up makes the attempt
-  directory). **Where the attempt's commits stay in the process that set it up**
-  (``in_memory``: the store's hooks say so, ``commits_stay_where_set_up``), that
-  process's memory is the marker: a commit anywhere else could publish none of the
-  attempt's files and is refused (without aborting anything: the attempt is not that
-  process's to veto); an abort in another process leaves ``<attempt>.aborted``, which
-  the commit's listing finds. The rare cross-process abort pays the request, not
-  every set-up; an attempt aborted that way stays aborted (engines never set up an
-  attempt id twice).
+* **Who may commit an attempt.** An attempt that was aborted — in any process — or
+  never set up must not commit (it would save a record of whatever its directory holds,
+  or an empty one, and a job without messages would publish that as the task). Earlier
+  versions wrote a ``.started`` marker at set-up for this (one PUT and one HEAD per
+  task); now the store is asked only where a process's own memory cannot answer. The
+  process that set the attempt up knows it did, and whether it aborted or committed
+  it since (:data:`~magicfs.task_files.TASK_FILES`): its commit needs nothing more. A
+  commit in another process (file mode lets one commit an attempt whose writer died)
+  needs the attempt's own records on the store as the proof it was set up: its files'
+  ``.pending`` or markers, or its saved pendingset; with none it is refused (and
+  aborts nothing). Where the attempt's commits stay in the process that set it up
+  (``in_memory``: the store's hooks say so, ``commits_stay_where_set_up``), a commit
+  anywhere else could publish none of its files and is refused. An abort in a process
+  that did not set the attempt up leaves ``<attempt>.aborted``, which every later
+  commit's listing finds: the rare cross-process abort pays the request, not every
+  set-up. An attempt aborted that way stays aborted (engines never set up an attempt
+  id twice). A set-up no longer refuses an ended job; the attempt's first file or its
+  commit does (the writers' and the commit's job checks). A ``.started`` marker that
+  an earlier version left still counts as the proof.
 * The attempt's own pendingset (``tasks/<attempt>.pendingset``) is what the task commit
   message names, so a job commit with messages publishes exactly the attempt the caller
   chose among speculative ones. The task's (``<task id>.pendingset``, Hadoop's layout)
@@ -321,12 +324,8 @@ class MagicLayoutCommitter(OutputCommitter):
     # -- tasks ----------------------------------------------------------------------------
 
     def prepare_task(self, task: TaskAttempt) -> None:
-        """The started marker, saved while the job is checked; none (no request) where
-        the attempt's commits stay in this process: its memory is the marker."""
-        if self.store_hooks.commits_stay_where_set_up:
-            return
-        started, data = self.layout.started_marker(task.attempt_id), task.attempt_id.encode()
-        save_checked(self.deferred, started, data, lambda: require_active_job(self, task))
+        """Nothing on the store: this process's memory knows the attempt was set up here
+        (module docstring, "Who may commit an attempt")."""
 
     def begin_task_commit(self, commit: TaskCommit) -> None:
         """Where attempt records stay until the job ends, the attempt's listing starts
@@ -339,7 +338,7 @@ class MagicLayoutCommitter(OutputCommitter):
     def _aattempt_entries(
         self, task: TaskAttempt
     ) -> Coroutine[Any, Any, dict[str, dict[str, str]]]:
-        """One listing of every attempt of the task (their directories, started markers and
+        """One listing of every attempt of the task (their directories, markers and
         records): the attempt's own entries, and whether another attempt has committed."""
         prefix = self.layout.task_attempts_prefix(task.attempt_id)
         return self.store_hooks.aattempt_entries(prefix)
@@ -348,20 +347,32 @@ class MagicLayoutCommitter(OutputCommitter):
         task = commit.task
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         keeps_records = self.store_hooks.keeps_attempt_records
-        committed_here = TASK_FILES.finished(self.job_id, task.attempt_id) == "committed"
+        finished = TASK_FILES.finished(self.job_id, task.attempt_id)
+        committed_here = finished == "committed"
+        here = committed_here or TASK_FILES.set_up_here(self.job_id, task.attempt_id)
         local = self.store_hooks.commits_stay_where_set_up
-        if local and not (committed_here or TASK_FILES.set_up_here(self.job_id, task.attempt_id)):
-            # Refused, not aborted: nothing of it is here, and its own process may commit it.
-            raise not_started_error(self, task, NOT_HERE)
+        if finished == "aborted" or (local and not here):
+            # Refused, not aborted (again): nothing of it is here to abort, and where it was
+            # set up it may still commit.
+            raise not_started_error(self, task, NOT_HERE if local and not finished else "")
         try:
             listing = commit.early or self.deferred.run_background(self._aattempt_entries(task))
             found = self.layout.attempt_records(task.attempt_id, listing.result())
-            if found.aborted or not (local or found.started):
+        except BaseException:
+            self.abort_task(task)
+            raise
+        if not (here or found.started or found.saved or found.files):
+            # Elsewhere its records are the proof it was set up; with none, there is
+            # nothing to abort either (an abort would leave a marker refusing its own
+            # process's commit).
+            raise not_started_error(self, task)
+        try:
+            if found.aborted:
                 raise not_started_error(self, task)
             saved = None
             if found.saved and (committed_here or not keeps_records):
                 saved = self._saved(attempt_record)
-            if saved is None and committed_here and self.store_hooks.commits_stay_where_set_up:
+            if saved is None and committed_here and local:
                 raise not_started_error(self, task)  # its commits were in its files' entries
             if saved is None:
                 commits, stats = self.store_hooks.gather(task.attempt_id, files, found.files)
@@ -433,9 +444,7 @@ class MagicLayoutCommitter(OutputCommitter):
     def abort_task_files(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         """Discard what the attempt's records name (the store's hooks say how and which
         markers to keep for the job's clean-up) and delete the attempt's records."""
-        if self.store_hooks.commits_stay_where_set_up and not TASK_FILES.ended_where_set_up(
-            self.job_id, task.attempt_id
-        ):
+        if not TASK_FILES.ended_where_set_up(self.job_id, task.attempt_id):
             self._leave_aborted_marker(task)
         listing = self.list_records(self.layout.task_attempt_dir(task.attempt_id))
         kept = self.store_hooks.discard_attempt(task.attempt_id, files, listing)
@@ -453,8 +462,8 @@ class MagicLayoutCommitter(OutputCommitter):
         )
 
     def _leave_aborted_marker(self, task: TaskAttempt) -> None:
-        """An abort in a process that did not set the attempt up (where its commits stay
-        in the one that did): only a marker can tell that process's commit. Saved while
+        """An abort in a process that did not set the attempt up: only a marker can tell
+        the process that did (and any other) that the attempt may not commit. Saved while
         the job is checked, and taken back if it has ended (its tree is being deleted;
         nothing of the attempt can commit then anyway)."""
         marker = self.layout.aborted_marker(task.attempt_id)
@@ -597,10 +606,10 @@ def delete_last_batch(
 def save_checked(
     deferred: DeferredStore, path: str, data: bytes, check: Callable[[], None]
 ) -> None:
-    """Save the record ``path`` while ``check`` runs: one round trip, not two (task set-up:
-    the started marker and the job check). A check that raises has the record deleted
+    """Save the record ``path`` while ``check`` runs: one round trip, not two (an abort's
+    ``.aborted`` marker and the job check). A check that raises has the record deleted
     again, so an ended job's tree never keeps one (the check is no guarantee by itself:
-    a job may end right after it, and the task's commit checks again after its save)."""
+    a job may end right after it; its clean-up then deletes the record)."""
     save = deferred.run_background(deferred.awrite_record(path, data))
     try:
         check()

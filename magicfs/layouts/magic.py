@@ -8,10 +8,10 @@
             <task id>.pendingset                         last committed attempt of a task
                                                          (only once two attempts committed)
             tasks/<task attempt id>/__base/<relative>    where a task attempt writes
-            tasks/<task attempt id>.started              the attempt was set up, not aborted
             tasks/<task attempt id>.aborted              aborted by another process than
-                                                         the one that set it up (attempts
-                                                         whose commits stay in that process)
+                                                         the one that set it up
+            tasks/<task attempt id>.started              (earlier versions: set up, not
+                                                         aborted; still read)
             tasks/<task attempt id>.pendingset           an attempt's own committed record
 
 **Which attempt of a task a job without messages commits.** Every committed attempt
@@ -121,12 +121,13 @@ class MagicJobLayout:
         return join(self.tasks_dir, attempt_id.rsplit("_", 1)[0] + "_")
 
     def started_marker(self, attempt_id: str) -> str:
-        """Exists from task setup until the attempt is aborted: only then may it commit."""
+        """Written by earlier versions' task set-up (deleted by its abort): still the proof
+        that an attempt was set up, for a commit in another process."""
         return join(self.tasks_dir, attempt_id + STARTED_SUFFIX)
 
     def aborted_marker(self, attempt_id: str) -> str:
-        """Left by an abort from another process, where an attempt's commits stay in the
-        process that set it up (it has no started marker to delete): it may never commit."""
+        """Left by an abort in another process than the one that set the attempt up
+        (which knows its attempts from memory): it may never commit."""
         return join(self.tasks_dir, attempt_id + ABORTED_SUFFIX)
 
     def attempt_records(self, attempt_id: str, listed: Mapping[str, T]) -> AttemptRecords[T]:

@@ -119,7 +119,7 @@ class TaskCommitMessage:
     the job reports the total in ``_SUCCESS``.
 
     ``record_json`` is that record's own JSON where it is small (at most
-    :data:`CARRIED_RECORD_MAX` bytes: about 140 files), carried to the job so that its
+    :data:`CARRIED_RECORD_MAX` bytes: about 40 files), carried to the job so that its
     commit reads the record from the message, not from the store (one request per task
     less). It was saved before the message existed, with these very bytes; the job
     checks it as it checks a record it reads (and that it is the named attempt's), and
@@ -147,7 +147,11 @@ class TaskCommitMessage:
 
 
 #: The largest record a task commit message carries (:class:`TaskCommitMessage`).
-CARRIED_RECORD_MAX = 64 * 1024
+#: Decision: a bound per task, not per file, so that what an engine's driver holds for a
+#: job's messages grows with its tasks (as the engine's own bookkeeping of each task
+#: does: Spark keeps a few KB per task), never with its files: a task of more files
+#: than this carries none and job commit reads its record, as before.
+CARRIED_RECORD_MAX = 16 * 1024
 
 Messages: TypeAlias = Sequence["TaskCommitMessage | None"]
 """What job commit is given: one message per task. Spark hands ``None`` for a task that

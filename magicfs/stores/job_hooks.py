@@ -159,12 +159,11 @@ class DeferredJobHooks:
 
     @property
     def commits_stay_where_set_up(self) -> bool:
-        """The attempt's commits stay in the process that set it up (S3's ``in_memory``):
-        a commit anywhere else could publish none of them. Then task set-up sends no
-        request (no started marker: that process's own memory says the attempt was set
-        up and not aborted), a commit in another process is refused, and an abort from
-        another process leaves the attempt's ``.aborted`` marker, which its commit's
-        listing finds (:mod:`magicfs.committers.magic_layout`). False: the started marker."""
+        """The attempt's commits stay in the process that set it up (S3's and Azure's
+        ``in_memory``): a commit anywhere else could publish none of them, so it is
+        refused, naming the option (:mod:`magicfs.committers.magic_layout`, "Who may
+        commit an attempt"). False: another process may commit an attempt whose files
+        left their records on the store."""
         return False
 
     async def aattempt_entries(self, prefix: str) -> dict[str, dict[str, str]]:

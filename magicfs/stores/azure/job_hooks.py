@@ -20,7 +20,9 @@ List. No byte is copied or renamed. What Azure adds to the flow:
 **In-memory mode** (``in_memory=True``): writers keep each file's record in this process
 instead of saving it in writer records. The markers stay, so a task commit in another
 process than the writers' refuses (it sees markers it has no record of) instead of
-committing the attempt without those files.
+committing the attempt without those files. The attempt's commits stay in the process
+that set it up, so, as on S3, a commit anywhere else is refused
+(:meth:`~magicfs.stores.job_hooks.DeferredJobHooks.commits_stay_where_set_up`).
 
 **Abort.** Azure has no request that deletes staged blocks on their own (no "abort
 upload"). An aborted or superseded attempt's blocks stay invisible — reads answer
@@ -72,6 +74,10 @@ class BlockListJobHooks(DeferredJobHooks):
 
     keeps_attempt_records: ClassVar[bool] = False
     options: BlockListCommitOptions
+
+    @property
+    def commits_stay_where_set_up(self) -> bool:
+        return self.options.in_memory
 
     async def aattempt_entries(self, prefix: str) -> dict[str, dict[str, str]]:
         """With the markers' metadata: a marker names its writer's nonce."""

@@ -1,16 +1,17 @@
-"""Attempts whose commits stay in the process that set them up (S3 ``in_memory=True``),
-and task records carried by their commit messages (issue 39: the cost of safety).
+"""Who may commit a task attempt, now that its set-up sends no request, and task records
+carried by their commit messages (issue 39: the cost of safety).
 
-In ``in_memory`` mode a task's files leave no record on the store until its commit, so
-only the process that set the attempt up can commit it. That process's memory is the
-attempt's started marker: task set-up sends no request, a commit anywhere else is
-refused (and does not veto the real one), and an abort from another process leaves the
-attempt's ``.aborted`` marker, which the commit's one listing finds. A task commit
-message carries its small record, so job commit reads none (every committer of the
-magic layout, file mode too). "Another process" here is a real one: the committer is
-pickled to a child Python, as the engines ship it.
+The process that set an attempt up knows it did (and whether it has aborted or
+committed it since): its commit needs nothing from the store. A commit in another
+process needs the attempt's records on the store as proof (file mode: its files'
+``.pending``), and is refused outright in ``in_memory`` mode, where the attempt's
+commits stay in the process that set it up; a refused commit aborts nothing, so the
+real one goes on. An abort from another process leaves the attempt's ``.aborted``
+marker, which the commit's one listing finds. A task commit message carries its small
+record, so job commit reads none. "Another process" here is a real one: the committer
+is pickled to a child Python, as the engines ship it.
 
-Runs on moto and Ceph RGW.
+Runs on moto and Ceph RGW, in file mode and ``in_memory`` mode.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ import pytest
 from helpers import Calls, pending_uploads, visible_keys
 from helpers.s3_targets import S3Target, s3_target
 
-from magicfs.errors import InvalidCommitData, JobCommitError, NothingToCommitError
+from magicfs.errors import (
+    InvalidCommitData,
+    JobCommitError,
+    JobNotActiveError,
+    NothingToCommitError,
+)
 from magicfs.protocol.attempts import CARRIED_RECORD_MAX
 from magicfs.task_files import TASK_FILES
 
@@ -52,6 +58,9 @@ CHILD = textwrap.dedent(
 @pytest.fixture(params=["moto", pytest.param("rgw", marks=pytest.mark.rgw)])
 def target(request) -> S3Target:
     return s3_target(request)
+
+
+MODES = pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in_memory"])
 
 
 def committer_on(target: S3Target, **options):
@@ -91,8 +100,9 @@ def tree(target: S3Target, committer) -> list[str]:
     return sorted(o["Key"].removeprefix(prefix) for o in listed.get("Contents", []))
 
 
-def test_set_up_sends_nothing_and_the_job_reads_no_task_record(target):
-    committer = committer_on(target, in_memory=True)
+@MODES
+def test_set_up_sends_nothing_and_the_job_reads_no_task_record(target, in_memory):
+    committer = committer_on(target, in_memory=in_memory)
     committer.setup_job()
     calls = Calls(committer.store_fs)
     task = committer.task_attempt(0)
@@ -132,7 +142,7 @@ def test_a_commit_repeated_after_a_lost_reply_keeps_every_file(target, messages)
     assert pending_uploads(target.client, target.bucket) == []
 
 
-def test_a_commit_in_another_process_is_refused_and_vetoes_nothing(target, tmp_path):
+def test_in_memory_a_commit_in_another_process_is_refused_and_vetoes_nothing(target, tmp_path):
     committer = committer_on(target, in_memory=True)
     committer.setup_job()
     task = written(committer, 0, "a.csv")
@@ -146,8 +156,9 @@ def test_a_commit_in_another_process_is_refused_and_vetoes_nothing(target, tmp_p
     assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS", "out/a.csv"]
 
 
-def test_an_abort_in_another_process_stops_the_commit_here(target, tmp_path):
-    committer = committer_on(target, in_memory=True)
+@MODES
+def test_an_abort_in_another_process_stops_the_commit_here(target, tmp_path, in_memory):
+    committer = committer_on(target, in_memory=in_memory)
     committer.setup_job()
     task = written(committer, 0, "a.csv")
     TASK_FILES.settle()
@@ -162,8 +173,9 @@ def test_an_abort_in_another_process_stops_the_commit_here(target, tmp_path):
     assert tree(target, committer) == []
 
 
-def test_an_abort_after_the_job_ended_leaves_no_marker(target, tmp_path):
-    committer = committer_on(target, in_memory=True)
+@MODES
+def test_an_abort_after_the_job_ended_leaves_no_marker(target, tmp_path, in_memory):
+    committer = committer_on(target, in_memory=in_memory)
     committer.setup_job()
     task = written(committer, 0, "a.csv")
     TASK_FILES.settle()
@@ -171,6 +183,37 @@ def test_an_abort_after_the_job_ended_leaves_no_marker(target, tmp_path):
     assert elsewhere(committer, task, "abort_task", tmp_path) == "done"
     assert tree(target, committer) == []
     assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_file_mode_an_attempt_set_up_here_may_commit_elsewhere(target, tmp_path):
+    """File mode's records let another process commit an attempt (its writer's process
+    died, say): they are the proof that the attempt was set up."""
+    committer = committer_on(target)
+    committer.setup_job()
+    task = written(committer, 0, "a.csv", "b.csv")
+    TASK_FILES.settle()
+    assert elsewhere(committer, task, "commit_task", tmp_path) == "done"
+    assert committer.commit_job().files == 2  # lists the committed attempt's record
+    assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS", "out/a.csv", "out/b.csv"]
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_file_mode_an_attempt_with_nothing_on_the_store_commits_only_where_set_up(target, tmp_path):
+    """No records, no proof: another process is refused (and aborts nothing); the
+    process that set the attempt up commits it, empty."""
+    committer = committer_on(target)
+    committer.setup_job()
+    task = written(committer, 0)
+    said = elsewhere(committer, task, "commit_task", tmp_path)
+    assert said.startswith("refused: FileNotFoundError") and "never set up" in said
+    assert not [k for k in tree(target, committer) if k.endswith((".pendingset", ".aborted"))]
+    message = committer.commit_task(task)
+    assert (message.files, message.bytes) == (0, 0)
+    never = committer.task_attempt(1)
+    with pytest.raises(FileNotFoundError, match="never set up, or was aborted"):
+        committer.commit_task(never)  # here, but never set up: no records either
+    committer.commit_job([message])
+    assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS"]
 
 
 def test_a_carried_record_of_another_attempt_fails_the_job(target):
@@ -202,7 +245,7 @@ def test_carried_records_do_not_commit_an_aborted_job(target):
 def test_a_large_record_is_named_not_carried(target):
     committer = committer_on(target)
     committer.setup_job()
-    names = [f"file-with-a-long-name-{n:04d}.csv" for n in range(160)]
+    names = [f"file-with-a-long-name-{n:04d}.csv" for n in range(60)]
     message = committer.commit_task(written(committer, 0, *names))
     saved = target.client.get_object(Bucket=target.bucket, Key=message.record.partition("/")[2])
     assert len(saved["Body"].read()) > CARRIED_RECORD_MAX
@@ -211,4 +254,19 @@ def test_a_large_record_is_named_not_carried(target):
     calls = Calls(committer.store_fs)
     committer.commit_job([message])
     assert ("GetObject", message.record.partition("/")[2]) in calls.made
-    assert len(visible_keys(target.client, target.bucket)) == 161
+    assert len(visible_keys(target.client, target.bucket)) == 61
+
+
+@MODES
+def test_an_attempt_set_up_after_its_job_ended_cannot_commit(target, in_memory):
+    """Set-up sends nothing, so it cannot refuse an ended job: the commit does (its job
+    check after the save), and takes its record back."""
+    committer = committer_on(target, in_memory=in_memory)
+    committer.setup_job()
+    committer.abort_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    with pytest.raises(JobNotActiveError, match="ended before task attempt"):
+        committer.commit_task(task)
+    assert tree(target, committer) == []
+    assert visible_keys(target.client, target.bucket) == []
