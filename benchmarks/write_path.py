@@ -3,6 +3,7 @@
     python benchmarks/write_path.py                       # moto and RGW; 64, 128, 256 MiB; 3 runs
     python benchmarks/write_path.py --quick               # moto, 64 MiB, one run
     python benchmarks/write_path.py --servers rgw --sizes 128,256 --runs 5
+    python benchmarks/write_path.py --unsigned-payload    # both writers: no payload SHA-256
 
 Both sides are timed **until the bytes are visible** at their final key, with part
 checksums declared, on the same server:
@@ -22,6 +23,13 @@ checksums declared, on the same server:
   ``TransferConfig`` (8 MiB parts, 10 threads) and botocore's default
   ``request_checksum_calculation="when_supported"``, which declares CRC32 on the upload
   and sends each part's CRC32.
+
+``--unsigned-payload`` gives both writers botocore's ``s3={"payload_signing_enabled":
+False}``: over plain HTTP botocore otherwise hashes every part's bytes (SHA-256) for its
+signature, on the thread that signs (magicfs: s3fs's one IO loop; boto3: its 10
+threads); over HTTPS a part that carries its checksum is not hashed at all, so this is
+the write path as an HTTPS store sees it, still on loopback HTTP. The parts still carry
+their CRC32, which the server checks.
 
 The difference left between the two: magicfs stages 4 parts at once per file (its
 ``parts_in_flight``, bounded memory), boto3 10 (``max_concurrency``). Each measurement
@@ -56,6 +64,8 @@ ROOT = os.path.dirname(HERE)
 MiB = 1 << 20
 CHUNK = MiB
 METHODS = ("magicfs", "magicfs-bg", "magicfs-close", "boto3")
+#: Set for the children by ``--unsigned-payload``.
+UNSIGNED_PAYLOAD = "MAGICFS_BENCH_UNSIGNED_PAYLOAD"
 
 
 def _chunks(size: int) -> Iterator[bytes]:
@@ -138,7 +148,11 @@ def child(method: str, size: int, endpoint: str, credentials: tuple[str, str]) -
     from magicfs.integrations.local_server import s3_boto3_client, s3_storage_options
 
     options = {**s3_storage_options(endpoint, credentials), "skip_instance_cache": True}
-    client = s3_boto3_client(endpoint, credentials)
+    config: dict[str, Any] = {}
+    if os.environ.get(UNSIGNED_PAYLOAD):
+        config = {"s3": {"payload_signing_enabled": False}}
+        options["config_kwargs"] = config
+    client = s3_boto3_client(endpoint, credentials, **config)
     client.list_objects_v2(Bucket="bench", MaxKeys=1)  # connect before measuring
     wire = WireChecksums()
     baseline = _rss_mib()
@@ -213,8 +227,15 @@ def main() -> None:
     parser.add_argument("--servers", default="moto,rgw", help="comma-separated: moto,rgw")
     parser.add_argument("--sizes", default="64,128,256", help="MiB, comma-separated")
     parser.add_argument("--runs", type=int, default=3, help="runs per size and writer (median)")
+    parser.add_argument(
+        "--unsigned-payload",
+        action="store_true",
+        help="both writers: no SHA-256 of the parts (as over HTTPS; module docstring)",
+    )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.unsigned_payload:
+        os.environ[UNSIGNED_PAYLOAD] = "1"  # inherited by every child
     if args.child:
         method, size, endpoint, credentials = args.child
         print(json.dumps(child(method, int(size), endpoint, tuple(json.loads(credentials)))))
@@ -235,7 +256,7 @@ def main() -> None:
                     for method in METHODS:
                         results[method].append(measure(method, size, server))
                 rows += [summary(size, method, results[method]) for method in METHODS]
-            print_table(name, rows, runs)
+            print_table(name + (", unsigned payload" if args.unsigned_payload else ""), rows, runs)
 
 
 def summary(size: int, method: str, results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -208,9 +208,9 @@ class TaskFiles:
         from them).
         """
         with self._lock:
-            self._finished.pop((job_id, attempt_id), None)
+            earlier = self._finished.pop((job_id, attempt_id), None)  # (an abort after a commit)
             here = self._set_up.pop((job_id, attempt_id), None) == os.getpid()
-            self._finished[(job_id, attempt_id)] = (outcome, here)
+            self._finished[(job_id, attempt_id)] = (outcome, here or bool(earlier and earlier[1]))
             while len(self._finished) > self.MAX_FINISHED:
                 del self._finished[next(iter(self._finished))]
             taken = [

@@ -270,3 +270,18 @@ def test_an_attempt_set_up_after_its_job_ended_cannot_commit(target, in_memory):
         committer.commit_task(task)
     assert tree(target, committer) == []
     assert visible_keys(target.client, target.bucket) == []
+
+
+def test_an_abort_after_a_commit_where_set_up_leaves_no_marker(target):
+    """The process that set the attempt up and committed it aborts it (an engine whose
+    job failed later): it knows the attempt is its own, so it writes no ``.aborted``."""
+    committer = committer_on(target)
+    committer.setup_job()
+    task = written(committer, 0, "a.csv")
+    committer.commit_task(task)
+    calls = Calls(committer.store_fs)
+    committer.abort_task(task)
+    assert not [key for op, key in calls.made if op == "PutObject"]
+    assert not [k for k in tree(target, committer) if k.endswith(".aborted")]
+    assert committer.commit_job().files == 0  # the abort took the attempt's record
+    assert pending_uploads(target.client, target.bucket) == []
