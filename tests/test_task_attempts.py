@@ -94,6 +94,15 @@ def written(committer, task_id: int, *names: str):
     return task
 
 
+def one_file_written(target: S3Target, in_memory: bool):
+    """A job set up here, with task 0 set up here and ``a.csv`` written and closed."""
+    committer = committer_on(target, in_memory=in_memory)
+    committer.setup_job()
+    task = written(committer, 0, "a.csv")
+    TASK_FILES.settle()
+    return committer, task
+
+
 def tree(target: S3Target, committer) -> list[str]:
     prefix = f"out/__magic_job-{committer.job_id}/"
     listed = target.client.list_objects_v2(Bucket=target.bucket, Prefix=prefix)
@@ -143,10 +152,7 @@ def test_a_commit_repeated_after_a_lost_reply_keeps_every_file(target, messages)
 
 
 def test_in_memory_a_commit_in_another_process_is_refused_and_vetoes_nothing(target, tmp_path):
-    committer = committer_on(target, in_memory=True)
-    committer.setup_job()
-    task = written(committer, 0, "a.csv")
-    TASK_FILES.settle()
+    committer, task = one_file_written(target, in_memory=True)
     said = elsewhere(committer, task, "commit_task", tmp_path)
     assert said.startswith("refused: FileNotFoundError")
     assert "in_memory=True a task commits in that process" in said
@@ -158,10 +164,7 @@ def test_in_memory_a_commit_in_another_process_is_refused_and_vetoes_nothing(tar
 
 @MODES
 def test_an_abort_in_another_process_stops_the_commit_here(target, tmp_path, in_memory):
-    committer = committer_on(target, in_memory=in_memory)
-    committer.setup_job()
-    task = written(committer, 0, "a.csv")
-    TASK_FILES.settle()
+    committer, task = one_file_written(target, in_memory=in_memory)
     assert elsewhere(committer, task, "abort_task", tmp_path) == "done"
     aborted = f"job-{committer.job_id}/00/tasks/{task.attempt_id}.aborted"
     assert aborted in tree(target, committer)
@@ -175,10 +178,7 @@ def test_an_abort_in_another_process_stops_the_commit_here(target, tmp_path, in_
 
 @MODES
 def test_an_abort_after_the_job_ended_leaves_no_marker(target, tmp_path, in_memory):
-    committer = committer_on(target, in_memory=in_memory)
-    committer.setup_job()
-    task = written(committer, 0, "a.csv")
-    TASK_FILES.settle()
+    committer, task = one_file_written(target, in_memory=in_memory)
     committer.abort_job()
     assert elsewhere(committer, task, "abort_task", tmp_path) == "done"
     assert tree(target, committer) == []

@@ -625,7 +625,7 @@ def save_checked(
 
 async def shared_check(deferred: DeferredStore, marker: str) -> bool:
     """Whether ``marker`` exists, by a check that starts after this call, shared
-    (:mod:`magicfs.stores.job_check`) with the task set-ups and commits and the
+    (:mod:`magicfs.stores.job_check`) with the task commits and the
     writers of this process that ask meanwhile: tasks committing at once send one HEAD,
     not one each. Any check that starts after the caller's last write answers it (the
     zombie handshake needs no more)."""

@@ -142,8 +142,9 @@ def require_active_job(hooks: CommitterHooks, task: TaskAttempt) -> None:
 
 
 def not_started_error(hooks: CommitterHooks, task: TaskAttempt, hint: str = "") -> Exception:
-    """Why an attempt with no ``.started`` marker cannot commit: job ended, or never set
-    up, or aborted (or, staging committers, already committed: its files are gone).
+    """Why an attempt cannot commit (no ``.started`` marker, or no proof it was set up):
+    job ended, or never set up, or aborted (or, staging committers, already committed:
+    its files are gone).
     ``hint``: what else the caller should know (appended)."""
     if not hooks.job_active():
         return JobNotActiveError(

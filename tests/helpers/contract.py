@@ -515,6 +515,9 @@ class CommitterContract:
     #: (committer, scenario) -> what goes wrong on this store: the scenario is not
     #: generated for that pair. See the module docstring.
     gaps: ClassVar[dict[tuple[str, str], str]] = {}
+    #: Options every committer of this class is built with, beyond the target's own: a
+    #: configuration run as a class of its own (``{"in_memory": True}``).
+    committer_options: ClassVar[dict[str, Any]] = {}
 
     # -- what a store fills in --------------------------------------------------------------
 
@@ -568,7 +571,9 @@ class CommitterContract:
 
     @pytest.fixture
     def target(self, request: pytest.FixtureRequest, tmp_path: Any, pair: Pair) -> Target:
-        return self.make_target(request, pair, tmp_path)
+        target = self.make_target(request, pair, tmp_path)
+        target.options.update(self.committer_options)
+        return target
 
     # -- the scenarios ------------------------------------------------------------------------
 
