@@ -18,7 +18,6 @@ bytes, Azure's own block lists and Azurite's request log — never by magicfs's 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import os
 import pathlib
@@ -38,7 +37,7 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 from azure.core.pipeline.policies import AsyncHTTPPolicy
 from azure.storage.blob import BlobServiceClient
-from helpers import as_another_process
+from helpers import as_another_process, tamper_record
 from helpers.azure_crash_job import content
 from helpers.polling import wait_until
 
@@ -465,13 +464,17 @@ def test_a_tampered_record_is_refused_before_anything_is_published(
                 write(job.fs, run.path(f"t{task}/{name}.bin"), content(name, 2 * BLOCK + task))
         messages.append(run.message)
     record = messages[1].record
-    document = json.loads(abfs.cat_file(record))
-    index = len(document["commits"]) - 1  # the last one: a lazy check would publish others
-    field = _tamper(case, document["commits"][index], azure_container)
-    abfs.pipe_file(record, json.dumps(document).encode())
     assert messages[1].record_json is not None
-    carrying = json.dumps(document) if carried else None
-    messages[1] = dataclasses.replace(messages[1], record_json=carrying)
+    spoiled: dict = {}
+
+    def change(document: dict) -> None:
+        index = len(document["commits"]) - 1  # the last: a lazy check would publish others
+        spoiled.update(
+            index=index, field=_tamper(case, document["commits"][index], azure_container)
+        )
+
+    messages[1] = tamper_record(abfs, messages[1], change, carried)
+    index, field = spoiled["index"], spoiled["field"]
 
     with pytest.raises(JobCommitError) as failure:
         job.commit_job(messages)

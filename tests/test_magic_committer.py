@@ -82,15 +82,22 @@ def task_records(client, bucket: str, committer) -> list[str]:
     return sorted(o["Key"][len(prefix) :] for o in listed if o["Key"].endswith(".pendingset"))
 
 
-def test_a_task_committed_once_saves_one_record_and_a_later_attempt_two(
-    make_committer, s3_client, bucket
-):
-    committer = make_committer()
+def two_attempts_written(committer):
+    """A job set up, and attempts 0 and 1 of task 0 each writing ``part-0`` (their own
+    text: "first", "second"), neither committed yet."""
     committer.setup_job()
     first, second = committer.task_attempt(0, 0), committer.task_attempt(0, 1)
     for task, text in ((first, "first\n"), (second, "second\n")):
         committer.setup_task(task)
         write_text(committer, task, "part-0", text)
+    return first, second
+
+
+def test_a_task_committed_once_saves_one_record_and_a_later_attempt_two(
+    make_committer, s3_client, bucket
+):
+    committer = make_committer()
+    first, second = two_attempts_written(committer)
     committer.commit_task(first)
     # the task's only committed attempt: its own record, no task record
     assert task_records(s3_client, bucket, committer) == [f"tasks/{first.attempt_id}.pendingset"]
@@ -137,12 +144,9 @@ def test_an_aborted_later_attempt_leaves_the_earlier_one_to_publish(
     that attempt); the earlier attempt's own record is what a job without messages then
     publishes, whole, and the aborted attempt's uploads are gone."""
     committer = make_committer()
-    committer.setup_job()
-    first, second = committer.task_attempt(0, 0), committer.task_attempt(0, 1)
-    for task, text in ((first, "first\n"), (second, "second\n")):
-        committer.setup_task(task)
-        write_text(committer, task, "part-0", text)
-        committer.commit_task(task)
+    first, second = two_attempts_written(committer)
+    committer.commit_task(first)
+    committer.commit_task(second)
     committer.abort_task(second)
     assert task_records(s3_client, bucket, committer) == [f"tasks/{first.attempt_id}.pendingset"]
     assert committer.commit_job().files == 1

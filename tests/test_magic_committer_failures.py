@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import logging
 
 import pytest
-from helpers import as_another_process, object_keys, pending_uploads, visible_keys
+from helpers import (
+    as_another_process,
+    object_keys,
+    pending_uploads,
+    tamper_record,
+    visible_keys,
+)
 from helpers.faults import Faults, InjectedFault, s3_error
 from helpers.polling import wait_until
 
@@ -211,18 +216,6 @@ def test_malformed_pending_names_the_file(make_committer, s3_client, bucket):
     assert_clean_failure(s3_client, bucket)
 
 
-def tamper_pendingset(committer, s3_client, bucket, message, change, carried: bool):
-    """Tamper with the saved record, and return the message the job is given: carrying
-    the record, tampered the same way (``carried``), or none (the job reads the store's)."""
-    edit_json(s3_client, bucket, committer.deferred.split(message.record)[1], change)
-    if not carried:
-        return dataclasses.replace(message, record_json=None)
-    assert message.record_json is not None
-    document = json.loads(message.record_json)
-    change(document)
-    return dataclasses.replace(message, record_json=json.dumps(document))
-
-
 @pytest.mark.parametrize(
     ("change", "match"),
     [
@@ -249,7 +242,7 @@ def test_tampered_pendingset_fails_the_job_before_anything_is_visible(
     committer = make_committer()
     big = 8 * MiB + 10  # two parts of the default 8 MiB
     messages = run_tasks(committer, {0: ["a", "b"], 1: ["c"]}, data=lambda n: n.encode() * big)
-    messages[0] = tamper_pendingset(committer, s3_client, bucket, messages[0], change, carried)
+    messages[0] = tamper_record(committer.store_fs, messages[0], change, carried)
     with pytest.raises(JobCommitError, match=match) as caught:
         committer.commit_job(messages)
     assert caught.value.stage in ("load", "validate")
@@ -264,14 +257,13 @@ def test_tampered_pendingset_fails_the_job_before_anything_is_visible(
 def test_reordered_etags_are_refused_by_the_store(make_committer, s3_client, bucket, carried):
     committer = make_committer()
     messages = run_tasks(committer, {0: ["a"]}, data=lambda n: b"1" * (8 * MiB) + b"2" * 10)
-    messages[0] = tamper_pendingset(
-        committer,
-        s3_client,
-        bucket,
+    messages[0] = tamper_record(
+        committer.store_fs,
         messages[0],
         lambda d: d["commits"][0]["etags"].reverse(),
         carried,
     )
+    assert (messages[0].record_json is not None) == carried
     with pytest.raises(CommitFailedError, match=r"InvalidPart|could not complete"):
         committer.commit_job(messages)
     assert_clean_failure(s3_client, bucket)

@@ -66,16 +66,15 @@ class Calls:
         return Counter(op for op, _ in self.made)
 
 
-def tamper_record(fs, message, change):
-    """Apply ``change`` to the task record ``message`` names, as saved (through ``fs``)
-    and as the message carries it; returns the message the job is then given."""
+def tamper_record(fs, message, change, carried: bool = True):
+    """Apply ``change`` to the task record ``message`` names, as saved (through ``fs``);
+    returns the message the job is then given: carrying the tampered record where the
+    message carries one (``carried``), or none, so that the job reads the store's."""
     import dataclasses
 
     document = json.loads(fs.cat_file(message.record))
     change(document)
     fs.pipe_file(message.record, json.dumps(document).encode())
-    if message.record_json is None:
-        return message
-    carried = json.loads(message.record_json)
-    change(carried)
-    return dataclasses.replace(message, record_json=json.dumps(carried))
+    if not carried or message.record_json is None:
+        return dataclasses.replace(message, record_json=None)
+    return dataclasses.replace(message, record_json=json.dumps(document))

@@ -53,6 +53,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import magicfs
+from helpers import tamper_record
 from magicfs.committers import OutputCommitter
 from magicfs.errors import (
     CommitConflictError,
@@ -766,12 +767,11 @@ class CommitterContract:
         committer.setup_job()
         tampered = run_task(committer, 0, {"a.csv": b"a"})
         intact = run_task(committer, 1, {"b.csv": b"b"})
-        fs = target.record_fs(committer)
-        document = json.loads(fs.cat_file(tampered.record))
-        problem = tamper(document, how)
-        fs.pipe_file(tampered.record, json.dumps(document).encode())
-        if tampered.record_json is not None:  # the job reads the copy its message carries
-            tampered = dataclasses.replace(tampered, record_json=json.dumps(document))
+        problems: list[str] = []
+        tampered = tamper_record(
+            target.record_fs(committer), tampered, lambda d: problems.append(tamper(d, how))
+        )
+        (problem,) = problems
 
         with pytest.raises(JobCommitError) as failed:
             committer.commit_job([tampered, intact])
