@@ -34,6 +34,7 @@ import magicfs
 from magicfs.committers import jobs as jobs_module
 from magicfs.committers.jobs import find_jobs
 from magicfs.integrations.cli import main
+from magicfs.names import JOURNAL_FILE as JOURNAL
 
 INDEX = "__magicfs_jobs"
 #: Where the three jobs write: the bucket's root, two levels down, four levels down.
@@ -389,6 +390,38 @@ def test_setup_writes_the_entry_alongside_the_job_marker(fault_front, s3_client,
     entry = f"{INDEX}/out/{committer.job_id}.json"
     assert sorted(p["Key"] for op, p in recorder.sent[:3] if op == "PutObject") == [entry, marker]
     committer.abort_job()
+
+
+@pytest.mark.parametrize("store", ["s3", "rgw"], indirect=True)
+@pytest.mark.parametrize("ending", ["commit", "abort"])
+def test_clean_up_lists_the_tree_once_and_deletes_it_in_order(store, ending):
+    """One listing serves the uploads sweep and the deletes. The journal goes last and
+    the job's mode (its unmarked record) before it, always; the task records go after
+    the files, except once the journal says committed (a retried commit then reads only
+    the journal): one batch less."""
+    job = store.committer("out")
+    message = run_one_task(job, "part-0.csv")
+    recorder = S3Requests(store.fs)
+    job.commit_job([message]) if ending == "commit" else job.abort_job()
+    tree = f"out/__magic_job-{job.job_id}/"
+    listings = [p for op, p in recorder.sent if op == "ListObjectsV2"]
+    assert [p["Prefix"] for p in listings if p["Prefix"].startswith(tree)] == [tree]
+    batches = [
+        sorted(o["Key"].rsplit("/", 1)[-1] for o in p["Delete"]["Objects"])
+        for op, p in recorder.sent
+        if op == "DeleteObjects" and any(o["Key"].startswith(tree) for o in p["Delete"]["Objects"])
+    ]
+    attempt = f"attempt_{job.job_id}_0000_m_000000_0"
+    files, records = ["part-0.csv.pending"], [f"{attempt}.pendingset"]
+    entry = f"{job.job_id}.json"  # the job's index entry goes with the tree's last batch
+    if ending == "commit":
+        expected = [sorted(files + records), ["_magicfs_unmarked"], sorted([entry, JOURNAL])]
+    else:  # no journal: the job's mode is the last rank
+        expected = [files, records, sorted(["_magicfs_unmarked", entry])]
+    assert batches == expected
+    uploads = store.fs.call_s3("list_multipart_uploads", Bucket=store.base).get("Uploads", [])
+    assert store.index() == [] and uploads == []
+    assert store.objects() == (["out/_SUCCESS", "out/part-0.csv"] if ending == "commit" else [])
 
 
 @pytest.mark.parametrize("store", ["s3", "rgw"], indirect=True)

@@ -24,7 +24,7 @@ from magicfs.records import PendingSet, SinglePendingCommit
 from magicfs.stores.commit_ops import Progress
 from magicfs.stores.s3.rate import RateControl
 from magicfs.stores.s3.retry import RetryPolicy
-from magicfs.stores.spool import CommitSpool, KeySet, OrderedPaths
+from magicfs.stores.spool import CommitSpool, KeySet, ListedOnce, OrderedPaths
 
 FAST = RetryPolicy(attempts=6, base_delay=0.01, max_delay=0.05)
 
@@ -108,6 +108,26 @@ def test_ordered_paths_come_back_rank_by_rank_never_two_ranks_in_a_batch():
     assert batches[0][:2] == ["j/r0000", "j/r0001"] and batches[2][-2:] == ["j/t1", "j/t2"]
     assert batches[3:] == [["j/page-1"], ["j/journal"]]
     assert not os.path.exists(paths.path)
+
+
+def test_a_listing_listed_once_is_read_back_from_disk_on_every_later_pass():
+    pulled = []
+
+    def listing():
+        for number in range(3):
+            pulled.append(number)
+            yield [f"t/{number}-{n:04d}" for n in range(1500 if number == 1 else 2)]
+
+    pages = ListedOnce(listing())
+    try:
+        first = next(iter(pages))  # a pass that stops early: the next goes on from there
+        assert pulled == [0]
+        again = list(pages)
+        assert pulled == [0, 1, 2] and again[0] == first and len(again[1]) == 1500
+        assert list(pages) == again and pulled == [0, 1, 2]  # not listed again
+    finally:
+        pages.discard()
+    assert not os.path.exists(pages.path)
 
 
 # -- job commit through the spool ------------------------------------------------------------

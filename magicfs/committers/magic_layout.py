@@ -133,7 +133,7 @@ from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
 from ..stores.job_check import job_still_active
 from ..stores.job_hooks import DeferredJobHooks, StoreOptions, option_names
 from ..stores.registry import committed_by, deferred_store_for
-from ..stores.spool import OrderedPaths
+from ..stores.spool import ListedOnce, OrderedPaths
 from ..task_files import TASK_FILES, TaskFile
 from .pendingsets import PendingsetRecords, kept_uploads
 
@@ -539,11 +539,21 @@ class MagicLayoutCommitter(OutputCommitter):
 
     def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """What the store discards first (its hooks), the job's tree (journal last, the
-        index entry with the last batch), then what the store does once the tree is gone."""
+        index entry with the last batch), then what the store does once the tree is gone.
+
+        The tree is listed once for both (:class:`~magicfs.stores.spool.ListedOnce`).
+        ``published`` is given only for a committed job, whose journal says so: its
+        files and task records then go in the same batches (:func:`delete_tree`)."""
         with self.stats.track("committer_cleanup"):
-            left = self.store_hooks.discard_left(kept_uploads(published))
-            last = functools.partial(delete_last_batch, self.delete_files, self.index_entry, self)
-            delete_tree(self.tree_pages(), self.delete_files, last)
+            tree = ListedOnce(self.tree_pages())
+            try:
+                left = self.store_hooks.discard_left(kept_uploads(published), tree)
+                last = functools.partial(
+                    delete_last_batch, self.delete_files, self.index_entry, self
+                )
+                delete_tree(tree, self.delete_files, last, committed=published is not None)
+            finally:
+                tree.discard()
             self.store_fs.invalidate_cache(self.layout.magic_dir)
             self.store_hooks.after_tree_deleted(left)
 
@@ -663,11 +673,17 @@ def delete_tree(
     pages: Iterable[list[str]],
     delete: Callable[[list[str]], None],
     delete_last: Callable[[list[str]], None] | None = None,
+    committed: bool = False,
 ) -> None:
     """Delete a job's tree, listed in ``pages``: files and markers first, then task
-    records, then the journal's pages, the journal last — a clean-up cut short must not
-    leave a tree that a retried commit would read as a job with fewer tasks. The later
-    ranks wait on local disk (:class:`~magicfs.stores.spool.OrderedPaths`).
+    records, then the job's mode and the journal's pages, the journal last — a clean-up
+    cut short must not leave a tree that a retried commit would read as a job with fewer
+    tasks, nor one whose retried sweep forgot the job's mode. The later ranks wait on
+    local disk (:class:`~magicfs.stores.spool.OrderedPaths`).
+
+    A ``committed`` job's journal says so until it goes, last: a retried commit or
+    clean-up reads only the journal, never the task records, so those go with the files
+    (one batch less; the job's mode still outlives them both).
 
     ``delete_last`` (default ``delete``) deletes the last batch, called exactly once even
     when the tree is empty (with ``[]``): the clean-up adds the job's index entry to it.
@@ -684,7 +700,7 @@ def delete_tree(
 
     try:
         for page in pages:
-            ranked = [_deletion_order(p) for p in page]
+            ranked = [_deletion_order(p, committed) for p in page]
             records.add(r for r in ranked if r[0] > 0)
             send([p for rank, p in ranked if rank == 0])
         for batch in records.batches(DELETE_BATCH):
@@ -697,13 +713,14 @@ def delete_tree(
         records.discard()
 
 
-def _deletion_order(path: str) -> tuple[int, str]:
-    """Files and markers first, then task records, then the journal's pages, the journal last."""
+def _deletion_order(path: str, committed: bool = False) -> tuple[int, str]:
+    """Files and markers first, then task records (with the files once ``committed``),
+    then the job's mode and the journal's pages, the journal last."""
     name = path.rsplit("/", 1)[-1]
     if name == JOURNAL_FILE:
         return (3, path)
     if name.startswith("_magicfs_commit.") or name == UNMARKED_FILE:  # the job's mode, kept
         return (2, path)
-    if name.endswith((PENDINGSET_SUFFIX, STARTED_SUFFIX, ABORTED_SUFFIX)):
+    if name.endswith((PENDINGSET_SUFFIX, STARTED_SUFFIX, ABORTED_SUFFIX)) and not committed:
         return (1, path)
     return (0, path)

@@ -96,9 +96,6 @@ class LayoutJob(Protocol):
     def list_records(self, directory: str) -> list[str]:
         """Every record below ``directory``, sorted (one paged, uncached listing)."""
 
-    def tree_pages(self) -> Iterable[list[str]]:
-        """The job's tree, a page at a time."""
-
     def read_records(self, paths: list[str]) -> Iterator[bytes]:
         """The bytes of the records at ``paths``, in order, read in parallel."""
 
@@ -242,16 +239,17 @@ class DeferredJobHooks:
 
     # -- job clean-up ------------------------------------------------------------------------
 
-    def discard_left(self, keep: Container[str]) -> list[Any]:
+    def discard_left(self, keep: Container[str], tree: Iterable[list[str]]) -> list[Any]:
         """Before the tree is deleted: discard the pending writes on the keys the job's
-        markers name, but those in ``keep`` (published). A store that cannot list pending
-        writes leaves them to expire. Returns what was left to other jobs, for
-        :meth:`after_tree_deleted`."""
+        markers name, but those in ``keep`` (published). ``tree``: the job's tree, a page
+        at a time, listed once for this and the deletes after it. A store that cannot
+        list pending writes leaves them to expire. Returns what was left to other jobs,
+        for :meth:`after_tree_deleted`."""
         deferred = self.job.deferred
         capabilities = deferred.capabilities
         if not (capabilities.lists_pending and capabilities.discards_pending):
             return []
-        keys = marked_destinations(self.job.list_records(self.job.magic_dir))
+        keys = marked_destinations(path for page in tree for path in page)
         listed = deferred.run(collect(deferred.alist_pending(self.job.dest + "/")))
         left = [w for w in listed if w.path in keys and w.upload_id not in keep]
         aborted = deferred.run(deferred.adiscard(left)) if left else 0

@@ -14,6 +14,8 @@ records stream in and read back in batches:
 * :class:`KeySet`: a set of strings on disk (the destination keys a job's markers name).
 * :class:`OrderedPaths`: paths to delete in an order (a job's task records after its
   files, its journal last), however many tasks the job had.
+* :class:`ListedOnce`: the pages of one listing, kept as they are read, so a second pass
+  (a job's clean-up: the sweep, then the deletes) reads them back instead of listing again.
 
 Memory: SQLite's page cache (capped at :data:`CACHE_KIB`) plus one batch of rows. The
 file is deleted by :meth:`discard`; the file of a process that was killed (its name
@@ -120,6 +122,45 @@ class OrderedPaths(_SqliteFile):
             rows = self.db.execute("SELECT path FROM paths WHERE rank = ? ORDER BY path", (rank,))
             while batch := rows.fetchmany(size):
                 yield [path for (path,) in batch]
+
+
+class ListedOnce(_SqliteFile):
+    """The pages of a listing, read from the store once however often they are iterated.
+
+    The first pass takes each page from ``source`` and keeps it; a later pass reads the
+    kept pages back, then goes on with ``source`` where an earlier pass stopped. A job's
+    clean-up lists its tree once for both its sweep and its deletes (one round trip
+    less, on a job of any size: the pages wait on disk).
+    """
+
+    def __init__(self, source: Iterable[list[str]]):
+        super().__init__("magicfs-pages-", "CREATE TABLE paths (path TEXT NOT NULL)")
+        self._source = iter(source)
+        self._pages: list[tuple[int, int]] = []  # each kept page's first and last rowid
+
+    def __iter__(self) -> Iterator[list[str]]:
+        kept = 0
+        while True:
+            if kept < len(self._pages):
+                self._commit()
+                rows = self.db.execute(
+                    "SELECT path FROM paths WHERE rowid BETWEEN ? AND ? ORDER BY rowid",
+                    self._pages[kept],
+                )
+                page = [path for (path,) in rows]
+            else:
+                try:
+                    page = next(self._source)
+                except StopIteration:
+                    return
+                self._keep(page)
+            kept += 1
+            yield page
+
+    def _keep(self, page: list[str]) -> None:
+        before = self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM paths").fetchone()[0]
+        self.db.executemany("INSERT INTO paths VALUES (?)", ((p,) for p in page))
+        self._pages.append((before + 1, before + len(page)))
 
 
 class CommitSpool(_SqliteFile):

@@ -48,7 +48,7 @@ import concurrent.futures
 import dataclasses
 import logging
 import time
-from collections.abc import Container
+from collections.abc import Container, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import CommitFailedError, InvalidCommitData
@@ -335,7 +335,7 @@ class S3JobHooks(DeferredJobHooks):
 
     # -- clean-up: the uploads sweep --------------------------------------------------------
 
-    def discard_left(self, keep: Container[str]) -> list[Any]:
+    def discard_left(self, keep: Container[str], tree: Iterable[list[str]]) -> list[Any]:
         """Sweep the job's uploads, keeping the committed ones: every upload on a key the
         job's markers name is aborted and, if the tree says the job is unmarked, every
         upload under the destination not in its snapshot, but what other jobs' trees may
@@ -351,7 +351,7 @@ class S3JobHooks(DeferredJobHooks):
                 uploads = pool.submit(
                     self.store.run, collect(self.store.alist_uploads(job.bucket, prefix))
                 )
-                for page in job.tree_pages():
+                for page in tree:
                     keys.update(tree_keys(self.store, page))
                     unmarked = unmarked or self.unmarked_record in page
                 listed = uploads.result()
