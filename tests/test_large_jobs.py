@@ -344,9 +344,16 @@ def test_max_request_rate_must_be_positive(s3_options, bucket):
         magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options, max_request_rate=0)
 
 
-def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir):
+def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir, monkeypatch):
+    """... the next one that looks: a process looks once a minute at most (each look
+    lists the whole temporary directory, on a commit's critical path)."""
     import subprocess
     import sys
+
+    from magicfs.stores import spool
+
+    clock = [1000.0]
+    monkeypatch.setattr(spool, "_now", lambda: clock[0])
 
     # A process that made a spool and was killed (SIGKILL: nothing of it ran after).
     child = subprocess.Popen(
@@ -368,8 +375,11 @@ def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir):
         child.kill()
         child.wait()
         assert os.path.exists(orphan)
-        second = CommitSpool()
-        second.discard()
+        clock[0] += spool.ORPHANS_EVERY - 1
+        CommitSpool().discard()  # this process looked less than a minute ago
+        assert os.path.exists(orphan)
+        clock[0] += 1
+        CommitSpool().discard()
         assert not os.path.exists(orphan)
         assert os.path.exists(live.path)  # this process's own spool stays
     finally:
