@@ -140,6 +140,7 @@ class ListedOnce(_SqliteFile):
         super().__init__("magicfs-pages-", "CREATE TABLE paths (path TEXT NOT NULL)")
         self._source = iter(source)
         self._pages: list[tuple[int, int]] = []  # each kept page's first and last rowid
+        self._rows = 0  # rows kept so far (rowids run 1, 2, ...: nothing is ever deleted)
 
     def __iter__(self) -> Iterator[list[str]]:
         kept = 0
@@ -161,9 +162,9 @@ class ListedOnce(_SqliteFile):
             yield page
 
     def _keep(self, page: list[str]) -> None:
-        before = self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM paths").fetchone()[0]
         self.db.executemany("INSERT INTO paths VALUES (?)", ((p,) for p in page))
-        self._pages.append((before + 1, before + len(page)))
+        self._pages.append((self._rows + 1, self._rows + len(page)))
+        self._rows += len(page)
 
 
 class CommitSpool(_SqliteFile):
