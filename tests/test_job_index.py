@@ -396,9 +396,9 @@ def test_setup_writes_the_entry_alongside_the_job_marker(fault_front, s3_client,
 @pytest.mark.parametrize("ending", ["commit", "abort"])
 def test_clean_up_lists_the_tree_once_and_deletes_it_in_order(store, ending):
     """One listing serves the uploads sweep and the deletes. The journal goes last and
-    the job's mode (its unmarked record) before it, always; the task records go after
-    the files, except once the journal says committed (a retried commit then reads only
-    the journal): one batch less."""
+    the job's mode (its unmarked record) not after it; the task records go after the
+    files and the mode has a batch of its own, except once the journal says committed (a
+    retried commit then reads only the journal): two batches less."""
     job = store.committer("out")
     message = run_one_task(job, "part-0.csv")
     recorder = S3Requests(store.fs)
@@ -415,7 +415,7 @@ def test_clean_up_lists_the_tree_once_and_deletes_it_in_order(store, ending):
     files, records = ["part-0.csv.pending"], [f"{attempt}.pendingset"]
     entry = f"{job.job_id}.json"  # the job's index entry goes with the tree's last batch
     if ending == "commit":
-        expected = [sorted(files + records), ["_magicfs_unmarked"], sorted([entry, JOURNAL])]
+        expected = [sorted(files + records), sorted(["_magicfs_unmarked", JOURNAL, entry])]
     else:  # no journal: the job's mode is the last rank
         expected = [files, records, sorted(["_magicfs_unmarked", entry])]
     assert batches == expected

@@ -110,6 +110,22 @@ def test_ordered_paths_come_back_rank_by_rank_never_two_ranks_in_a_batch():
     assert not os.path.exists(paths.path)
 
 
+def test_ordered_paths_share_batches_from_a_rank_on_the_highest_rank_last():
+    """A committed job's clean-up: its mode and the journal's pages share the journal's
+    batches; the journal, the highest rank, is in the last one however many pages."""
+    paths = OrderedPaths()
+    try:
+        paths.add([(3, "j/_journal"), (0, "j/f1"), (2, "j/zz-mode")])
+        paths.add((2, f"j/page-{n:04d}") for n in range(1500))
+        shared = list(paths.batches(1000, shared_from=2))
+        alone = list(paths.batches(1000))
+    finally:
+        paths.discard()
+    assert [len(b) for b in shared] == [1, 1000, 502]
+    assert shared[0] == ["j/f1"] and shared[2][-2:] == ["j/zz-mode", "j/_journal"]
+    assert [len(b) for b in alone] == [1, 1000, 501, 1] and alone[-1] == ["j/_journal"]
+
+
 def test_a_listing_listed_once_is_read_back_from_disk_on_every_later_pass():
     pulled = []
 

@@ -682,8 +682,13 @@ def delete_tree(
     local disk (:class:`~magicfs.stores.spool.OrderedPaths`).
 
     A ``committed`` job's journal says so until it goes, last: a retried commit or
-    clean-up reads only the journal, never the task records, so those go with the files
-    (one batch less; the job's mode still outlives them both).
+    clean-up reads only the journal, never the task records, so those go with the files,
+    and the job's mode and the journal's pages go in the journal's own request (two
+    batches less in all). The mode and the journal then go at once: a clean-up retried after the
+    files' batch still finds both. (A request that deleted the mode and failed on the
+    journal would have a retried sweep read the job as marked; the first sweep had run
+    to its end before any delete, so all that could stay is an upload it had left to
+    another job's sweep.)
 
     ``delete_last`` (default ``delete``) deletes the last batch, called exactly once even
     when the tree is empty (with ``[]``): the clean-up adds the job's index entry to it.
@@ -703,7 +708,7 @@ def delete_tree(
             ranked = [_deletion_order(p, committed) for p in page]
             records.add(r for r in ranked if r[0] > 0)
             send([p for rank, p in ranked if rank == 0])
-        for batch in records.batches(DELETE_BATCH):
+        for batch in records.batches(DELETE_BATCH, shared_from=2 if committed else None):
             send(list(batch))
         if delete_last is not None:
             delete_last(held)
@@ -715,7 +720,8 @@ def delete_tree(
 
 def _deletion_order(path: str, committed: bool = False) -> tuple[int, str]:
     """Files and markers first, then task records (with the files once ``committed``),
-    then the job's mode and the journal's pages, the journal last."""
+    then the job's mode and the journal's pages (with the journal once ``committed``:
+    :func:`delete_tree`), the journal last."""
     name = path.rsplit("/", 1)[-1]
     if name == JOURNAL_FILE:
         return (3, path)

@@ -116,13 +116,21 @@ class OrderedPaths(_SqliteFile):
     def add(self, ranked: Iterable[tuple[int, str]]) -> None:
         self.db.executemany("INSERT INTO paths VALUES (?, ?)", ranked)
 
-    def batches(self, size: int) -> Iterator[list[str]]:
+    def batches(self, size: int, shared_from: int | None = None) -> Iterator[list[str]]:
         """Every path, by rank then name, at most ``size`` at a time; a batch never holds
-        two ranks (so all of one rank is gone before the first of the next goes)."""
+        two ranks (so all of one rank is gone before the first of the next goes), but
+        ranks from ``shared_from`` on, which follow each other in the same batches (the
+        highest rank still in the last one)."""
         self._commit()
-        ranks = [rank for (rank,) in self.db.execute("SELECT DISTINCT rank FROM paths")]
-        for rank in sorted(ranks):
-            rows = self.db.execute("SELECT path FROM paths WHERE rank = ? ORDER BY path", (rank,))
+        ranks = sorted(rank for (rank,) in self.db.execute("SELECT DISTINCT rank FROM paths"))
+        shared = [rank for rank in ranks if shared_from is not None and rank >= shared_from]
+        groups = [[rank] for rank in ranks if rank not in shared] + ([shared] if shared else [])
+        for group in groups:
+            rows = self.db.execute(
+                f"SELECT path FROM paths WHERE rank IN ({', '.join('?' * len(group))}) "
+                "ORDER BY rank, path",
+                group,
+            )
             while batch := rows.fetchmany(size):
                 yield [path for (path,) in batch]
 
