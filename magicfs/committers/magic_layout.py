@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Coroutine, Iterable, Iterator
@@ -117,7 +118,7 @@ from ..names import (
 from ..parallel import loop_map
 from ..protocol.attempts import Messages, carried_records
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
-from ..protocol.hooks import TaskCommit
+from ..protocol.hooks import CleanUpListing, TaskCommit
 from ..protocol.journal import JournalKeeper
 from ..protocol.tasks import not_started_error, require_active_job, task_committed
 from ..records import (
@@ -537,23 +538,36 @@ class MagicLayoutCommitter(OutputCommitter):
 
     # -- clean-up -------------------------------------------------------------------------
 
-    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+    def list_for_clean_up(self) -> TreeListing:
+        """The tree's listing, on a thread of its own, and the store's listing of what
+        its sweep may discard (S3: the uploads), both started now."""
+        return TreeListing(ListedOnce(self.tree_pages()).read_ahead(), self.store_hooks.list_left())
+
+    def clean_up(
+        self,
+        loaded: Loaded | None,
+        published: Published | None,
+        listed: CleanUpListing | None = None,
+    ) -> None:
         """What the store discards first (its hooks), the job's tree (journal last, the
         index entry with the last batch), then what the store does once the tree is gone.
 
-        The tree is listed once for both (:class:`~magicfs.stores.spool.ListedOnce`).
+        The tree is listed once for both (:class:`~magicfs.stores.spool.ListedOnce`),
+        here or, after a commit, already (``listed``: :meth:`list_for_clean_up`).
         ``published`` is given only for a committed job, whose journal says so: its
         files and task records then go in the same batches (:func:`delete_tree`)."""
         with self.stats.track("committer_cleanup"):
-            tree = ListedOnce(self.tree_pages())
+            if not isinstance(listed, TreeListing):
+                listed = TreeListing(ListedOnce(self.tree_pages()), None)
+            tree = listed.tree
             try:
-                left = self.store_hooks.discard_left(kept_uploads(published), tree)
+                left = self.store_hooks.discard_left(kept_uploads(published), tree, listed.left)
                 last = functools.partial(
                     delete_last_batch, self.delete_files, self.index_entry, self
                 )
                 delete_tree(tree, self.delete_files, last, committed=published is not None)
             finally:
-                tree.discard()
+                listed.discard()
             self.store_fs.invalidate_cache(self.layout.magic_dir)
             self.store_hooks.after_tree_deleted(left)
 
@@ -596,6 +610,18 @@ def _deferred_spec(dest: str, fs: Any, configuration: str) -> DeferredStoreSpec:
             f"committer_for({dest!r}) picks the store's own committer"
         )
     return spec
+
+
+@dataclasses.dataclass
+class TreeListing:
+    """A job's tree as its clean-up reads it (twice, listed once) and the store's own
+    listing for its sweep (``None``: the sweep starts it)."""
+
+    tree: ListedOnce
+    left: concurrent.futures.Future[list[Any]] | None
+
+    def discard(self) -> None:
+        self.tree.discard()
 
 
 def delete_last_batch(

@@ -7,7 +7,8 @@ collaborators of the committer, not layers of it: each receives the committer as
 ``journal_keeper`` where the journal lives, then calls::
 
     end_job -> records_to_commit -> load_records -> validate_records -> [plan_replace]
-             -> [delete_files] -> publish -> save_success -> clean_up
+             -> [delete_files] -> publish -> save_success -> [list_for_clean_up]
+             -> clean_up
 
 and on failure ``report_failure``, then ``unpublish`` and ``clean_up`` to roll back.
 Task set-up calls ``prepare_task``; task commit opens a :class:`TaskCommit` (the
@@ -16,8 +17,8 @@ attempt's files have settled and ``commit_task_files`` after; task abort calls
 ``abort_task_files``. The names are public because other classes call them; they are
 hooks, not verbs for users (those are :class:`~magicfs.protocol.committer.OutputCommitter`'s).
 
-This module also holds the three values passed between the parts: :class:`Loaded`,
-:class:`Published` and :class:`TaskCommit`.
+This module also holds the values passed between the parts: :class:`Loaded`,
+:class:`Published`, :class:`CleanUpListing` and :class:`TaskCommit`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import concurrent.futures
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import fsspec
 
@@ -60,6 +61,14 @@ class Loaded:
         discard = getattr(self.payload, "discard", None)
         if discard is not None:
             discard()
+
+
+class CleanUpListing(Protocol):
+    """What a committer started listing early for its clean-up
+    (:meth:`CommitterHooks.list_for_clean_up`)."""
+
+    def discard(self) -> None:
+        """Release it (its local files), used or not."""
 
 
 @dataclass
@@ -211,10 +220,23 @@ class CommitterHooks(CommitterOptions, ABC):
     ) -> list[str]:
         """Write ``_SUCCESS`` (if enabled); returns the file names it lists."""
 
+    def list_for_clean_up(self) -> CleanUpListing | None:  # optional hook
+        """Start what a committed job's clean-up lists, now: job commit calls it once
+        ``_SUCCESS`` is saved, so the listings run while the journal is saved as
+        ``committed`` (one round trip less), and gives the result to :meth:`clean_up`
+        (``None``: nothing to start; the clean-up lists what it needs itself)."""
+        return None
+
     @abstractmethod
-    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
+    def clean_up(
+        self,
+        loaded: Loaded | None,
+        published: Published | None,
+        listed: CleanUpListing | None = None,
+    ) -> None:
         """Delete the job's tree (journal last) and abort what is left; ``published`` is
-        ``None`` for an aborted job."""
+        ``None`` for an aborted job; ``listed``: what :meth:`list_for_clean_up` started,
+        the clean-up's to use and discard."""
 
     def report_failure(  # optional hook
         self, stage: str, failure: BaseException, start: float

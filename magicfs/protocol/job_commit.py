@@ -3,6 +3,9 @@
     end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
             -> success -> cleanup
 
+The clean-up's listings (``list_for_clean_up``) start once ``_SUCCESS`` is saved and run
+while the journal is saved as ``committed``: the job's outputs are complete by then.
+
 With messages, ``load`` reads the records they name during ``end_job`` (they were saved
 before the messages existed, so the job's end cannot change them: one round trip less;
 a commit that turns out to resume from its journal drops what was read and loads the
@@ -45,7 +48,7 @@ from .attempts import (
     without_records,
 )
 from .cleanup import BackgroundCleanup
-from .hooks import CommitterHooks, Loaded, Published
+from .hooks import CleanUpListing, CommitterHooks, Loaded, Published
 from .options import elapsed
 from .recovery import Recovery, recovered_diagnostics
 
@@ -101,11 +104,14 @@ class JobCommit:
             self.recovery.check_resumable(self.journal, self.messages)
             if self.journal.phase == "committed":
                 return self._finish_clean_up(self.journal)
+        listed: CleanUpListing | None = None
         try:  # the loaded records (on local disk) serve every stage, clean-up included
             published, filenames = self._make_visible(was_active)
             loaded = self.loaded
             assert loaded is not None
             c.stats.increment("committer_jobs_completed")
+            if c.cleanup != "off":  # its listings run while the journal is saved
+                listed = c.list_for_clean_up()
             if self.journal is not None:
                 self.recovery.mark_committed(
                     self.journal, published.files, published.bytes, loaded.tasks
@@ -114,19 +120,24 @@ class JobCommit:
                 c, published.files, published.bytes, loaded.tasks, self.start, filenames
             )
             self.loaded = None  # the clean-up owns it now (and discards it)
+            given, listed = listed, None  # and the listings
             summary.cleanup_incomplete = clean_up_committed(
-                c, lambda: self._clean_up(loaded, published), skipped=loaded.discard
+                c, lambda: self._clean_up(loaded, published, given), skipped=loaded.discard
             )
             return summary
         finally:
             if self.loaded is not None:
                 self.loaded.discard()
+            if listed is not None:
+                listed.discard()
 
-    def _clean_up(self, loaded: Loaded, published: Published) -> str | None:
+    def _clean_up(
+        self, loaded: Loaded, published: Published, listed: CleanUpListing | None
+    ) -> str | None:
         """Stage cleanup (timed, wherever it runs); then the loaded records go."""
         try:
             with self.stages("cleanup"):
-                return try_clean_up(self.committer, loaded, published)
+                return try_clean_up(self.committer, loaded, published, listed)
         finally:
             loaded.discard()
 
@@ -285,11 +296,14 @@ def clean_up_committed(
 
 
 def try_clean_up(
-    committer: CommitterHooks, loaded: Loaded | None, published: Published | None
+    committer: CommitterHooks,
+    loaded: Loaded | None,
+    published: Published | None,
+    listed: CleanUpListing | None = None,
 ) -> str | None:
     """Clean up after a successful commit; what is left (and how to finish) on failure."""
     try:
-        committer.clean_up(loaded, published)
+        committer.clean_up(loaded, published, listed)
     except Exception as e:
         incomplete = (
             f"clean-up of job {committer.job_id} did not finish ({type(e).__name__}: {e}); "

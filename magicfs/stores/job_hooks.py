@@ -23,6 +23,7 @@ is the generic behaviour, the in-process store's and every store's default.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any, ClassVar, Protocol
@@ -239,20 +240,34 @@ class DeferredJobHooks:
 
     # -- job clean-up ------------------------------------------------------------------------
 
-    def discard_left(self, keep: Container[str], tree: Iterable[list[str]]) -> list[Any]:
-        """Before the tree is deleted: discard the pending writes on the keys the job's
-        markers name, but those in ``keep`` (published). ``tree``: the job's tree, a page
-        at a time, listed once for this and the deletes after it. A store that cannot
-        list pending writes leaves them to expire. Returns what was left to other jobs,
-        for :meth:`after_tree_deleted`."""
+    def list_left(self) -> concurrent.futures.Future[list[Any]] | None:
+        """Start listing the pending writes under the destination that the clean-up's
+        :meth:`discard_left` sweeps (``None``: the store cannot list them). A committed
+        job starts it while its journal is saved as ``committed``: one round trip less."""
         deferred = self.job.deferred
         capabilities = deferred.capabilities
         if not (capabilities.lists_pending and capabilities.discards_pending):
+            return None
+        return deferred.run_background(collect(deferred.alist_pending(self.job.dest + "/")))
+
+    def discard_left(
+        self,
+        keep: Container[str],
+        tree: Iterable[list[str]],
+        listed: concurrent.futures.Future[list[Any]] | None = None,
+    ) -> list[Any]:
+        """Before the tree is deleted: discard the pending writes on the keys the job's
+        markers name, but those in ``keep`` (published). ``tree``: the job's tree, a page
+        at a time, listed once for this and the deletes after it; ``listed``: what
+        :meth:`list_left` started, if the caller did (else it starts here). A store that
+        cannot list pending writes leaves them to expire. Returns what was left to other
+        jobs, for :meth:`after_tree_deleted`."""
+        listing = listed or self.list_left()
+        if listing is None:
             return []
         keys = marked_destinations(path for page in tree for path in page)
-        listed = deferred.run(collect(deferred.alist_pending(self.job.dest + "/")))
-        left = [w for w in listed if w.path in keys and w.upload_id not in keep]
-        aborted = deferred.run(deferred.adiscard(left)) if left else 0
+        left = [w for w in listing.result() if w.path in keys and w.upload_id not in keep]
+        aborted = self.job.deferred.run(self.job.deferred.adiscard(left)) if left else 0
         self.job.stats.increment("committer_commits_aborted", aborted)
         return []
 

@@ -27,6 +27,7 @@ Only the thread that created a spool may use it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import glob
 import json
@@ -142,6 +143,10 @@ class ListedOnce(_SqliteFile):
     kept pages back, then goes on with ``source`` where an earlier pass stopped. A job's
     clean-up lists its tree once for both its sweep and its deletes (one round trip
     less, on a job of any size: the pages wait on disk).
+
+    :meth:`read_ahead` takes the whole listing at once on a thread of its own, while the
+    caller does something else (a job saves its journal as ``committed`` meanwhile); a
+    pass, or :meth:`discard`, waits for it first.
     """
 
     def __init__(self, source: Iterable[list[str]]):
@@ -149,8 +154,35 @@ class ListedOnce(_SqliteFile):
         self._source = iter(source)
         self._pages: list[tuple[int, int]] = []  # each kept page's first and last rowid
         self._rows = 0  # rows kept so far (rowids run 1, 2, ...: nothing is ever deleted)
+        self._ahead: concurrent.futures.Future[None] | None = None
+
+    def read_ahead(self) -> ListedOnce:
+        """Take every page from the source now, on a new thread; returns at once. The
+        next pass raises what the listing raised."""
+        if self._ahead is None:
+            pool = concurrent.futures.ThreadPoolExecutor(1, "magicfs-listing")
+            self._ahead = pool.submit(self._keep_all)
+            pool.shutdown(wait=False)  # its one thread ends with the listing
+        return self
+
+    def _keep_all(self) -> None:
+        for page in self._source:
+            self._keep(page)
+
+    def _wait_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.result()
+
+    def discard(self) -> None:
+        try:
+            with contextlib.suppress(Exception):  # a failed listing: the pass's to raise
+                self._wait_ahead()
+        finally:
+            super().discard()
 
     def __iter__(self) -> Iterator[list[str]]:
+        self._wait_ahead()
         kept = 0
         while True:
             if kept < len(self._pages):

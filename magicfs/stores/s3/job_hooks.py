@@ -335,30 +335,38 @@ class S3JobHooks(DeferredJobHooks):
 
     # -- clean-up: the uploads sweep --------------------------------------------------------
 
-    def discard_left(self, keep: Container[str], tree: Iterable[list[str]]) -> list[Any]:
+    def list_left(self) -> concurrent.futures.Future[list[Any]]:
+        """Start listing the uploads under the destination (one request per 1,000)."""
+        prefix = f"{self.job.dest_key}/" if self.job.dest_key else ""
+        listing = collect(self.store.alist_uploads(self.job.bucket, prefix))
+        return self.job.deferred.run_background(listing)
+
+    def discard_left(
+        self,
+        keep: Container[str],
+        tree: Iterable[list[str]],
+        listed: concurrent.futures.Future[list[Any]] | None = None,
+    ) -> list[Any]:
         """Sweep the job's uploads, keeping the committed ones: every upload on a key the
         job's markers name is aborted and, if the tree says the job is unmarked, every
         upload under the destination not in its snapshot, but what other jobs' trees may
         own (:func:`.sweep.sweep_job`). Streamed for jobs of any size: the tree's keys wait
-        on local disk. Returns the uploads left to other jobs."""
+        on local disk. The uploads' listing (``listed``, or started here) runs while the
+        tree is read. Returns the uploads left to other jobs."""
         job = self.job
+        uploads = listed or self.list_left()
         keys = KeySet()
         unmarked = False
         spared: dict[str, PendingUpload] = {}
         try:
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # both listings at once
-                prefix = f"{job.dest_key}/" if job.dest_key else ""
-                uploads = pool.submit(
-                    self.store.run, collect(self.store.alist_uploads(job.bucket, prefix))
-                )
-                for page in tree:
-                    keys.update(tree_keys(self.store, page))
-                    unmarked = unmarked or self.unmarked_record in page
-                listed = uploads.result()
+            for page in tree:
+                keys.update(tree_keys(self.store, page))
+                unmarked = unmarked or self.unmarked_record in page
+            listed_uploads: list[PendingUpload] = uploads.result()
             snapshot = None
             if unmarked:  # known from set-up, else read back (another process's commit)
                 snapshot = self.snapshot or self.read_unmarked()
-            aborted = self._sweep(keys, keep, job.progress, listed, snapshot, spared)
+            aborted = self._sweep(keys, keep, job.progress, listed_uploads, snapshot, spared)
             if aborted:
                 # An abort racing a part upload can leave the upload alive: look again.
                 self._sweep(keys, keep, False, None, snapshot, spared)
