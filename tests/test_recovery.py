@@ -207,6 +207,26 @@ def test_killed_during_clean_up_is_finished_without_publishing_again(
         job.committer().setup_job()  # the committed job's id is not used again
 
 
+@pytest.mark.parametrize("store", S3_STORES)
+def test_killed_with_the_journal_saved_and_the_marker_not_yet_deleted(s3_job):
+    """Messages that carry their records: the marker's delete goes on while the journal
+    is saved. Killed right after the journal's save with the delete held back, the job
+    reads as a commit under way; a retried commit ends it and finishes it."""
+    job = s3_job
+    job.run(
+        {"op": "PutObject", "nth": 1, "when": "after"},
+        hold={"op": "DeleteObject", "seconds": 60},
+    )
+    tree = {key.rsplit("/", 1)[-1] for key in job.left()[1]}
+    assert {"_magicfs_job.json", "_magicfs_commit.json"} <= tree
+    assert job.contents() == {}
+    retry = job.committer()
+    assert retry.job_state() == "committing"
+    summary = retry.commit_job()
+    assert (summary.files, summary.tasks) == (12, 4)
+    assert job.contents() == ALL and job.left() == ([], [])
+
+
 def test_in_memory_killed_mid_publish_then_rolled_back(s3_job, s3_client, bucket):
     job = s3_job
     job.run({"op": "CompleteMultipartUpload", "nth": 4}, options={"in_memory": True})

@@ -288,6 +288,20 @@ def test_success_file_that_cannot_be_written(faults_front, s3_client, bucket):
     assert_nothing_left(s3_client, bucket)
 
 
+def test_a_job_end_that_cannot_delete_its_marker(faults_front, s3_client, bucket):
+    """The marker's delete goes on while the journal is saved; its failure is the end_job
+    stage's, before anything is published: the job is rolled back, marker and journal."""
+    committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
+    messages = run_job(committer)
+    faults_front.add_rule("DeleteObject", "503", key=r"/_magicfs_job\.json$")
+    with pytest.raises(JobCommitError, match="failed in stage end_job") as failure:
+        committer.commit_job(messages)
+    assert not failure.value.recoverable
+    assert "CompleteMultipartUpload" not in faults_front.stats()  # nothing published
+    assert published(s3_client, bucket) == {}
+    assert_nothing_left(s3_client, bucket)
+
+
 def test_clean_up_that_cannot_delete_the_job_tree(faults_front, s3_client, bucket):
     committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
     messages = run_job(committer)

@@ -48,7 +48,7 @@ from ..names import CLASSIC_JOB_MARKER_PREFIX, CLASSIC_JOB_MARKER_SUFFIX, TEMPOR
 from ..paths import join
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
-from ..protocol.hooks import CleanUpListing, TaskCommit
+from ..protocol.hooks import TaskCommit
 from ..protocol.tasks import task_committed
 from ..stores.local import TaskLocalFileSystem
 from ..stores.rename import RenameStore
@@ -201,12 +201,7 @@ class FileOutputCommitter(OutputCommitter):
             self.store.write_bytes(self.success_path, b"")  # zero bytes, as Hadoop writes it
         return []
 
-    def clean_up(
-        self,
-        loaded: Loaded | None,
-        published: Published | None,
-        listed: CleanUpListing | None = None,  # never given: nothing listed early
-    ) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         if published is None:
             self.store.delete_tree(self.job_attempt_dir)
         self.store.delete_tree(self.temp_root)

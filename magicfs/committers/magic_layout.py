@@ -118,7 +118,7 @@ from ..names import (
 from ..parallel import loop_map
 from ..protocol.attempts import Messages, carried_records
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
-from ..protocol.hooks import CleanUpListing, TaskCommit
+from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
 from ..protocol.tasks import not_started_error, require_active_job, task_committed
 from ..records import (
@@ -543,31 +543,16 @@ class MagicLayoutCommitter(OutputCommitter):
         its sweep may discard (S3: the uploads), both started now."""
         return TreeListing(ListedOnce(self.tree_pages()).read_ahead(), self.store_hooks.list_left())
 
-    def clean_up(
-        self,
-        loaded: Loaded | None,
-        published: Published | None,
-        listed: CleanUpListing | None = None,
-    ) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """What the store discards first (its hooks), the job's tree (journal last, the
         index entry with the last batch), then what the store does once the tree is gone.
 
         The tree is listed once for both (:class:`~magicfs.stores.spool.ListedOnce`),
-        here or, after a commit, already (``listed``: :meth:`list_for_clean_up`).
+        here or, after a commit, already (``published.listed``: :meth:`list_for_clean_up`).
         ``published`` is given only for a committed job, whose journal says so: its
         files and task records then go in the same batches (:func:`delete_tree`)."""
         with self.stats.track("committer_cleanup"):
-            if not isinstance(listed, TreeListing):
-                listed = TreeListing(ListedOnce(self.tree_pages()), None)
-            tree = listed.tree
-            try:
-                left = self.store_hooks.discard_left(kept_uploads(published), tree, listed.left)
-                last = functools.partial(
-                    delete_last_batch, self.delete_files, self.index_entry, self
-                )
-                delete_tree(tree, self.delete_files, last, committed=published is not None)
-            finally:
-                listed.discard()
+            left = sweep_and_delete(self, published)
             self.store_fs.invalidate_cache(self.layout.magic_dir)
             self.store_hooks.after_tree_deleted(left)
 
@@ -610,6 +595,22 @@ def _deferred_spec(dest: str, fs: Any, configuration: str) -> DeferredStoreSpec:
             f"committer_for({dest!r}) picks the store's own committer"
         )
     return spec
+
+
+def sweep_and_delete(job: MagicLayoutCommitter, published: Published | None) -> list[Any]:
+    """The store's sweep of what the job left, then the tree's deletes in order, over one
+    listing of the tree (``published.listed``, if the commit started it); returns what
+    the sweep left to other jobs."""
+    listed = published.listed if published is not None else None
+    if not isinstance(listed, TreeListing):
+        listed = TreeListing(ListedOnce(job.tree_pages()), None)
+    try:
+        left = job.store_hooks.discard_left(kept_uploads(published), listed.tree, listed.left)
+        last = functools.partial(delete_last_batch, job.delete_files, job.index_entry, job)
+        delete_tree(listed.tree, job.delete_files, last, committed=published is not None)
+        return left
+    finally:
+        listed.discard()
 
 
 @dataclasses.dataclass

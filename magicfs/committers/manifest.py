@@ -55,7 +55,7 @@ from ..protocol.committer import (
     TaskCommitMessage,
     elapsed,
 )
-from ..protocol.hooks import CleanUpListing, TaskCommit
+from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
 from ..protocol.tasks import not_started_error, require_active_job, task_committed
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
@@ -376,12 +376,7 @@ class ManifestCommitter(OutputCommitter):
 
     # -- clean-up ----------------------------------------------------------------------------------
 
-    def clean_up(
-        self,
-        loaded: Loaded | None,
-        published: Published | None,
-        listed: CleanUpListing | None = None,  # never given: nothing listed early
-    ) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """Delete the job's temporary tree (after a commit, when the ``cleanup`` option
         says: :func:`magicfs.protocol.job_commit.clean_up_committed`)."""
         outcome = cleanup(self._context())

@@ -71,7 +71,7 @@ from ..paths import join
 from ..protocol.active_jobs import ACTIVE_JOBS
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
-from ..protocol.hooks import CleanUpListing, TaskCommit
+from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
 from ..protocol.tasks import not_started_error, task_committed
 from ..records import (
@@ -489,12 +489,7 @@ class StagingCommitter(OutputCommitter):
 
     # -- abort and clean-up ----------------------------------------------------------------
 
-    def clean_up(
-        self,
-        loaded: Loaded | None,
-        published: Published | None,
-        listed: CleanUpListing | None = None,  # never given: nothing listed early
-    ) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """Abort every upload the job made and did not publish, then delete its records.
 
         Uploads are found by their records (the committed task records) and by key (the

@@ -73,12 +73,14 @@ class CleanUpListing(Protocol):
 
 @dataclass
 class Published:
-    """What the publish stage made visible."""
+    """What the publish stage made visible; ``listed``: what the committer listed for
+    the clean-up after it (:meth:`CommitterHooks.list_for_clean_up`), set by job commit."""
 
     files: int
     bytes: int
     filenames: list[str] = field(default_factory=list)
     payload: Any = None
+    listed: CleanUpListing | None = None
 
 
 @dataclass
@@ -223,20 +225,16 @@ class CommitterHooks(CommitterOptions, ABC):
     def list_for_clean_up(self) -> CleanUpListing | None:  # optional hook
         """Start what a committed job's clean-up lists, now: job commit calls it once
         ``_SUCCESS`` is saved, so the listings run while the journal is saved as
-        ``committed`` (one round trip less), and gives the result to :meth:`clean_up`
-        (``None``: nothing to start; the clean-up lists what it needs itself)."""
+        ``committed`` (one round trip less), and hands the result to :meth:`clean_up`
+        as :attr:`Published.listed` (``None``: nothing to start; the clean-up lists what
+        it needs itself)."""
         return None
 
     @abstractmethod
-    def clean_up(
-        self,
-        loaded: Loaded | None,
-        published: Published | None,
-        listed: CleanUpListing | None = None,
-    ) -> None:
+    def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """Delete the job's tree (journal last) and abort what is left; ``published`` is
-        ``None`` for an aborted job; ``listed``: what :meth:`list_for_clean_up` started,
-        the clean-up's to use and discard."""
+        ``None`` for an aborted job (after a commit, its ``listed`` is the clean-up's to
+        use and discard)."""
 
     def report_failure(  # optional hook
         self, stage: str, failure: BaseException, start: float

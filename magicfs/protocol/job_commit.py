@@ -48,7 +48,7 @@ from .attempts import (
     without_records,
 )
 from .cleanup import BackgroundCleanup
-from .hooks import CleanUpListing, CommitterHooks, Loaded, Published
+from .hooks import CommitterHooks, Loaded, Published
 from .options import elapsed
 from .recovery import Recovery, recovered_diagnostics
 
@@ -91,6 +91,7 @@ class JobCommit:
         self.journal: CommitJournal | None = None
         self.loaded: Loaded | None = None
         self.named: concurrent.futures.Future[Loaded] | None = None  # read during end_job
+        self.ending: concurrent.futures.Future[bool] | None = None  # see _end_job
 
     def run(self) -> JobSummary:
         """The whole commit; a retried one resumes from its journal."""
@@ -100,18 +101,19 @@ class JobCommit:
             self.journal = self.recovery.refuse_unmeant_listing()
             self.journal_read = True
         was_active = self._end_job()
-        if self.journal is not None:
-            self.recovery.check_resumable(self.journal, self.messages)
-            if self.journal.phase == "committed":
-                return self._finish_clean_up(self.journal)
-        listed: CleanUpListing | None = None
+        published: Published | None = None
         try:  # the loaded records (on local disk) serve every stage, clean-up included
+            if self.journal is not None:
+                self.recovery.check_resumable(self.journal, self.messages)
+                if self.journal.phase == "committed":
+                    self._ended()
+                    return self._finish_clean_up(self.journal)
             published, filenames = self._make_visible(was_active)
             loaded = self.loaded
             assert loaded is not None
             c.stats.increment("committer_jobs_completed")
             if c.cleanup != "off":  # its listings run while the journal is saved
-                listed = c.list_for_clean_up()
+                published.listed = c.list_for_clean_up()
             if self.journal is not None:
                 self.recovery.mark_committed(
                     self.journal, published.files, published.bytes, loaded.tasks
@@ -119,34 +121,44 @@ class JobCommit:
             summary = summarise(
                 c, published.files, published.bytes, loaded.tasks, self.start, filenames
             )
-            self.loaded = None  # the clean-up owns it now (and discards it)
-            given, listed = listed, None  # and the listings
+            self.loaded = None  # the clean-up owns it now (and discards it),
+            done, published = published, None  # and the listings it is handed
             summary.cleanup_incomplete = clean_up_committed(
-                c, lambda: self._clean_up(loaded, published, given), skipped=loaded.discard
+                c, lambda: self._clean_up(loaded, done), skipped=loaded.discard
             )
             return summary
         finally:
             if self.loaded is not None:
                 self.loaded.discard()
-            if listed is not None:
-                listed.discard()
+            if published is not None and published.listed is not None:
+                published.listed.discard()
+            if self.ending is not None:  # a commit that failed before it: let it end
+                concurrent.futures.wait([self.ending])
 
-    def _clean_up(
-        self, loaded: Loaded, published: Published, listed: CleanUpListing | None
-    ) -> str | None:
+    def _clean_up(self, loaded: Loaded, published: Published) -> str | None:
         """Stage cleanup (timed, wherever it runs); then the loaded records go."""
         try:
             with self.stages("cleanup"):
-                return try_clean_up(self.committer, loaded, published, listed)
+                return try_clean_up(self.committer, loaded, published)
         finally:
             loaded.discard()
 
     def _end_job(self) -> bool:
         """Stage end_job: end the job while its journal is read and the records the
-        messages name are loaded (the three at once)."""
+        messages name are loaded (the three at once).
+
+        Messages that carry their records need the job checked before it ends; its end
+        (the marker's delete) then goes on while the records are checked and the journal
+        saved (one round trip less), and is waited for before anything is published
+        (:meth:`_ended`). A journal saved while the marker is still there reads as a
+        commit under way, as the journal always does, and a retried commit ends the job
+        again."""
         c = self.committer
         with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(2) as pool:
-            ending = pool.submit(c.end_job, self.messages is None or self.carrying)
+            if self.carrying:
+                ending = pool.submit(c.job_active)
+            else:
+                ending = pool.submit(c.end_job, self.messages is None)
             if self.messages is not None and c.loads_named_while_ending and not self.carrying:
                 self.named = pool.submit(self._load_named)
             try:
@@ -156,9 +168,19 @@ class JobCommit:
             except BaseException:
                 self._drop_named()
                 raise
+            if self.carrying:
+                self.ending = _start(c.end_job, False)
             if self.journal is not None:  # resuming: the journal names what to load
                 self._drop_named()
             return was_active
+
+    def _ended(self) -> None:
+        """The job's end, if it goes on in the background, done (its failure is the
+        end_job stage's)."""
+        ending, self.ending = self.ending, None
+        if ending is not None:
+            with self.stages("end_job"):
+                ending.result()
 
     def _load_named(self) -> Loaded:
         assert self.messages is not None
@@ -183,6 +205,7 @@ class JobCommit:
                     c.validate_records(loaded)
                 if self.journal is None:
                     self._conflict_and_journal(loaded)
+                self._ended()
                 if self.journal is not None and self.journal.phase == "deleting":
                     with self.stages("delete_old"):
                         self.recovery.delete_old(self.journal)
@@ -268,6 +291,15 @@ class JobCommit:
         return summary
 
 
+def _start(call: Callable[[bool], bool], check: bool) -> concurrent.futures.Future[bool]:
+    """``call(check)`` on a thread of its own; returns at once."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, "magicfs-end-job")
+    try:
+        return pool.submit(call, check)
+    finally:
+        pool.shutdown(wait=False)  # its one thread ends with the call
+
+
 def clean_up_committed(
     committer: CommitterHooks,
     work: Callable[[], str | None],
@@ -296,14 +328,11 @@ def clean_up_committed(
 
 
 def try_clean_up(
-    committer: CommitterHooks,
-    loaded: Loaded | None,
-    published: Published | None,
-    listed: CleanUpListing | None = None,
+    committer: CommitterHooks, loaded: Loaded | None, published: Published | None
 ) -> str | None:
     """Clean up after a successful commit; what is left (and how to finish) on failure."""
     try:
-        committer.clean_up(loaded, published, listed)
+        committer.clean_up(loaded, published)
     except Exception as e:
         incomplete = (
             f"clean-up of job {committer.job_id} did not finish ({type(e).__name__}: {e}); "

@@ -12,6 +12,10 @@ point to die at:
 * ``"during": "task_commit", "task": 2``: count the calls of task 2's commit instead
   of the job commit's (e.g. the staging committer's uploads).
 
+``"hold": {"op": "DeleteObject", "seconds": 30}`` delays each request of that operation
+in the job commit (an asynchronous botocore hook: the other requests go on meanwhile),
+so a kill elsewhere finds it still unsent.
+
 Messages of committed tasks are written to ``<messages>`` as JSON lines as soon as each
 task commits, as a driver that saves them would. Nothing in magicfs is patched: the
 process dies where a real driver could.
@@ -19,6 +23,7 @@ process dies where a real driver could.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -89,6 +94,13 @@ def main(spec: dict[str, Any]) -> None:
         committer.store_fs.s3.meta.events.register(
             f"{event}.s3.{die_at['op']}", lambda **kwargs: countdown.tick()
         )
+    if hold := spec.get("hold"):
+
+        async def held(**kwargs: Any) -> None:
+            if _ARMED:
+                await asyncio.sleep(hold["seconds"])
+
+        committer.store_fs.s3.meta.events.register(f"before-call.s3.{hold['op']}", held)
     committer.setup_job()
     messages = []
     for index, files in enumerate(spec["tasks"]):
