@@ -290,15 +290,23 @@ def test_success_file_that_cannot_be_written(faults_front, s3_client, bucket):
 
 def test_a_job_end_that_cannot_delete_its_marker(faults_front, s3_client, bucket):
     """The marker's delete goes on while the journal is saved; its failure is the end_job
-    stage's, before anything is published: the job is rolled back, marker and journal."""
+    stage's, before anything is published, and rolls nothing back: the job's commit is
+    left under way (its journal saved) and a retried commit_job() finishes it."""
     committer = committer_via(faults_front, bucket, client_attempts=2, retry_policy=FAST)
     messages = run_job(committer)
     faults_front.add_rule("DeleteObject", "503", key=r"/_magicfs_job\.json$")
     with pytest.raises(JobCommitError, match="failed in stage end_job") as failure:
         committer.commit_job(messages)
-    assert not failure.value.recoverable
+    assert failure.value.recoverable and "run commit_job() again" in str(failure.value)
     assert "CompleteMultipartUpload" not in faults_front.stats()  # nothing published
     assert published(s3_client, bucket) == {}
+    tree = {k.rsplit("/", 1)[-1] for k in object_keys(s3_client, bucket) if "__magic_job-" in k}
+    assert {"_magicfs_job.json", "_magicfs_commit.json"} <= tree
+    faults_front.clear()
+    again = committer_via(faults_front, bucket, job_id=committer.job_id)
+    assert again.job_state() == "committing"
+    assert again.commit_job().files == 20
+    assert published(s3_client, bucket) == ALL
     assert_nothing_left(s3_client, bucket)
 
 

@@ -33,7 +33,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from ..errors import NothingToCommitError
+from ..errors import JobCommitError, NothingToCommitError
 from ..filesystems.listings import refreshes_listings_of
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsStore
@@ -175,12 +175,27 @@ class JobCommit:
             return was_active
 
     def _ended(self) -> None:
-        """The job's end, if it goes on in the background, done (its failure is the
-        end_job stage's)."""
+        """The job's end, if it goes on in the background, done. Its failure is the
+        end_job stage's, as it always was: nothing is published and nothing rolled back
+        (the job's output is whole, its journal saved), so ``commit_job()`` again
+        finishes it."""
         ending, self.ending = self.ending, None
-        if ending is not None:
-            with self.stages("end_job"):
+        if ending is None:
+            return
+        with self.stages("end_job"):
+            try:
                 ending.result()
+            except Exception as failure:
+                c = self.committer
+                raise _JobNotEnded(
+                    f"job {c.job_id}: commit to {c.url} failed in stage end_job: "
+                    f"{type(failure).__name__}: {failure}. Nothing was published and "
+                    f"nothing rolled back: run commit_job() again to finish it "
+                    f"({c.recover_command()})",
+                    job_id=c.job_id,
+                    stage="end_job",
+                    recoverable=True,
+                ) from failure
 
     def _load_named(self) -> Loaded:
         assert self.messages is not None
@@ -215,7 +230,7 @@ class JobCommit:
                     rows = total_rows(self.messages)
                     filenames = c.save_success(loaded, published, self.start, rows)
             return published, filenames
-        except NothingToCommitError:
+        except (NothingToCommitError, _JobNotEnded):
             raise
         except BaseException as failure:
             c.stats.increment("committer_jobs_failed")
@@ -289,6 +304,10 @@ class JobCommit:
         )
         summary.cleanup_incomplete = incomplete
         return summary
+
+
+class _JobNotEnded(JobCommitError):
+    """The job's end failed after its journal was saved: left for ``commit_job()``."""
 
 
 def _start(call: Callable[[bool], bool], check: bool) -> concurrent.futures.Future[bool]:
