@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 
 import pytest
@@ -144,6 +145,35 @@ def test_a_listing_listed_once_is_read_back_from_disk_on_every_later_pass():
     finally:
         pages.discard()
     assert not os.path.exists(pages.path)
+
+
+def test_a_listing_read_ahead_is_taken_on_another_thread_and_its_failure_raised_by_the_pass():
+    threads = []
+
+    def listing(fail: bool):
+        threads.append(threading.get_ident())
+        yield ["t/a", "t/b"]
+        if fail:
+            raise OSError("listing failed")
+        yield ["t/c"]
+
+    pages = ListedOnce(listing(False)).read_ahead()
+    try:
+        assert list(pages) == [["t/a", "t/b"], ["t/c"]] and list(pages) == list(pages)
+        assert threads and threads[0] != threading.get_ident()
+    finally:
+        pages.discard()
+    assert not os.path.exists(pages.path)
+    failing = ListedOnce(listing(True)).read_ahead()
+    try:
+        with pytest.raises(OSError, match="listing failed"):
+            list(failing)
+    finally:
+        failing.discard()
+    assert not os.path.exists(failing.path)
+    unread = ListedOnce(listing(True)).read_ahead()
+    unread.discard()  # never read: its failure is nobody's to raise, and the file goes
+    assert not os.path.exists(unread.path)
 
 
 # -- job commit through the spool ------------------------------------------------------------
