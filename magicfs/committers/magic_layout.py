@@ -132,7 +132,7 @@ from ..statistics import IOStatisticsStore
 from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
 from ..stores.job_check import job_still_active
-from ..stores.job_hooks import DeferredJobHooks, StoreOptions, option_names
+from ..stores.job_hooks import DeferredJobHooks, PendingListing, StoreOptions, option_names
 from ..stores.registry import committed_by, deferred_store_for
 from ..stores.spool import ListedOnce, OrderedPaths
 from ..task_files import TASK_FILES, TaskFile
@@ -619,7 +619,7 @@ class TreeListing:
     listing for its sweep (``None``: the sweep starts it)."""
 
     tree: ListedOnce
-    left: concurrent.futures.Future[list[Any]] | None
+    left: PendingListing | None
 
     def discard(self) -> None:
         self.tree.discard()

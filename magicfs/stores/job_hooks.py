@@ -38,6 +38,9 @@ from .commit_ops import CommitOperations
 from .deferred import DeferredStore, collect
 from .validation import check_commit
 
+#: The pending writes a job's clean-up sweeps, being listed (``DeferredJobHooks.list_left``).
+PendingListing = concurrent.futures.Future[list[Any]]
+
 
 @dataclasses.dataclass(frozen=True)
 class StoreOptions:
@@ -240,7 +243,7 @@ class DeferredJobHooks:
 
     # -- job clean-up ------------------------------------------------------------------------
 
-    def list_left(self) -> concurrent.futures.Future[list[Any]] | None:
+    def list_left(self) -> PendingListing | None:
         """Start listing the pending writes under the destination that the clean-up's
         :meth:`discard_left` sweeps (``None``: the store cannot list them). A committed
         job starts it while its journal is saved as ``committed``: one round trip less."""
@@ -251,10 +254,7 @@ class DeferredJobHooks:
         return deferred.run_background(collect(deferred.alist_pending(self.job.dest + "/")))
 
     def discard_left(
-        self,
-        keep: Container[str],
-        tree: Iterable[list[str]],
-        listed: concurrent.futures.Future[list[Any]] | None = None,
+        self, keep: Container[str], tree: Iterable[list[str]], listed: PendingListing | None = None
     ) -> list[Any]:
         """Before the tree is deleted: discard the pending writes on the keys the job's
         markers name, but those in ``keep`` (published). ``tree``: the job's tree, a page

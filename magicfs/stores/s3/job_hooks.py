@@ -57,7 +57,7 @@ from ...paths import is_deferred_write
 from ...records import SinglePendingCommit
 from ...task_files import TaskFile
 from ..deferred import collect
-from ..job_hooks import DeferredJobHooks, LayoutJob, StoreOptions
+from ..job_hooks import DeferredJobHooks, LayoutJob, PendingListing, StoreOptions
 from ..spool import KeySet
 from ..validation import check_commit
 from .checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
@@ -335,17 +335,14 @@ class S3JobHooks(DeferredJobHooks):
 
     # -- clean-up: the uploads sweep --------------------------------------------------------
 
-    def list_left(self) -> concurrent.futures.Future[list[Any]]:
+    def list_left(self) -> PendingListing:
         """Start listing the uploads under the destination (one request per 1,000)."""
         prefix = f"{self.job.dest_key}/" if self.job.dest_key else ""
         listing = collect(self.store.alist_uploads(self.job.bucket, prefix))
         return self.job.deferred.run_background(listing)
 
     def discard_left(
-        self,
-        keep: Container[str],
-        tree: Iterable[list[str]],
-        listed: concurrent.futures.Future[list[Any]] | None = None,
+        self, keep: Container[str], tree: Iterable[list[str]], listed: PendingListing | None = None
     ) -> list[Any]:
         """Sweep the job's uploads, keeping the committed ones: every upload on a key the
         job's markers name is aborted and, if the tree says the job is unmarked, every
