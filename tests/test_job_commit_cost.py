@@ -219,7 +219,8 @@ def test_records_named_by_messages_are_read_while_the_job_ends(
     front, s3_client, bucket, tmp_path, monkeypatch, carried
 ):
     """The pendingset a message names is read alongside the job marker's DELETE (one
-    round trip): here the DELETE fails, yet the record was read. Nothing is visible, no
+    round trip): here the DELETE fails (the end_job stage's failure, left for a retried
+    commit), yet the record was read. Nothing is visible, no
     local spill file stays, the upload waits, and the retried commit publishes it. A
     record the message carries (a small one) is not read at all."""
     spills = tmp_path / "spills"
@@ -232,8 +233,9 @@ def test_records_named_by_messages_are_read_while_the_job_ends(
         messages = [dataclasses.replace(m, record_json=None) for m in messages]
     front.add_rule("DeleteObject", "500", key=r"_magicfs_job\.json$")
     read = front.add_rule("GetObject", "delay", ms=0, key=r"\.pendingset$")
-    with pytest.raises(StoreCallError, match=r"DeleteObject .*_magicfs_job\.json failed"):
+    with pytest.raises(JobCommitError, match=r"DeleteObject .*_magicfs_job\.json failed") as e:
         committer.commit_job(messages)
+    assert e.value.stage == "end_job" and e.value.recoverable  # nothing undone: commit again
     assert [r["fired"] for r in front.rules() if r["id"] == read["id"]] == [0 if carried else 1]
     assert visible_keys(s3_client, bucket) == []
     assert list(spills.iterdir()) == []

@@ -71,10 +71,10 @@ def complete(expect):
 
 
 def test_abort_after_a_kill_in_the_clean_up_of_a_committed_job_keeps_it_and_cleans_up(harness):
-    # The second ListMultipartUploads of the job is its clean-up's sweep, after the
-    # journal was marked committed (the first is set-up's snapshot of the uploads pending
-    # under the destination, magicfs.stores.s3.tracking, once per job).
-    spec, expect, pre = killed_at(harness, ("ListMultipartUploads", {"nth": 2, "count": 1}))
+    # The second DeleteObjects of the job is its clean-up's first batch, after the journal
+    # was marked committed (the first deletes an old _SUCCESS at set-up; the clean-up's
+    # listings run while the journal is saved, so they are no point after it).
+    spec, expect, pre = killed_at(harness, ("DeleteObjects", {"nth": 2, "count": 1}))
     assert pre.journal is not None and pre.journal["phase"] == "committed"
     assert not compare(complete(expect), pre, "before") and pre.success_job == spec.job_id
 

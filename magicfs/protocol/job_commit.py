@@ -164,7 +164,7 @@ class JobCommit:
             try:
                 if not self.journal_read:
                     self.journal = self.keeper.read() if self.keeper is not None else None
-                was_active = ending.result()
+                was_active = _ending_result(c, ending)
             except BaseException:
                 self._drop_named()
                 raise
@@ -175,27 +175,12 @@ class JobCommit:
             return was_active
 
     def _ended(self) -> None:
-        """The job's end, if it goes on in the background, done. Its failure is the
-        end_job stage's, as it always was: nothing is published and nothing rolled back
-        (the job's output is whole, its journal saved), so ``commit_job()`` again
-        finishes it."""
+        """The job's end, if it goes on in the background, done (its failure is the
+        end_job stage's: :func:`_ending_result`)."""
         ending, self.ending = self.ending, None
-        if ending is None:
-            return
-        with self.stages("end_job"):
-            try:
-                ending.result()
-            except Exception as failure:
-                c = self.committer
-                raise _JobNotEnded(
-                    f"job {c.job_id}: commit to {c.url} failed in stage end_job: "
-                    f"{type(failure).__name__}: {failure}. Nothing was published and "
-                    f"nothing rolled back: run commit_job() again to finish it "
-                    f"({c.recover_command()})",
-                    job_id=c.job_id,
-                    stage="end_job",
-                    recoverable=True,
-                ) from failure
+        if ending is not None:
+            with self.stages("end_job"):
+                _ending_result(self.committer, ending)
 
     def _load_named(self) -> Loaded:
         assert self.messages is not None
@@ -307,7 +292,25 @@ class JobCommit:
 
 
 class _JobNotEnded(JobCommitError):
-    """The job's end failed after its journal was saved: left for ``commit_job()``."""
+    """The job could not be ended (or checked): left for ``commit_job()`` to finish."""
+
+
+def _ending_result(c: CommitterHooks, ending: concurrent.futures.Future[bool]) -> bool:
+    """What ending the job (or checking it) returned. Its failure is the end_job stage's
+    and undoes nothing: nothing is published yet and the tasks' output is whole (the
+    journal saved, when the end went on while it was), so ``commit_job()`` again
+    finishes the job; the error says so."""
+    try:
+        return ending.result()
+    except Exception as failure:
+        raise _JobNotEnded(
+            f"job {c.job_id}: commit to {c.url} failed in stage end_job: "
+            f"{type(failure).__name__}: {failure}. Nothing was published and nothing "
+            f"rolled back: run commit_job() again to finish it ({c.recover_command()})",
+            job_id=c.job_id,
+            stage="end_job",
+            recoverable=True,
+        ) from failure
 
 
 def _start(call: Callable[[bool], bool], check: bool) -> concurrent.futures.Future[bool]:
