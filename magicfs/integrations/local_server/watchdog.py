@@ -21,8 +21,11 @@ import threading
 SCRIPT = os.path.abspath(__file__)
 
 
-def _die_with_parent() -> None:
-    """In the server (Linux): receive SIGKILL when the watchdog dies, however it dies."""
+def _in_server() -> None:
+    """In the server, before it runs: SIGTERM delivered again (the watchdog holds it back
+    while it starts the server) and (Linux) SIGKILL when the watchdog dies, however it
+    dies."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -45,12 +48,16 @@ def _stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def _watch(command: list[str]) -> int:
-    """The watchdog: run ``command``, stop its group at end-of-file on stdin or SIGTERM."""
+    """The watchdog: run ``command``, stop its group at end-of-file on stdin or SIGTERM.
+
+    SIGTERM is held back until its handler is in place: one that came while the server
+    was starting would otherwise end the watchdog without stopping the server in order."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     server = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
         start_new_session=True,  # its own process group, so that helpers it spawns die too
-        preexec_fn=_die_with_parent,  # safe: this process has no other thread yet
+        preexec_fn=_in_server,  # safe: this process has no other thread yet
     )
 
     def stop_when_parent_leaves() -> None:
@@ -69,6 +76,7 @@ def _watch(command: list[str]) -> int:
         threading.Thread(target=_stop_group, args=(server,), daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop_on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a held one runs now
     threading.Thread(target=stop_when_parent_leaves, daemon=True).start()
     return server.wait()
 
