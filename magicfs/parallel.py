@@ -22,6 +22,10 @@ The contract, both forms:
 Why one map: each stage used to carry its own hand-written loop of futures, each
 with its own idea of when to stop; a job's commit should stop the same way wherever
 it fails.
+
+Beside the map, :func:`in_background`: one blocking call started on a thread of its
+own, for work that overlaps the caller's next step (a job's end while its journal is
+saved, a clean-up's listing while the journal is marked committed).
 """
 
 from __future__ import annotations
@@ -33,12 +37,24 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["loop_map", "thread_map"]
+__all__ = ["in_background", "loop_map", "thread_map"]
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _END = object()
+
+
+def in_background(
+    call: Callable[..., R], *args: Any, name: str = "magicfs"
+) -> concurrent.futures.Future[R]:
+    """``call(*args)`` on a new thread named ``name``, started now: its future. The
+    thread ends with the call; the caller waits on the future (or never: it still ends)."""
+    pool = concurrent.futures.ThreadPoolExecutor(1, name)
+    try:
+        return pool.submit(call, *args)
+    finally:
+        pool.shutdown(wait=False)
 
 
 def thread_map(

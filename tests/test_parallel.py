@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from magicfs.parallel import loop_map, thread_map
+from magicfs.parallel import in_background, loop_map, thread_map
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +133,16 @@ def test_a_slow_first_call_is_waited_for_without_spinning(mapper: Mapper) -> Non
     assert list(mapper(probe, range(8), 4)) == [n * 10 for n in range(8)]
     # a spinning caller burns about the 0.5 s it waits; a waiting one next to nothing
     assert time.thread_time() - cpu < 0.1
+
+
+def test_in_background_runs_one_call_on_a_thread_of_its_own():
+    caller = threading.get_ident()
+    done = in_background(lambda x: (x * 2, threading.get_ident()), 21, name="magicfs-test")
+    value, thread = done.result(timeout=10)
+    assert value == 42 and thread != caller
+
+    def fails() -> None:
+        raise OSError("store down")
+
+    with pytest.raises(OSError, match="store down"):
+        in_background(fails).result(timeout=10)

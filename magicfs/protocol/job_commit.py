@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 
 from ..errors import JobCommitError, NothingToCommitError
 from ..filesystems.listings import refreshes_listings_of
+from ..parallel import in_background
 from ..records.journal import CommitJournal
 from ..statistics import IOStatisticsStore
 from ..task_files import TASK_FILES
@@ -169,7 +170,7 @@ class JobCommit:
                 self._drop_named()
                 raise
             if self.carrying:
-                self.ending = _start(c.end_job, False)
+                self.ending = in_background(c.end_job, False, name="magicfs-end-job")
             if self.journal is not None:  # resuming: the journal names what to load
                 self._drop_named()
             return was_active
@@ -311,15 +312,6 @@ def _ending_result(c: CommitterHooks, ending: concurrent.futures.Future[bool]) -
             stage="end_job",
             recoverable=True,
         ) from failure
-
-
-def _start(call: Callable[[bool], bool], check: bool) -> concurrent.futures.Future[bool]:
-    """``call(check)`` on a thread of its own; returns at once."""
-    pool = concurrent.futures.ThreadPoolExecutor(1, "magicfs-end-job")
-    try:
-        return pool.submit(call, check)
-    finally:
-        pool.shutdown(wait=False)  # its one thread ends with the call
 
 
 def clean_up_committed(

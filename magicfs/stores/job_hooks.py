@@ -262,7 +262,7 @@ class DeferredJobHooks:
         :meth:`list_left` started, if the caller did (else it starts here). A store that
         cannot list pending writes leaves them to expire. Returns what was left to other
         jobs, for :meth:`after_tree_deleted`."""
-        listing = listed or self.list_left()
+        listing = listed if listed is not None else self.list_left()
         if listing is None:
             return []
         keys = marked_destinations(path for page in tree for path in page)

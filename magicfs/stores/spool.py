@@ -39,6 +39,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..parallel import in_background
 from ..records import PendingSet, SinglePendingCommit
 from ..statistics import IOStatisticsSnapshot
 
@@ -160,9 +161,7 @@ class ListedOnce(_SqliteFile):
         """Take every page from the source now, on a new thread; returns at once. The
         next pass raises what the listing raised."""
         if self._ahead is None:
-            pool = concurrent.futures.ThreadPoolExecutor(1, "magicfs-listing")
-            self._ahead = pool.submit(self._keep_all)
-            pool.shutdown(wait=False)  # its one thread ends with the listing
+            self._ahead = in_background(self._keep_all, name="magicfs-listing")
         return self
 
     def _keep_all(self) -> None:

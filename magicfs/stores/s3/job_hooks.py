@@ -351,7 +351,7 @@ class S3JobHooks(DeferredJobHooks):
         on local disk. The uploads' listing (``listed``, or started here) runs while the
         tree is read. Returns the uploads left to other jobs."""
         job = self.job
-        uploads = listed or self.list_left()
+        uploads = listed if listed is not None else self.list_left()
         keys = KeySet()
         unmarked = False
         spared: dict[str, PendingUpload] = {}
