@@ -16,6 +16,7 @@ Runs on moto and Ceph RGW, in file mode and ``in_memory`` mode.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -36,6 +37,7 @@ from magicfs.errors import (
     NothingToCommitError,
 )
 from magicfs.protocol.attempts import CARRIED_RECORD_MAX
+from magicfs.records import PendingSet
 from magicfs.task_files import TASK_FILES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -285,3 +287,56 @@ def test_an_abort_after_a_commit_where_set_up_leaves_no_marker(target):
     assert not [k for k in tree(target, committer) if k.endswith(".aborted")]
     assert committer.commit_job().files == 0  # the abort took the attempt's record
     assert pending_uploads(target.client, target.bucket) == []
+
+
+def held_parts(committer) -> list[bool]:
+    """Delays every UploadPart by half a second while the returned list is not empty
+    (an asynchronous botocore hook: the other requests go on meanwhile), so a file closed
+    then is still closing when its task commit begins."""
+    armed: list[bool] = []
+
+    async def held(**_) -> None:
+        if armed:
+            await asyncio.sleep(0.5)
+
+    committer.store_fs.s3.meta.events.register("before-call.s3.UploadPart", held)
+    return armed
+
+
+@pytest.mark.parametrize("then", ["commit_job", "abort_task"])
+def test_a_file_whose_task_commit_waits_for_it_saves_no_pending_record(target, then):
+    """File mode: a file closed before its task commit saves its ``.pending``; one whose
+    last part is still uploading when the commit (in the process that set the attempt
+    up) begins hands its record to that commit, which saves it in the task's
+    ``.pendingset``: one request and one round trip less. Published whole by job commit;
+    an abort after the commit still aborts its upload at once (it reads the pendingset)."""
+    committer = committer_on(target)
+    committer.setup_job()
+    armed = held_parts(committer)
+    calls = Calls(committer.store_fs)
+    task = written(committer, 0, "a.csv")
+    TASK_FILES.settle()
+    armed.append(True)
+    committer.fs.pipe_file(task.path("b.csv"), b"b" * 1000)
+    assert TASK_FILES.closing_paths()  # still uploading as the commit begins
+    message = committer.commit_task(task)
+    saved = sorted(key.rsplit("/", 1)[-1] for op, key in calls.made if op == "PutObject")
+    assert saved == ["a.csv.pending", f"{task.attempt_id}.pendingset"]
+    commits = PendingSet.from_json(message.record_json.encode()).commits
+    assert [c.destination_key for c in commits] == ["out/a.csv", "out/b.csv"]
+    if then == "abort_task":
+        committer.abort_task(task)
+        assert pending_uploads(target.client, target.bucket) == []
+        assert committer.commit_job().files == 0
+        assert visible_keys(target.client, target.bucket) == ["out/_SUCCESS"]
+    else:
+        committer.commit_job([message])
+        assert visible_keys(target.client, target.bucket) == [
+            "out/_SUCCESS",
+            "out/a.csv",
+            "out/b.csv",
+        ]
+        body = target.client.get_object(Bucket=target.bucket, Key="out/b.csv")["Body"].read()
+        assert body == b"b" * 1000
+    assert pending_uploads(target.client, target.bucket) == []
+    assert tree(target, committer) == []

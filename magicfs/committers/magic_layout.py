@@ -135,6 +135,7 @@ from ..stores.job_check import job_still_active
 from ..stores.job_hooks import DeferredJobHooks, PendingListing, StoreOptions, option_names
 from ..stores.registry import committed_by, deferred_store_for
 from ..stores.spool import ListedOnce, OrderedPaths
+from ..stores.validation import check_commit
 from ..task_files import TASK_FILES, TaskFile
 from .pendingsets import PendingsetRecords, kept_uploads
 
@@ -447,7 +448,11 @@ class MagicLayoutCommitter(OutputCommitter):
         markers to keep for the job's clean-up) and delete the attempt's records."""
         if not TASK_FILES.ended_where_set_up(self.job_id, task.attempt_id):
             self._leave_aborted_marker(task)
-        listing = self.list_records(self.layout.task_attempt_dir(task.attempt_id))
+        entries = self.deferred.run(self._aattempt_entries(task))
+        found = self.layout.attempt_records(task.attempt_id, entries)
+        listing = sorted(found.files)
+        if found.saved:  # an abort after its commit
+            discard_committed(self, self._saved(self.layout.attempt_pendingset(task.attempt_id)))
         kept = self.store_hooks.discard_attempt(task.attempt_id, files, listing)
         records = [p for p in listing if p not in kept]
         records += [
@@ -638,6 +643,27 @@ def delete_last_batch(
         if paths:
             delete(paths)  # the tree's own failure, if that is what it was
         job_index.index_failed("deleted", entry, job.job_id, job.url, error)
+
+
+def discard_committed(job: MagicLayoutCommitter, saved: PendingSet | None) -> None:
+    """An attempt aborted after its commit: discard what its pendingset names, where the
+    store discards pending writes. Its files' ``.pending`` may be gone or never saved (a
+    file whose close its commit waited for: :meth:`TaskFiles.awaited
+    <magicfs.task_files.TaskFiles.awaited>`), and an in-memory attempt has none. Only
+    this job's records within its destination count: an abort must not discard on a
+    forged record's word."""
+    if saved is None or saved.job_id != job.job_id:
+        return
+    if not job.deferred.capabilities.discards_pending:
+        return
+    commits = []
+    for commit in saved.commits:
+        try:
+            check_commit(commit, job.bucket, job.dest_key, commit.uri)
+        except InvalidCommitData:
+            continue
+        commits.append(commit)
+    job.deferred.discard(commits)
 
 
 def save_checked(

@@ -59,7 +59,8 @@ class TaskLifecycle:
         commit = TaskCommit(task)
         try:
             self.hooks.begin_task_commit(commit)
-            return self._commit(commit)
+            with TASK_FILES.committing(self.job_id, task.attempt_id):
+                return self._commit(commit)
         finally:
             commit.close()
 

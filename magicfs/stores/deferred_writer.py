@@ -24,7 +24,9 @@ supply ``_initiate_upload`` and ``_upload_chunk``):
    doubles every :attr:`PartRules.grow_every` parts, so huge files stay within the
    store's part limit while small files keep small parts.
 3. close: stage the last part, wait for all parts and the job check, then save the
-   record (:meth:`FileHooks.record`, :meth:`FileHooks.asave`). For a task attempt's file
+   record (:meth:`FileHooks.record`, :meth:`FileHooks.asave`; not where the task's
+   commit already waits for this close: :meth:`TaskFiles.awaited
+   <magicfs.task_files.TaskFiles.awaited>`). For a task attempt's file
    with ``background_close`` this finishes in the background: ``close()`` returns once
    the last part is handed over and the task's commit waits for it
    (:meth:`TaskFiles.settle <magicfs.task_files.TaskFiles.settle>`), failing if it
@@ -446,7 +448,12 @@ class DeferredWriter(io.BufferedIOBase):
             if failure is not None:
                 raise failure
             record = self.hooks.record([str(r) for r in results], self._written)
-            await self.hooks.asave(record)
+            if background and self._registry.awaited(self.path):
+                # Its task's commit waits for this close: the record goes into the
+                # attempt's pendingset (:meth:`TaskFiles.awaited`), no .pending of its own.
+                record.filename = None
+            else:
+                await self.hooks.asave(record)
         except BaseException as error:
             if background:
                 log.error("%s: could not be saved: %s; discarding it", self.hooks.url, error)
