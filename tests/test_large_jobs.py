@@ -20,6 +20,7 @@ import pytest
 from helpers import pending_uploads, tamper_record, visible_keys
 
 import magicfs
+from magicfs.committers.magic_layout import delete_tree
 from magicfs.errors import InvalidCommitData, JobCommitError
 from magicfs.records import PendingSet, SinglePendingCommit
 from magicfs.stores.commit_ops import Progress
@@ -125,6 +126,34 @@ def test_ordered_paths_share_batches_from_a_rank_on_the_highest_rank_last():
     assert [len(b) for b in shared] == [1, 1000, 502]
     assert shared[0] == ["j/f1"] and shared[2][-2:] == ["j/zz-mode", "j/_journal"]
     assert [len(b) for b in alone] == [1, 1000, 501, 1] and alone[-1] == ["j/_journal"]
+
+
+@pytest.mark.parametrize(
+    ("files", "committed", "at_once", "sizes"),
+    [
+        (3, True, True, [6]),
+        (3, True, False, [4, 2]),
+        (3, False, True, [3, 1, 1, 1]),
+        (1500, True, True, [998, 505]),
+        (1500, True, False, [998, 503, 2]),
+        (1500, False, True, [997, 503, 1, 1, 1]),
+    ],
+)
+def test_a_tree_deleted_at_once_sends_its_last_files_with_its_journal(
+    files, committed, at_once, sizes
+):
+    """Where the store deletes a batch in one request (S3's DeleteObjects), a committed
+    job's journal takes the last files that fit in its request: a small tree goes in one.
+    The journal is always in the last request; an uncommitted job keeps its ranks apart
+    (files, task records, the job's mode, the journal). Listed in pages of 1,000."""
+    tree = [f"j/{name}" for name in ("_magicfs_commit.json", "_magicfs_unmarked", "t.pendingset")]
+    tree += [f"j/f{n:04d}.pending" for n in range(files)]
+    sent: list[list[str]] = []
+    pages = [tree[i : i + 1000] for i in range(0, len(tree), 1000)]
+    delete_tree(pages, sent.append, None, committed=committed, at_once=at_once)
+    assert [len(batch) for batch in sent] == sizes
+    assert sorted(p for batch in sent for p in batch) == sorted(tree)
+    assert sent[-1][-1] == "j/_magicfs_commit.json"
 
 
 def test_a_listing_listed_once_is_read_back_from_disk_on_every_later_pass():

@@ -612,7 +612,13 @@ def sweep_and_delete(job: MagicLayoutCommitter, published: Published | None) -> 
     try:
         left = job.store_hooks.discard_left(kept_uploads(published), listed.tree, listed.left)
         last = functools.partial(delete_last_batch, job.delete_files, job.index_entry, job)
-        delete_tree(listed.tree, job.delete_files, last, committed=published is not None)
+        delete_tree(
+            listed.tree,
+            job.delete_files,
+            last,
+            committed=published is not None,
+            at_once=job.deferred.capabilities.deletes_batch_at_once,
+        )
         return left
     finally:
         listed.discard()
@@ -727,6 +733,7 @@ def delete_tree(
     delete: Callable[[list[str]], None],
     delete_last: Callable[[list[str]], None] | None = None,
     committed: bool = False,
+    at_once: bool = False,
 ) -> None:
     """Delete a job's tree, listed in ``pages``: files and markers first, then task
     records, then the job's mode and the journal's pages, the journal last — a clean-up
@@ -738,7 +745,12 @@ def delete_tree(
     clean-up reads only the journal, never the task records, so those go with the files,
     and the job's mode and the journal's pages go in the journal's own request (two
     batches less in all). The mode and the journal then go at once: a clean-up retried after the
-    files' batch still finds both. (A request that deleted the mode and failed on the
+    files' batch still finds both. Where the store deletes a batch ``at_once`` (one
+    request, or in order: ``DeferredCapabilities.deletes_batch_at_once``) the journal's
+    request also takes the last files that fit in it: a small job's tree goes in one
+    request, which a crash leaves whole or gone. (One that fails on some keys after
+    deleting the journal leaves the rest to ``cleanup_job()``, which a retried commit
+    names.) (A request that deleted the mode and failed on the
     journal would have a retried sweep read the job as marked; the first sweep had run
     to its end before any delete, so all that could stay is an upload it had left to
     another job's sweep.)
@@ -749,9 +761,11 @@ def delete_tree(
     records = OrderedPaths()
     held: list[str] = []
 
-    def send(batch: list[str]) -> None:
+    def send(batch: list[str], join: bool = False) -> None:
         nonlocal held
-        if batch:
+        if join and len(held) + len(batch) <= DELETE_BATCH:
+            held = [*held, *batch]
+        elif batch:
             if held:
                 delete(held)
             held = batch
@@ -762,7 +776,7 @@ def delete_tree(
             records.add(r for r in ranked if r[0] > 0)
             send([p for rank, p in ranked if rank == 0])
         for batch in records.batches(DELETE_BATCH, shared_from=2 if committed else None):
-            send(list(batch))
+            send(list(batch), join=committed and at_once)
         if delete_last is not None:
             delete_last(held)
         elif held:

@@ -51,9 +51,10 @@ class DeferredCapabilities:
     """What a deferred store can do, declared once per store (:mod:`.registry`).
 
     Each capability is read by the store-neutral code whose behaviour it changes:
-    ``discards_pending`` and ``lists_pending`` by the committer over the magic layout
-    (task abort, the job's clean-up), ``counts_throttling`` by job commit's publish
-    (:mod:`.commit_ops`: ``store_io_throttled`` in ``_SUCCESS`` and the progress lines).
+    ``discards_pending``, ``lists_pending`` and ``deletes_batch_at_once`` by the
+    committer over the magic layout (task abort, the job's clean-up),
+    ``counts_throttling`` by job commit's publish (:mod:`.commit_ops`:
+    ``store_io_throttled`` in ``_SUCCESS`` and the progress lines).
 
     How ``"xb"`` (create only) is enforced is no capability: no store-neutral code
     chooses between the ways, each store's own hooks do it — its writer's ``abegin``
@@ -74,6 +75,13 @@ class DeferredCapabilities:
     #: them (``store_io_throttled``, progress lines) only then, for a 0 from a store that
     #: does not count (the Azure SDK retries them unseen) would claim none happened.
     counts_throttling: bool
+    #: One call of :meth:`DeferredStore.adelete_records` with at most 1,000 paths is one
+    #: request (S3's DeleteObjects) or deletes them in the order given (the in-process
+    #: store), so no crash leaves an earlier path of the call while a later one is gone.
+    #: A committed job's clean-up then sends the last of its files with its journal, one
+    #: request and one round trip less (:func:`magicfs.committers.magic_layout.delete_tree`).
+    #: False: each path is its own request, many at once (Azure).
+    deletes_batch_at_once: bool
 
 
 @dataclass(frozen=True)

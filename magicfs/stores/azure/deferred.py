@@ -41,6 +41,7 @@ CAPABILITIES = DeferredCapabilities(
     discards_pending=False,
     lists_pending=False,
     counts_throttling=False,
+    deletes_batch_at_once=False,  # one request per blob, many at once
 )
 
 

@@ -30,6 +30,7 @@ CAPABILITIES = DeferredCapabilities(
     discards_pending=True,
     lists_pending=True,
     counts_throttling=False,
+    deletes_batch_at_once=True,  # in the order given, in this process
 )
 
 

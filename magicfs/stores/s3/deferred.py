@@ -58,6 +58,7 @@ CAPABILITIES = DeferredCapabilities(
     discards_pending=True,
     lists_pending=True,
     counts_throttling=True,
+    deletes_batch_at_once=True,  # DeleteObjects
 )
 
 
