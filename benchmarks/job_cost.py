@@ -135,6 +135,9 @@ def workloads(quick: bool, executors: int) -> dict[str, Workload]:
         # Not run by default (``--only wide``): per-task and per-job requests spread over
         # 128 files per task, what requests per file tend to as tasks grow.
         "wide": Workload("wide", 512 // scale, 16 * KiB, 4, executors),
+        # Not run by default (``--only eights``): 8 files per task, as "small", in a job of
+        # 128 tasks, so the job's own requests (about 20) weigh 1/8 as much per file.
+        "eights": Workload("eights", 1024 // scale, 16 * KiB, 128 // scale, executors),
         # Not run by default (``--only newcomer``): what a new user tries first, many
         # small files (2,000 x 1 KiB in 20 tasks) against plain s3fs writes.
         "newcomer": Workload("newcomer", 2000 // scale, KiB, 20 // scale, executors),

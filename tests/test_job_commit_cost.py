@@ -236,6 +236,14 @@ def test_records_named_by_messages_are_read_while_the_job_ends(
     with pytest.raises(JobCommitError, match=r"DeleteObject .*_magicfs_job\.json failed") as e:
         committer.commit_job(messages)
     assert e.value.stage == "end_job" and e.value.recoverable  # nothing undone: commit again
+    if carried:  # the journal was saved while the job ended: any process finishes it
+        advice = f"or from any process magicfs jobs recover --job {committer.job_id} "
+    else:  # no journal yet: the same messages say what to publish
+        advice = (
+            "again with the same messages (from another process: "
+            f"magicfs jobs recover --messages FILE --job {committer.job_id} "
+        )
+    assert advice in str(e.value)
     assert [r["fired"] for r in front.rules() if r["id"] == read["id"]] == [0 if carried else 1]
     assert visible_keys(s3_client, bucket) == []
     assert list(spills.iterdir()) == []

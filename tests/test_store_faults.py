@@ -298,6 +298,7 @@ def test_a_job_end_that_cannot_delete_its_marker(faults_front, s3_client, bucket
     with pytest.raises(JobCommitError, match="failed in stage end_job") as failure:
         committer.commit_job(messages)
     assert failure.value.recoverable and "run commit_job() again" in str(failure.value)
+    assert f"from any process magicfs jobs recover --job {committer.job_id} " in str(failure.value)
     assert "CompleteMultipartUpload" not in faults_front.stats()  # nothing published
     assert published(s3_client, bucket) == {}
     tree = {k.rsplit("/", 1)[-1] for k in object_keys(s3_client, bucket) if "__magic_job-" in k}

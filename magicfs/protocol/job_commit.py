@@ -165,7 +165,7 @@ class JobCommit:
             try:
                 if not self.journal_read:
                     self.journal = self.keeper.read() if self.keeper is not None else None
-                was_active = _ending_result(c, ending)
+                was_active = _ending_result(c, ending, self._advice(journal_saved=False))
             except BaseException:
                 self._drop_named()
                 raise
@@ -181,7 +181,24 @@ class JobCommit:
         ending, self.ending = self.ending, None
         if ending is not None:
             with self.stages("end_job"):
-                _ending_result(self.committer, ending)
+                _ending_result(self.committer, ending, self._advice(journal_saved=True))
+
+    def _advice(self, journal_saved: bool) -> str:
+        """What finishes a commit whose job could not be ended: with its journal saved, a
+        retry anywhere; without, the choice of what to publish again (the same messages,
+        or every committed task where none were given)."""
+        c = self.committer
+        if journal_saved:
+            return f"run commit_job() again, or from any process {c.recover_command()}"
+        if self.messages is not None:
+            return (
+                "run commit_job() again with the same messages (from another process: "
+                f"{c.recover_command(messages=True)}, the messages as JSON lines)"
+            )
+        return (
+            "run commit_job() again in this process (from another: "
+            f"{c.recover_command(all_committed_tasks=True)})"
+        )
 
     def _load_named(self) -> Loaded:
         assert self.messages is not None
@@ -296,18 +313,18 @@ class _JobNotEnded(JobCommitError):
     """The job could not be ended (or checked): left for ``commit_job()`` to finish."""
 
 
-def _ending_result(c: CommitterHooks, ending: concurrent.futures.Future[bool]) -> bool:
+def _ending_result(c: CommitterHooks, ending: concurrent.futures.Future[bool], advice: str) -> bool:
     """What ending the job (or checking it) returned. Its failure is the end_job stage's
     and undoes nothing: nothing is published yet and the tasks' output is whole (the
     journal saved, when the end went on while it was), so ``commit_job()`` again
-    finishes the job; the error says so."""
+    finishes the job; the error says so (``advice``: how, :meth:`JobCommit._advice`)."""
     try:
         return ending.result()
     except Exception as failure:
         raise _JobNotEnded(
             f"job {c.job_id}: commit to {c.url} failed in stage end_job: "
             f"{type(failure).__name__}: {failure}. Nothing was published and nothing "
-            f"rolled back: run commit_job() again to finish it ({c.recover_command()})",
+            f"rolled back: {advice}",
             job_id=c.job_id,
             stage="end_job",
             recoverable=True,

@@ -148,12 +148,13 @@ class CommitterOptions:
         """
         return dict(self.store_options)
 
-    def recover_command(self, *, all_committed_tasks: bool = False) -> str:
+    def recover_command(self, *, all_committed_tasks: bool = False, messages: bool = False) -> str:
         """The command line that finishes this job's interrupted commit (its journal's
-        records). ``all_committed_tasks``: the one that publishes every committed task of
-        a job whose commit never began, the explicit choice that needs
-        (:mod:`magicfs.protocol.active_jobs`)."""
+        records). For a job whose commit never began, the explicit choice that needs
+        (:mod:`magicfs.protocol.active_jobs`): ``all_committed_tasks``, every committed
+        task; ``messages``, exactly the attempts a file of commit messages names."""
         choice = " --all-committed-tasks" if all_committed_tasks else ""
+        choice += " --messages FILE" if messages else ""
         return f"magicfs jobs recover{choice} --job {self.job_id} {self.url}"
 
     def rollback_command(self) -> str:
