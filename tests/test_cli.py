@@ -35,6 +35,7 @@ from magicfs.records import (
 )
 from magicfs.stores.registry import operator_view_for
 from magicfs.stores.s3.store import S3Store, iterate
+from magicfs.task_files import TASK_FILES
 
 SECRET = "SUPERSECRET123"
 
@@ -131,6 +132,9 @@ def start_job(options, bucket: str, dest: str, job_id: str, files: dict[str, byt
         task = committer.task_attempt(index)
         committer.setup_task(task)
         committer.fs.pipe_file(task.path(name), data)
+        # Closed before its task commits, so it keeps its .pending (one still closing when
+        # its commit begins hands its record to the pendingset: TaskFiles.awaited).
+        TASK_FILES.settle()
         messages.append(committer.commit_task(task))
     return committer, messages
 

@@ -448,11 +448,11 @@ class DeferredWriter(io.BufferedIOBase):
             if failure is not None:
                 raise failure
             record = self.hooks.record([str(r) for r in results], self._written)
-            if background and self._registry.awaited(self.path):
-                # Its task's commit waits for this close: the record goes into the
-                # attempt's pendingset (:meth:`TaskFiles.awaited`), no .pending of its own.
-                record.filename = None
-            else:
+            if not (background and self._registry.awaited(self.path)):
+                # (Else its task's commit waits for this close: the record goes into the
+                # attempt's pendingset, no .pending of its own: TaskFiles.awaited. Its
+                # filename still says where its record belongs, which job commit's
+                # checks compare with its destination.)
                 await self.hooks.asave(record)
         except BaseException as error:
             if background:
