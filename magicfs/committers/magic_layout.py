@@ -340,8 +340,7 @@ class MagicLayoutCommitter(OutputCommitter):
     def _aattempt_entries(
         self, task: TaskAttempt
     ) -> Coroutine[Any, Any, dict[str, dict[str, str]]]:
-        """One listing of every attempt of the task (their directories, markers and
-        records): the attempt's own entries, and whether another attempt has committed."""
+        """One listing of every attempt of the task: directories, markers and records."""
         prefix = self.layout.task_attempts_prefix(task.attempt_id)
         return self.store_hooks.aattempt_entries(prefix)
 
