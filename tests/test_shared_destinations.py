@@ -372,13 +372,17 @@ def test_an_in_memory_file_closed_in_another_process_is_refused(s3, s3_client, b
 
 
 @pytest.mark.rgw
+@pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in-memory"])
 @pytest.mark.parametrize("ends_first", ["alone", "marked"])
 def test_two_jobs_on_one_destination_never_abort_each_others_uploads(
-    rgw_s3, rgw_client, rgw_bucket, tmp_path, ends_first
+    rgw_s3, rgw_client, rgw_bucket, tmp_path, ends_first, in_memory
 ):
-    alone = committer(rgw_s3, rgw_bucket)
+    """A job that ends first aborts its own uploads, those of its committed tasks too
+    (named by their task records only where no ``.pending`` was saved: in memory, or a
+    file whose task commit waited for it), and none of the other job's."""
+    alone = committer(rgw_s3, rgw_bucket, in_memory=in_memory)
     alone.setup_job()
-    marked = committer(rgw_s3, rgw_bucket)
+    marked = committer(rgw_s3, rgw_bucket, in_memory=in_memory)
     marked.setup_job()
     assert alone.store_hooks.unmarked and not marked.store_hooks.unmarked
     messages = {

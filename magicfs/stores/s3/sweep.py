@@ -29,8 +29,10 @@ a plain multipart upload under the destination started during the job, and the u
 of a staging committer's job writing to the same destination, which keeps no tree
 here; ``intent_markers="always"`` is the setting for destinations shared that way).
 A candidate another job's tree may own is left to
-that job and reported (``left_for_other_jobs``), unless this job's own ``.pending``
-records name its upload id. Another job ``K`` *may own* an upload if K's tree covers its
+that job and reported (``left_for_other_jobs``), unless this job's own records name its
+upload id (its ``.pending`` and its tasks' ``.pendingset``: a file whose task commit
+waited for it, or written in memory, is named by the latter only). Another job ``K``
+*may own* an upload if K's tree covers its
 key (K's destination is at or above the key) and either K's markers or records name the
 key, or K is unmarked and the upload is under K's destination, not under a hidden name
 and not in K's snapshot (an unreadable snapshot: any such upload) — exactly what K's own
@@ -66,11 +68,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import InvalidCommitData, StoreCallError, UploadsLeftError
-from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, UNMARKED_FILE
+from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
 from ...parallel import loop_map
 from ...paths import final_destination, is_deferred_write, marked_destinations, split_magic_path
 from ...progress import progress_bar
-from ...records import SinglePendingCommit
+from ...records import PendingSet, SinglePendingCommit
 from .store import PendingUpload, S3Store, iterate
 from .tracking import UnmarkedRecord
 
@@ -309,8 +311,28 @@ def abort_spared(
 
 
 def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]:
-    """Upload ids named by the ``.pending`` records in ``listing`` whose file lands on ``keys``."""
-    return {c.upload_id for c in load_pending(store, _pendings_for(store, listing, keys))}
+    """Upload ids named by the records in ``listing`` whose file lands on ``keys``: the
+    ``.pending`` beside a file, and the tasks' ``.pendingset`` (the only record of a file
+    whose task commit waited for its close, or of an in-memory attempt's)."""
+    ids = {c.upload_id for c in load_pending(store, _pendings_for(store, listing, keys))}
+    sets = [p for p in listing if p.endswith(PENDINGSET_SUFFIX)]
+    return ids | {c.upload_id for c in load_pendingsets(store, sets) if c.destination_key in keys}
+
+
+def load_pendingsets(store: S3Store, paths: Iterable[str]) -> list[SinglePendingCommit]:
+    """The commits of the ``.pendingset`` records at ``paths`` (read concurrently);
+    missing and unreadable records are skipped, as :func:`load_pending` skips them."""
+    limit = PendingSet.MAX_BYTES
+    reads = [(p, store.run_background(store.aread(*store.split(p), limit))) for p in paths]
+    commits = []
+    for path, future in reads:
+        try:
+            commits += PendingSet.from_json(future.result(), source=f"s3://{path}").commits
+        except FileNotFoundError:
+            continue
+        except InvalidCommitData as e:
+            log.warning("skipping unreadable record: %s", e)
+    return commits
 
 
 def _unmarked_candidate(
