@@ -747,12 +747,11 @@ def delete_tree(
     files' batch still finds both. Where the store deletes a batch ``at_once`` (one
     request, or in order: ``DeferredCapabilities.deletes_batch_at_once``) the journal's
     request also takes the last files that fit in it: a small job's tree goes in one
-    request, which a crash leaves whole or gone. (One that fails on some keys after
+    request, which a crash leaves whole or gone; one that fails on some keys after
     deleting the journal leaves the rest to ``cleanup_job()``, which a retried commit
-    names.) (A request that deleted the mode and failed on the
-    journal would have a retried sweep read the job as marked; the first sweep had run
-    to its end before any delete, so all that could stay is an upload it had left to
-    another job's sweep.)
+    names. (A request that deleted the mode and failed on the journal would have a
+    retried sweep read the job as marked; the first sweep had run to its end before any
+    delete, so all that could stay is an upload it had left to another job's sweep.)
 
     ``delete_last`` (default ``delete``) deletes the last batch, called exactly once even
     when the tree is empty (with ``[]``): the clean-up adds the job's index entry to it.

@@ -194,12 +194,35 @@ def load_pending(store: S3Store, paths: Iterable[str]) -> list[SinglePendingComm
     Missing and unreadable records are logged and skipped: this serves clean-up, which
     must get as far as it can (the job's key sweep still finds their uploads).
     """
-    limit = SinglePendingCommit.MAX_BYTES
+    return _load_commits(store, paths, SinglePendingCommit.MAX_BYTES, _pending_commits)
+
+
+def load_pendingsets(store: S3Store, paths: Iterable[str]) -> list[SinglePendingCommit]:
+    """The commits of the ``.pendingset`` records at ``paths``, as :func:`load_pending`."""
+    return _load_commits(store, paths, PendingSet.MAX_BYTES, _pendingset_commits)
+
+
+def _pending_commits(data: bytes, source: str) -> list[SinglePendingCommit]:
+    return [SinglePendingCommit.from_json(data, source=source)]
+
+
+def _pendingset_commits(data: bytes, source: str) -> list[SinglePendingCommit]:
+    return PendingSet.from_json(data, source=source).commits
+
+
+def _load_commits(
+    store: S3Store,
+    paths: Iterable[str],
+    limit: int,
+    parse: Callable[[bytes, str], list[SinglePendingCommit]],
+) -> list[SinglePendingCommit]:
+    """The commits the records at ``paths`` hold (read concurrently, each ``parse``d);
+    missing and unreadable records skipped, the unreadable with a warning."""
     reads = [(p, store.run_background(store.aread(*store.split(p), limit))) for p in paths]
     commits = []
     for path, future in reads:
         try:
-            commits.append(SinglePendingCommit.from_json(future.result(), source=f"s3://{path}"))
+            commits += parse(future.result(), f"s3://{path}")
         except FileNotFoundError:
             continue
         except InvalidCommitData as e:
@@ -317,22 +340,6 @@ def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]
     ids = {c.upload_id for c in load_pending(store, _pendings_for(store, listing, keys))}
     sets = [p for p in listing if p.endswith(PENDINGSET_SUFFIX)]
     return ids | {c.upload_id for c in load_pendingsets(store, sets) if c.destination_key in keys}
-
-
-def load_pendingsets(store: S3Store, paths: Iterable[str]) -> list[SinglePendingCommit]:
-    """The commits of the ``.pendingset`` records at ``paths`` (read concurrently);
-    missing and unreadable records are skipped, as :func:`load_pending` skips them."""
-    limit = PendingSet.MAX_BYTES
-    reads = [(p, store.run_background(store.aread(*store.split(p), limit))) for p in paths]
-    commits = []
-    for path, future in reads:
-        try:
-            commits += PendingSet.from_json(future.result(), source=f"s3://{path}").commits
-        except FileNotFoundError:
-            continue
-        except InvalidCommitData as e:
-            log.warning("skipping unreadable record: %s", e)
-    return commits
 
 
 def _unmarked_candidate(
