@@ -340,3 +340,30 @@ def test_a_file_whose_task_commit_waits_for_it_saves_no_pending_record(target, t
         assert body == b"b" * 1000
     assert pending_uploads(target.client, target.bucket) == []
     assert tree(target, committer) == []
+
+
+def test_a_failed_task_commit_aborts_the_file_it_waited_for(target):
+    """The failure path: a file whose record went to its waiting task commit, and that
+    commit's ``.pendingset`` save fails (injected by a botocore hook). The attempt is
+    aborted: the file's upload with it, nothing of it visible, no record left."""
+    committer = committer_on(target)
+    committer.setup_job()
+    armed = held_parts(committer)
+
+    def refuse(params, model, **_) -> None:
+        if model.name == "PutObject" and params["Key"].endswith(".pendingset"):
+            raise OSError("injected: the task record cannot be saved")
+
+    committer.store_fs.s3.meta.events.register("provide-client-params.s3.PutObject", refuse)
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    armed.append(True)
+    committer.fs.pipe_file(task.path("b.csv"), b"b" * 1000)
+    assert TASK_FILES.closing_paths()  # still uploading as the commit begins
+    with pytest.raises(OSError, match="injected"):
+        committer.commit_task(task)
+    assert pending_uploads(target.client, target.bucket) == []
+    assert [k for k in tree(target, committer) if k.endswith((".pending", ".pendingset"))] == []
+    committer.abort_job()
+    assert visible_keys(target.client, target.bucket) == []
+    assert tree(target, committer) == []
