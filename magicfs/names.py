@@ -43,6 +43,13 @@ STARTED_SUFFIX = ".started"
 #: Written by the abort of an attempt in another process than the one that set it up:
 #: the attempt may never commit (the magic layout: ``magicfs.committers.magic_layout``).
 ABORTED_SUFFIX = ".aborted"
+#: ``<magic dir>/_magicfs_job.touched/<task id>``: something of the task is on the store
+#: that the process which set an attempt of it up may not know (another process wrote,
+#: deleted or aborted there, or a later attempt of the task commits). A task commit that
+#: trusts its process's memory (``in_memory``) lists the task's attempts only then: the
+#: job check it makes anyway lists the job marker's name, which these share
+#: (``magicfs.committers.magic_layout``).
+TOUCHED_DIR = "_magicfs_job.touched"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.
 JOURNAL_FILE = "_magicfs_commit.json"
 #: Its delete pages beside it: ``_magicfs_commit.deletes-<5-digit page number>.json``.

@@ -38,6 +38,7 @@ from .names import (
     PENDING_SUFFIX,
     PENDINGSET_SUFFIX,
     TASKS_DIR,
+    TOUCHED_DIR,
 )
 
 RECORD_SUFFIXES = (PENDING_SUFFIX, PENDINGSET_SUFFIX)
@@ -259,6 +260,15 @@ def marked_destinations(listing: Iterable[str]) -> set[str]:
         except ValueError:  # not a file path (a directory marker, say)
             continue
     return found
+
+
+def touched_marker(magic_dir: str, attempt_id: str) -> str:
+    """The marker saying another process or attempt touched ``attempt_id``'s task
+    (:data:`~magicfs.names.TOUCHED_DIR`): ``<magic dir>/_magicfs_job.touched/<task id>``,
+    the task id being the attempt id's (``attempt_<job>_0000_m_000007_1`` ->
+    ``task_<job>_0000_m_000007``)."""
+    task = "task" + attempt_id.removeprefix("attempt").rsplit("_", 1)[0]
+    return join(magic_dir, TOUCHED_DIR, task)
 
 
 def pending_path(path: str) -> str:

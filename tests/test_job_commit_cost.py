@@ -331,15 +331,19 @@ def assert_published(s3_client, bucket, committer, files: dict[str, bytes]) -> N
     assert tree_of(s3_client, bucket, committer) == []
 
 
-@pytest.mark.parametrize(("in_memory", "markers"), [(False, "always"), (True, "auto")])
+@pytest.mark.parametrize(
+    ("in_memory", "markers", "attempt"), [(False, "always", 0), (True, "auto", 1)]
+)
 def test_task_commit_lists_its_attempt_while_the_last_upload_finishes(
-    front, s3_client, bucket, in_memory, markers
+    front, s3_client, bucket, in_memory, markers, attempt
 ):
+    """In file mode; in ``in_memory`` mode a later attempt (the first trusts its memory
+    and lists nothing), after its task's touched marker."""
     committer = committer_at(
         bucket, front.storage_options, in_memory=in_memory, intent_markers=markers
     )
     committer.setup_job()
-    task = committer.task_attempt(0)
+    task = committer.task_attempt(0, attempt)
     committer.setup_task(task)
     order = CallOrder(committer)
     front.add_rule("UploadPart", "delay", ms=1000, key=r"part-2\.csv$")
@@ -348,6 +352,10 @@ def test_task_commit_lists_its_attempt_while_the_last_upload_finishes(
     # The attempt's one listing went out before the held part had been answered.
     held = order.index("done", "UploadPart", "part-2.csv")
     assert order.index("sent", "ListObjectsV2") < held
+    if attempt:
+        marker = committer.deferred.split(committer.layout.touched_marker(task.attempt_id))[1]
+        touched = order.index("done", "PutObject", marker)
+        assert touched < order.index("sent", "ListObjectsV2")
     assert message.files == 3
     committer.commit_job([message])
     assert_published(s3_client, bucket, committer, files)

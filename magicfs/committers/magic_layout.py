@@ -41,6 +41,11 @@ marker. Job commit reads no record a message carries
 shared: task commits that ask at the same time in one process, and its writers, share
 one HEAD (:meth:`MagicLayoutCommitter.job_active`). So a task costs 3 requests (one of
 them a share of a HEAD) beyond its files' own (each file's ``.pending`` in file mode).
+In ``in_memory`` mode a task's first attempt, committed in its own process, lists
+nothing: its pendingset PUT, then a share of one listing that is both the job check and
+the question "did another process or attempt touch this task?" (2 requests;
+:mod:`.memory_commits`, which says what marks a task touched and why the order is
+sound).
 
 **The listing starts early** where attempt records stay until the job ends (S3): while
 the attempt's files finish closing, one round trip less after the last upload. It waits
@@ -93,16 +98,15 @@ generic flow with the generic hooks on any deferred store.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import fsspec
 
-from ..errors import InvalidCommitData, JobNotActiveError, NothingToCommitError
+from ..errors import InvalidCommitData, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..filesystems.originals import store_class, unwrapped
@@ -120,13 +124,11 @@ from ..protocol.attempts import Messages, carried_records
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
-from ..protocol.tasks import not_started_error, require_active_job, task_committed
+from ..protocol.tasks import not_started_error, task_committed
 from ..records import (
-    TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
     PendingSet,
     SinglePendingCommit,
-    declared_checksums,
 )
 from ..statistics import IOStatisticsStore
 from ..stores.commit_ops import CommitOperations
@@ -137,6 +139,13 @@ from ..stores.registry import committed_by, deferred_store_for
 from ..stores.spool import ListedOnce, OrderedPaths
 from ..stores.validation import check_commit
 from ..task_files import TASK_FILES, TaskFile
+from .attempt_records import (
+    drop_attempt_records,
+    leave_aborted_marker,
+    new_pendingset,
+    save_task_record,
+)
+from .memory_commits import ajob_signals, commit_from_memory, touches_task, trusts_memory
 from .pendingsets import PendingsetRecords, kept_uploads
 
 log = logging.getLogger("magicfs.committer.magic_layout")
@@ -314,6 +323,11 @@ class MagicLayoutCommitter(OutputCommitter):
         (:func:`shared_check`)."""
         return self.deferred.run(shared_check(self.deferred, self.layout.job_marker))
 
+    def job_signals(self) -> frozenset[str] | None:
+        """The job check of a commit that trusts its memory: ``None`` once the job has
+        ended, else the tasks marked touched (:func:`.memory_commits.ajob_signals`)."""
+        return self.deferred.run(ajob_signals(self.deferred, self.layout))
+
     def end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
         was_active = self.job_active() if check else False
@@ -333,18 +347,26 @@ class MagicLayoutCommitter(OutputCommitter):
         """Where attempt records stay until the job ends, the attempt's listing starts
         while its files finish closing (module docstring), once each file this process
         opened has begun."""
-        if self.store_hooks.keeps_attempt_records:
+        if self.store_hooks.keeps_attempt_records and not trusts_memory(self, commit.task):
             TASK_FILES.begun(self.job_id, commit.task.attempt_id)
-            commit.early = self.deferred.run_background(self._aattempt_entries(commit.task))
+            commit.early = self.deferred.run_background(self._aattempt_entries(commit.task, True))
 
-    def _aattempt_entries(
-        self, task: TaskAttempt
-    ) -> Coroutine[Any, Any, dict[str, dict[str, str]]]:
-        """One listing of every attempt of the task: directories, markers and records."""
+    async def _aattempt_entries(
+        self, task: TaskAttempt, commit: bool = False
+    ) -> dict[str, dict[str, str]]:
+        """One listing of every attempt of the task: directories, markers and records
+        (for a ``commit`` of a later attempt, after its task's touched marker:
+        :mod:`.memory_commits`)."""
+        if commit and touches_task(self, task):
+            await self.deferred.awrite_record(self.layout.touched_marker(task.attempt_id), b"")
         prefix = self.layout.task_attempts_prefix(task.attempt_id)
-        return self.store_hooks.aattempt_entries(prefix)
+        return await self.store_hooks.aattempt_entries(prefix)
 
     def commit_task_files(self, commit: TaskCommit, files: list[TaskFile]) -> TaskCommitMessage:
+        if trusts_memory(self, commit.task):
+            trusted = commit_from_memory(self, commit, files)
+            if trusted is not None:
+                return trusted
         task = commit.task
         attempt_record = self.layout.attempt_pendingset(task.attempt_id)
         keeps_records = self.store_hooks.keeps_attempt_records
@@ -357,7 +379,9 @@ class MagicLayoutCommitter(OutputCommitter):
             # set up it may still commit.
             raise not_started_error(self, task, NOT_HERE if local and not finished else "")
         try:
-            listing = commit.early or self.deferred.run_background(self._aattempt_entries(task))
+            listing = commit.early or self.deferred.run_background(
+                self._aattempt_entries(task, True)
+            )
             found = self.layout.attempt_records(task.attempt_id, listing.result())
         except BaseException:
             self.abort_task(task)
@@ -385,68 +409,21 @@ class MagicLayoutCommitter(OutputCommitter):
             return task_committed(
                 self, task, attempt_record, len(saved.commits), size, commit.start, "kept"
             )
-        pendingset = PendingSet(
-            job_id=self.job_id,
-            commits=commits,
-            iostatistics=stats,
-            extra_data={TASK_ATTEMPT_ID_KEY: task.attempt_id, **declared_checksums(commits)},
-        )
+        pendingset = new_pendingset(self, task, commits, stats)
         data = pendingset.to_bytes()
-        self._save_task_record(task, pendingset, data, task_record=found.others_committed)
+        save_task_record(self, task, pendingset, data, task_record=found.others_committed)
         if not keeps_records:
-            self._drop_attempt_records(task, sorted(found.files))
+            drop_attempt_records(self, task, sorted(found.files))
         size = pendingset.total_bytes
         return task_committed(
             self, task, attempt_record, len(commits), size, commit.start, "committed", data
         )
 
-    def _save_task_record(
-        self, task: TaskAttempt, pendingset: PendingSet, data: bytes, task_record: bool
-    ) -> None:
-        """Save the attempt's pendingset (``data``; and, where another attempt of the task
-        has committed, the task's: both at once; :mod:`magicfs.layouts.magic`), then check
-        the job is still active; on any failure withdraw the commits and abort the attempt."""
-        try:
-            paths = [self.layout.attempt_pendingset(task.attempt_id)]
-            if task_record:
-                paths.append(self.layout.pendingset(task.task_id))
-            saves = [
-                self.deferred.run_background(self.deferred.awrite_record(p, data)) for p in paths
-            ]
-            for save in saves:
-                save.result()
-            if not self.job_active():
-                withdrawn = (
-                    "its uploads have been aborted"
-                    if self.deferred.capabilities.discards_pending
-                    else "its files will never be published"
-                )
-                raise JobNotActiveError(
-                    f"job {self.job_id} ended before task attempt {task.attempt_id} "
-                    f"committed; {withdrawn}"
-                )
-        except BaseException:
-            self.operations().abort(pendingset.commits)
-            self.abort_task(task)
-            raise
-
-    def _drop_attempt_records(self, task: TaskAttempt, listed: list[str]) -> None:
-        """Delete the committed attempt's markers and records (``listed`` by its commit),
-        as Hadoop's magic committer deletes the attempt directory at task commit: the
-        pendingset now holds every commit. Failures, and anything written into the
-        directory after the listing, are left for the job's clean-up."""
-        try:
-            self.delete_files(listed)
-        except Exception as error:
-            log.warning(
-                "task %s: its file records stay until job clean-up: %s", task.attempt_id, error
-            )
-
     def abort_task_files(self, task: TaskAttempt, files: list[TaskFile]) -> None:
         """Discard what the attempt's records name (the store's hooks say how and which
         markers to keep for the job's clean-up) and delete the attempt's records."""
         if not TASK_FILES.ended_where_set_up(self.job_id, task.attempt_id):
-            self._leave_aborted_marker(task)
+            leave_aborted_marker(self, task)
         entries = self.deferred.run(self._aattempt_entries(task))
         found = self.layout.attempt_records(task.attempt_id, entries)
         listing = sorted(found.files)
@@ -465,15 +442,6 @@ class MagicLayoutCommitter(OutputCommitter):
         log.info(
             "task %s: aborted; %d markers kept for the job's sweep", task.attempt_id, len(kept)
         )
-
-    def _leave_aborted_marker(self, task: TaskAttempt) -> None:
-        """An abort in a process that did not set the attempt up: only a marker can tell
-        the process that did (and any other) that the attempt may not commit. Saved while
-        the job is checked, and taken back if it has ended (its tree is being deleted;
-        nothing of the attempt can commit then anyway)."""
-        marker = self.layout.aborted_marker(task.attempt_id)
-        with contextlib.suppress(JobNotActiveError):
-            save_checked(self.deferred, marker, b"", lambda: require_active_job(self, task))
 
     # -- job commit -----------------------------------------------------------------------
 
@@ -669,26 +637,6 @@ def discard_committed(job: MagicLayoutCommitter, saved: PendingSet | None) -> No
             continue
         commits.append(commit)
     job.deferred.discard(commits)
-
-
-def save_checked(
-    deferred: DeferredStore, path: str, data: bytes, check: Callable[[], None]
-) -> None:
-    """Save the record ``path`` while ``check`` runs: one round trip, not two (an abort's
-    ``.aborted`` marker and the job check). A check that raises has the record deleted
-    again, so an ended job's tree never keeps one (the check is no guarantee by itself:
-    a job may end right after it; its clean-up then deletes the record)."""
-    save = deferred.run_background(deferred.awrite_record(path, data))
-    try:
-        check()
-    except BaseException:
-        concurrent.futures.wait([save])  # the delete must follow the save
-        try:
-            deferred.run(deferred.adelete_record(path))
-        except Exception as error:  # the refusal is what the caller must see
-            log.warning("%s stays (its job's clean-up deletes it): %s", path, error)
-        raise
-    save.result()
 
 
 async def shared_check(deferred: DeferredStore, marker: str) -> bool:

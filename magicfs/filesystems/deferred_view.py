@@ -189,7 +189,7 @@ class DeferredTaskView:
             for p in paths
             if p.endswith(PENDING_SUFFIX) and p.removesuffix(PENDING_SUFFIX) not in doomed_files
         ]
-        known = []
+        known, elsewhere = [], []
         for path in deferred:
             entry = self.registry.discarded(path)
             if entry is not None and entry.writer is not None:
@@ -198,9 +198,13 @@ class DeferredTaskView:
                 known.append(entry.commit)
             else:
                 records.append(path + PENDING_SUFFIX)
+                elsewhere.append(path)
         # Files written by another process (or whose record is all that is left): the
         # .pending names what was staged. A marker without one is a writer still running
         # or killed elsewhere: what it staged is the job's clean-up's once the job ends.
+        # Their tasks are marked touched first (in_memory: the commit in the attempt's own
+        # process then lists it and leaves them out).
+        self.writes.touch_tasks(elsewhere)
         self.writes.discard(known, records)
         self.writes.delete(sorted({*paths, *(p + PENDING_SUFFIX for p in deferred)}))
 

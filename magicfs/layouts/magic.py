@@ -4,6 +4,9 @@
 
     dest/__magic_job-<job>/                              magic dir (one per job)
         _magicfs_job.json                                the job is active (see below)
+        _magicfs_job.touched/<task id>                   another process or attempt touched
+                                                         the task (``in_memory`` commits
+                                                         then list its attempts)
         job-<job>/<NN>/                                  job attempt dir, NN = app attempt
             <task id>.pendingset                         last committed attempt of a task
                                                          (only once two attempts committed)
@@ -35,7 +38,7 @@ tombstone has to outlive the job (zombie attempts of seed 000, "Network Partitio
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -48,8 +51,9 @@ from ..names import (
     PENDINGSET_SUFFIX,
     STARTED_SUFFIX,
     TASKS_DIR,
+    TOUCHED_DIR,
 )
-from ..paths import MagicPath, join
+from ..paths import MagicPath, join, touched_marker
 
 T = TypeVar("T")
 
@@ -124,6 +128,23 @@ class MagicJobLayout:
         """Written by earlier versions' task set-up (deleted by its abort): still the proof
         that an attempt was set up, for a commit in another process."""
         return join(self.tasks_dir, attempt_id + STARTED_SUFFIX)
+
+    def touched_marker(self, attempt_id: str) -> str:
+        """Another process or attempt touched ``attempt_id``'s task
+        (:data:`~magicfs.names.TOUCHED_DIR`)."""
+        return touched_marker(self.magic_dir, attempt_id)
+
+    @property
+    def job_signals_prefix(self) -> str:
+        """What the job marker and the touched markers' directory share
+        (``<magic dir>/_magicfs_job.``): one listing of it says whether the job is active
+        and which tasks were touched."""
+        return join(self.magic_dir, JOB_MARKER.rsplit(".", 1)[0] + ".")
+
+    def touched_tasks(self, listed: Iterable[str]) -> frozenset[str]:
+        """The task ids a listing of :attr:`job_signals_prefix` names as touched."""
+        directory = join(self.magic_dir, TOUCHED_DIR) + "/"
+        return frozenset(p[len(directory) :] for p in listed if p.startswith(directory))
 
     def aborted_marker(self, attempt_id: str) -> str:
         """Left by an abort in another process than the one that set the attempt up

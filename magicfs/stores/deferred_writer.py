@@ -51,12 +51,12 @@ import sys
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import JobNotActiveError, TaskNotActiveError
-from ..paths import MagicPath
+from ..paths import MagicPath, split_magic_path, touched_marker
 from ..records import SinglePendingCommit
-from ..task_files import TASK_FILES, TaskFile, TaskFiles
+from ..task_files import TASK_FILES, TaskFile, TaskFiles, attempt_set_up_here
 
 log = logging.getLogger("magicfs.deferred_writer")
 
@@ -261,6 +261,10 @@ class DeferredWrites(Protocol):
 
     def delete(self, paths: list[str]) -> None:
         """Delete markers and records (missing ones are fine)."""
+
+    def touch_tasks(self, paths: list[str]) -> None:
+        """Before files of other processes' task attempts are deleted here: mark their
+        tasks touched where the store's commits need it (:class:`DeferredWritesBase`)."""
 
 
 class DeferredWriter(io.BufferedIOBase):
@@ -614,6 +618,31 @@ class DeferredWritesBase:
         self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
     ) -> FileHooks:
         """The requests of one task file (see :class:`FileHooks`)."""
+        raise NotImplementedError
+
+    #: Whether an ``in_memory`` task commit on this store trusts its process's memory
+    #: unless the task is marked touched (S3: ``magicfs.committers.memory_commits``);
+    #: then :meth:`touch_tasks` marks them, through :meth:`put_marker`.
+    touches_tasks: ClassVar[bool] = False
+
+    def touch_tasks(self, paths: list[str]) -> None:
+        """Before this process deletes files of task attempts it did not set up: in
+        ``in_memory`` mode, mark their tasks touched, so that the commit in each
+        attempt's own process lists the attempt instead of trusting its memory
+        (:data:`~magicfs.names.TOUCHED_DIR`)."""
+        if not (self.touches_tasks and self.options.in_memory):
+            return
+        markers = set()
+        for path in paths:
+            found = split_magic_path(path)
+            attempt = found.task_attempt_id if found is not None else None
+            if found is not None and attempt and not attempt_set_up_here(found.job_id, attempt):
+                markers.add(touched_marker(found.magic_dir, attempt))
+        for marker in sorted(markers):
+            self.put_marker(marker)
+
+    def put_marker(self, path: str) -> None:
+        """Save an empty marker (stores whose :attr:`touches_tasks` is True)."""
         raise NotImplementedError
 
     def writer(

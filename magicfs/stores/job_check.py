@@ -24,10 +24,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from .coalesce import Coalesced
 
-_SHARED: dict[tuple[int, str, str], Coalesced[bool]] = {}
+T = TypeVar("T")
+
+_SHARED: dict[tuple[int, str, str], Coalesced[Any]] = {}
 
 
 async def job_still_active(
@@ -39,15 +42,24 @@ async def job_still_active(
     the account endpoint and container); ``head()`` performs one check (True if the
     marker exists).
     """
-    key = (id(asyncio.get_running_loop()), bucket, marker_key)
-    coalesced = _SHARED.get(key)
+    return await shared_fresh(bucket, marker_key, head)
+
+
+async def shared_fresh(bucket: str, key: str, check: Callable[[], Awaitable[T]]) -> T:
+    """The answer of a ``check()`` of ``key`` started after this call, shared with the
+    callers of this process that ask meanwhile (:func:`job_still_active`; and the
+    listing of the job marker's name that ``in_memory`` task commits make instead,
+    ``magicfs.committers.magic_layout``, under a key of its own)."""
+    shared = (id(asyncio.get_running_loop()), bucket, key)
+    coalesced = _SHARED.get(shared)
     if coalesced is None:
-        coalesced = _SHARED[key] = Coalesced(head)
+        coalesced = _SHARED[shared] = Coalesced(check)
     try:
-        return await coalesced.fresh()
+        answer: T = await coalesced.fresh()
+        return answer
     finally:
         if coalesced.idle:
-            _SHARED.pop(key, None)
+            _SHARED.pop(shared, None)
 
 
 def _forget_all() -> None:

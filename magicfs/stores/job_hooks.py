@@ -24,6 +24,7 @@ is the generic behaviour, the in-process store's and every store's default.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import dataclasses
 from collections.abc import Callable, Container, Iterable, Iterator
 from typing import Any, ClassVar, Protocol
@@ -185,6 +186,19 @@ class DeferredJobHooks:
             sources.get(m) or c.filename or self.job.display(m + PENDING_SUFFIX)
             for m, c in zip(files_found, commits, strict=True)
         ]
+        return commits, self.job.checked_task_commits(attempt_id, commits, named)
+
+    def gather_known(
+        self, attempt_id: str, files: list[TaskFile]
+    ) -> tuple[list[SinglePendingCommit], IOStatisticsSnapshot]:
+        """The attempt's commits as this process knows them, checked: for a commit that
+        trusts its memory (:mod:`magicfs.committers.memory_commits`), no listing."""
+        known = sorted(((f.path, f.commit) for f in files if f.commit), key=lambda k: k[0])
+        # Copies: the check stamps what it checks, and a task found touched afterwards is
+        # gathered again from the same entries, whose writers' statistics :meth:`gather`
+        # still reads (S3: which files put an intent marker).
+        commits = [copy.copy(commit) for _, commit in known]
+        named = [c.filename or self.job.display(p + PENDING_SUFFIX) for p, c in known]
         return commits, self.job.checked_task_commits(attempt_id, commits, named)
 
     def find_records(

@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ...paths import MagicPath, pending_path
+from ...paths import MagicPath, pending_path, touched_marker
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
 from ...task_files import attempt_set_up_here
@@ -68,6 +68,9 @@ from .sweep import abort_uploads, load_pending, uploads_of
 from .tracking import META_WRITER, marker_metadata, upload_metadata
 
 T = TypeVar("T")
+
+#: The touched markers this process has saved (keys; a job's are unique to it).
+_TOUCHED: set[str] = set()
 
 MIN_PART_SIZE = 5 << 20
 MAX_PART_SIZE = 5 << 30
@@ -119,6 +122,7 @@ class S3Writes(DeferredWritesBase):
 
     rules = RULES
     words = WORDS
+    touches_tasks = True
 
     def __init__(self, fs: Any, options: WriterOptions):
         super().__init__(fs, options)
@@ -145,7 +149,20 @@ class S3Writes(DeferredWritesBase):
             or _hidden(magic_path)
             or not attempt_set_up_here(magic_path.job_id, magic_path.task_attempt_id),
             unmarked_job=not self.s3_options.intent_markers,
+            touched=self._touched_marker(magic_path),
         )
+
+    def _touched_marker(self, magic_path: MagicPath) -> str | None:
+        """In ``in_memory`` mode, a writer in a process that did not set its attempt up
+        marks the task touched: the commit in the attempt's own process trusts its memory
+        otherwise, and would never see this file (``magicfs.committers.memory_commits``)."""
+        job, attempt = magic_path.job_id, magic_path.task_attempt_id
+        if not (self.options.in_memory and job and attempt) or attempt_set_up_here(job, attempt):
+            return None
+        return self.store.split(touched_marker(magic_path.magic_dir, attempt))[1]
+
+    def put_marker(self, path: str) -> None:
+        self.store.write(path, b"")
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         """Abort the uploads of ``commits`` and of the ``.pending`` records at ``records``."""
@@ -185,6 +202,7 @@ class S3FileHooks:
         checksum: str | None,
         intent_marker: bool = True,
         unmarked_job: bool = False,
+        touched: str | None = None,
     ):
         self.store = store
         self.url = f"s3://{path}"
@@ -206,13 +224,20 @@ class S3FileHooks:
         #: The job writes no markers (``wb`` files of its set-up processes): ``xb`` also
         #: looks for a closed file's ``.pending`` (:meth:`_arefuse_closed_file`).
         self.unmarked_job = unmarked_job
+        #: The key of its task's touched marker, saved before anything else (once per
+        #: process and task), or ``None``: see :meth:`S3Writes._touched_marker`.
+        self.touched = touched
         self.marker_written = False
 
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return self.store.run_background(call)
 
     async def abegin(self) -> None:
-        """Intent marker, then the upload: see the module docstring for the order."""
+        """Intent marker, then the upload: see the module docstring for the order (an
+        ``in_memory`` writer of another process's attempt marks its task touched first)."""
+        if self.touched is not None and self.touched not in _TOUCHED:
+            await self.store.aput_object(self.bucket, self.touched, b"")
+            _TOUCHED.add(self.touched)
         if self.intent_marker:
             await self._aput_marker()
         if "x" in self.mode and self.unmarked_job:
@@ -275,7 +300,11 @@ class S3FileHooks:
         async def head() -> bool:
             return await self.store.ahead_object(self.bucket, marker) is not None
 
-        return await job_still_active(self.bucket, marker, head)  # shared by writers
+        active = await job_still_active(self.bucket, marker, head)  # shared by writers
+        if not active and self.touched is not None:  # an ended job's tree keeps none
+            _TOUCHED.discard(self.touched)
+            await self.store.adelete_objects(self.bucket, [self.touched])
+        return active
 
     async def astage(self, number: int, body: list[bytes | bytearray]) -> str:
         """Upload one part (its pieces, sent without a copy: :mod:`.body`), with its
