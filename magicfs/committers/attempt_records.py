@@ -125,7 +125,7 @@ def save_checked(
         try:
             deferred.run(deferred.adelete_records(paths))
         except Exception as error:  # the refusal is what the caller must see
-            log.warning("%s stay (its job's clean-up deletes them): %s", paths, error)
+            log.warning("%s: left for the job's clean-up to delete: %s", ", ".join(paths), error)
         raise
     for save in saves:
         save.result()

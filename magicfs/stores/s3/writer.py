@@ -149,13 +149,14 @@ class S3Writes(DeferredWritesBase):
             or _hidden(magic_path)
             or not attempt_set_up_here(magic_path.job_id, magic_path.task_attempt_id),
             unmarked_job=not self.s3_options.intent_markers,
-            touched=self._touched_marker(magic_path),
+            touched=self._touched_marker(magic_path) if job_marker else None,
         )
 
     def _touched_marker(self, magic_path: MagicPath) -> str | None:
-        """In ``in_memory`` mode, a writer in a process that did not set its attempt up
-        marks the task touched: the commit in the attempt's own process trusts its memory
-        otherwise, and would never see this file (``magicfs.committers.memory_commits``)."""
+        """In ``in_memory`` mode, a writer of a job (one that checks its marker) in a
+        process that did not set its attempt up marks the task touched: the commit in the
+        attempt's own process trusts its memory otherwise, and would never see this file
+        (``magicfs.committers.memory_commits``)."""
         job, attempt = magic_path.job_id, magic_path.task_attempt_id
         if not (self.options.in_memory and job and attempt) or attempt_set_up_here(job, attempt):
             return None

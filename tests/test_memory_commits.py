@@ -1,0 +1,214 @@
+"""An ``in_memory`` task commit that trusts its process's memory, and what makes it list.
+
+The first attempt of a task, committed in the process that set it up, saves its
+pendingset and makes one shared listing (the job check, which also finds the tasks other
+processes or attempts *touched*): no listing of the attempt. Everything that listing
+used to guard is tried here as a user would do it, with the other process a real one
+(the committer pickled to a child Python, as the engines ship it): a later attempt of
+the task committing first, a delete and an abort from another process, a zombie writer
+of an ended job, a file written around magicfs. Every test asserts what is published,
+what is left in the job's tree and which uploads are pending.
+
+Runs on moto and Ceph RGW.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import pathlib
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from helpers import Calls, pending_uploads, visible_keys
+from helpers.s3_targets import S3Target, s3_target
+
+from magicfs import MagicCommitter
+from magicfs.errors import JobCommitError
+from magicfs.task_files import TASK_FILES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+#: Runs ``code`` in a child process with ``job`` (the pickled committer) and ``path``.
+CHILD = textwrap.dedent(
+    """
+    import pickle, sys
+    from magicfs.task_files import TASK_FILES
+    job, path, code = pickle.load(open(sys.argv[1], "rb"))
+    try:
+        exec(code)
+        for _, error in TASK_FILES.settle():  # what failed while closing in the background
+            raise error
+    except Exception as error:
+        print("refused:", type(error).__name__, error, flush=True)
+    else:
+        print("done", flush=True)
+    """
+)
+
+
+@pytest.fixture(params=["moto", pytest.param("rgw", marks=pytest.mark.rgw)])
+def target(request) -> S3Target:
+    return s3_target(request)
+
+
+def committer_on(target: S3Target, **options) -> MagicCommitter:
+    storage = {**target.options, "skip_instance_cache": True}
+    return MagicCommitter(
+        f"s3://{target.bucket}/out", storage_options=storage, in_memory=True, **options
+    )
+
+
+def elsewhere(job, path: str, code: str, tmp_path) -> str:
+    """``code`` run in another process (``job``, ``path`` bound); what it printed."""
+    spec = tmp_path / "child.pkl"
+    spec.write_bytes(pickle.dumps((job, path, code)))
+    search = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(spec)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": search},
+        check=True,
+        timeout=120,
+    )
+    return done.stdout.strip()
+
+
+def written(job, task_id: int, *names: str, attempt: int = 0):
+    task = job.task_attempt(task_id, attempt)
+    job.setup_task(task)
+    for name in names:
+        job.fs.pipe_file(task.path(name), f"{name} of {attempt}".encode())
+    return task
+
+
+def tree(target: S3Target, job) -> list[str]:
+    prefix = f"out/__magic_job-{job.job_id}/"
+    listed = target.client.list_objects_v2(Bucket=target.bucket, Prefix=prefix)
+    return sorted(o["Key"].removeprefix(prefix) for o in listed.get("Contents", []))
+
+
+def published(target: S3Target) -> dict[str, bytes]:
+    return {
+        key: target.client.get_object(Bucket=target.bucket, Key=key)["Body"].read()
+        for key in visible_keys(target.client, target.bucket)
+        if not key.endswith("_SUCCESS")
+    }
+
+
+def touched(job, task) -> str:
+    return "_magicfs_job.touched/" + task.task_id
+
+
+def test_tasks_committing_at_once_list_no_attempt_and_share_their_job_checks(target):
+    job = committer_on(target)
+    job.setup_job()
+    tasks = [written(job, n, f"f{n}.csv") for n in range(8)]
+    TASK_FILES.settle()
+    calls = Calls(job.store_fs)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        messages = list(pool.map(job.commit_task, tasks))
+    listings = [key for op, key in calls.made if op == "ListObjectsV2"]
+    signals = job.deferred.split(job.layout.job_signals_prefix)[1]
+    assert set(listings) == {signals}  # never a task's attempts
+    assert 1 <= len(listings) <= len(tasks)
+    assert sorted(k for op, k in calls.made if op == "PutObject") == sorted(
+        job.deferred.split(m.record)[1] for m in messages
+    )
+    assert [op for op, _ in calls.made if op not in ("ListObjectsV2", "PutObject")] == []
+    job.commit_job(messages)
+    assert published(target) == {f"out/f{n}.csv": f"f{n}.csv of 0".encode() for n in range(8)}
+    assert pending_uploads(target.client, target.bucket) == []
+    assert tree(target, job) == []
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_without_messages_the_last_committed_attempt_wins_in_either_order(target, first):
+    """A later attempt marks its task touched and lists it; the first attempt, committing
+    after it, finds the mark, lists, and saves the task's record: the last commit wins."""
+    job = committer_on(target)
+    job.setup_job()
+    attempts = [written(job, 0, "a.csv", "b.csv", attempt=n) for n in (0, 1)]
+    TASK_FILES.settle()
+    job.commit_task(attempts[first])
+    job.commit_task(attempts[1 - first])
+    assert touched(job, attempts[0]) in tree(target, job)
+    summary = job.commit_job()
+    last = 1 - first
+    assert summary.files == 2
+    assert published(target) == {
+        "out/a.csv": f"a.csv of {last}".encode(),
+        "out/b.csv": f"b.csv of {last}".encode(),
+    }
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_file_deleted_by_another_process_is_left_out_and_its_upload_aborted(target, tmp_path):
+    """With intent markers on (another job shares the destination, or ``"always"``) a
+    file written here has a marker another process can delete through ``job.fs``."""
+    job = committer_on(target, intent_markers="always")
+    job.setup_job()
+    task = written(job, 0, "keep.csv", "gone.csv")
+    TASK_FILES.settle()
+    assert elsewhere(job, task.path("gone.csv"), "job.fs.rm(path)", tmp_path) == "done"
+    assert touched(job, task) in tree(target, job)
+    message = job.commit_task(task)
+    assert message.files == 1
+    job.commit_job([message])
+    assert published(target) == {"out/keep.csv": b"keep.csv of 0"}
+    assert pending_uploads(target.client, target.bucket) == []
+    assert tree(target, job) == []
+
+
+def test_an_abort_in_another_process_after_the_commit_here_withdraws_it(target, tmp_path):
+    """The abort's listing follows its touched and aborted markers: it finds the
+    pendingset this commit saved and aborts what it names."""
+    job = committer_on(target)
+    job.setup_job()
+    task = written(job, 0, "a.csv")
+    TASK_FILES.settle()
+    message = job.commit_task(task)
+    code = f"job.abort_task(job.task_attempt({task.task_index}))"
+    assert elsewhere(job, "", code, tmp_path) == "done"
+    assert pending_uploads(target.client, target.bucket) == []
+    with pytest.raises(JobCommitError, match=r"stage publish: .*out/a\.csv"):
+        job.commit_job([message])  # what the aborted attempt staged is gone
+    assert published(target) == {}
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_zombie_writer_of_an_ended_job_leaves_no_touched_marker(target, tmp_path):
+    job = committer_on(target)
+    job.setup_job()
+    task = written(job, 0, "a.csv")
+    TASK_FILES.settle()
+    job.commit_job([job.commit_task(task)])
+    code = "job.fs.pipe_file(path, b'late')"
+    assert elsewhere(job, task.path("late.csv"), code, tmp_path).startswith(
+        "refused: JobNotActiveError"
+    )
+    assert tree(target, job) == []
+    assert published(target) == {"out/a.csv": b"a.csv of 0"}
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_file_written_around_magicfs_is_never_published_and_goes_with_the_tree(target):
+    """What no mark can say: a plain PUT into the attempt's directory. The commit that
+    trusts its memory does not see it (file mode refuses it at task commit); it is never
+    published, and the job's clean-up deletes it."""
+    job = committer_on(target)
+    job.setup_job()
+    task = written(job, 0, "good.csv")
+    key = job.deferred.split(task.path("around.csv"))[1]
+    target.client.put_object(Bucket=target.bucket, Key=key, Body=b"plain write")
+    TASK_FILES.settle()
+    message = job.commit_task(task)
+    assert message.files == 1
+    job.commit_job([message])
+    assert published(target) == {"out/good.csv": b"good.csv of 0"}
+    assert pending_uploads(target.client, target.bucket) == []
+    assert tree(target, job) == []
