@@ -14,7 +14,9 @@ delete is the adapter's, on the store's IO loop, retried where the store is):
   records), the pendingset saved as ``tasks/<attempt>.pendingset`` (the
   message names it, and carries it where it is small) and, only where another attempt
   of the task has committed, also as ``<task id>.pendingset`` (the last committed
-  attempt wins: :mod:`magicfs.layouts.magic`) — then the job checked still active. A
+  attempt wins: :mod:`magicfs.layouts.magic`) — then the job checked still active
+  (``in_memory``: a task's first attempt, in its own process, lists nothing unless its
+  task was marked touched: :mod:`.memory_commits`). A
   store whose job clean-up finds pending writes by their markers keeps the attempt's
   records until the job ends (its hooks' ``keeps_attempt_records``:
   :class:`~magicfs.stores.job_hooks.DeferredJobHooks`); otherwise they are dropped at

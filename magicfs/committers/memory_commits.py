@@ -13,23 +13,25 @@ the task's *touched* marker (:data:`~magicfs.names.TOUCHED_DIR`, beside the job 
   (:mod:`magicfs.stores.s3.writer`; once per process and task);
 * a delete, through the task view, of such a process's files
   (:meth:`~magicfs.stores.deferred_writer.DeferredWritesBase.touch_tasks`);
-* an abort in a process that did not set the attempt up, before its ``.aborted`` marker;
+* an abort in a process that did not set the attempt up, with its ``.aborted`` marker
+  (both before the abort lists the attempt);
 * a commit of a later attempt (number 1 and up: a retry or a speculative copy), before
   its listing,
 
 and the commit of an attempt 0 in its own process saves its pendingset, then makes the
 job check it must make anyway (the zombie handshake) as one listing of the job marker's
 name (:attr:`~magicfs.layouts.magic.MagicJobLayout.job_signals_prefix`), which finds the
-marker and the touched markers at once, shared by the task commits of the process that
-ask at the same time. Only a task found touched is committed again by the listing
-commit (its pendingset saved anew, or the attempt refused and aborted). So such a task
-costs two requests beyond its files' (the pendingset PUT and a share of the listing),
-against Hadoop's in-memory magic committer's two to three.
+marker and the touched markers at once, shared by the task commits and writers of the
+process that ask at the same time (:mod:`magicfs.stores.job_check`). Only a task found
+touched is committed again by the listing commit (its pendingset saved anew, or the
+attempt refused and aborted). So such a task costs two requests beyond its files' (the
+pendingset PUT and a share of the listing), against Hadoop's in-memory magic committer's
+two to three.
 
 Why the order is sound: each event's marker is saved before the event's own effect
-(the file's record, the delete, the ``.aborted`` marker, the later attempt's listing),
-and the commit's listing follows its pendingset's save. A commit whose listing misses a
-marker therefore saved its pendingset before that event began: the later attempt's
+(the file's record, the delete, the abort's listing of the attempt, the later attempt's
+listing), and the commit's listing follows its pendingset's save. A commit whose listing
+misses a marker therefore saved its pendingset before that event began: the later attempt's
 listing then sees it (and saves the task's record); the abort lists the attempt and
 discards what its pendingset names, as an abort after a commit always does; a file
 another process opens after the commit began is written after its task committed, and
@@ -47,7 +49,7 @@ from ..protocol.attempts import TaskCommitMessage
 from ..protocol.hooks import TaskCommit
 from ..protocol.tasks import task_committed
 from ..stores.deferred import DeferredStore, collect
-from ..stores.job_check import shared_fresh
+from ..stores.job_check import JobCheck, job_check
 from ..task_files import TASK_FILES, TaskFile
 from .attempt_records import new_pendingset, save_task_record
 
@@ -120,14 +122,20 @@ def commit_from_memory(
 async def ajob_signals(deferred: DeferredStore, layout: MagicJobLayout) -> frozenset[str] | None:
     """``None`` once the job has ended (its marker is gone), else the ids of the tasks
     marked touched: one listing of the marker's name, started after this call and
-    shared with the callers of this process that ask meanwhile
-    (:func:`~magicfs.stores.job_check.shared_fresh`: any listing that starts after a
-    commit's pendingset was saved answers its zombie handshake)."""
-    prefix = layout.job_signals_prefix
+    shared with the callers of this process that ask meanwhile, the writers' job checks
+    included (:func:`~magicfs.stores.job_check.job_check`: any listing that starts after
+    a commit's pendingset was saved answers its zombie handshake)."""
+    marker = layout.job_marker
 
-    async def listing() -> frozenset[str] | None:
-        found = await collect(deferred.alist_prefixed(prefix))
-        return layout.touched_tasks(found) if layout.job_marker in found else None
+    async def head() -> bool:
+        return await deferred.arecord_info(marker) is not None
 
-    bucket, key = deferred.split(prefix)
-    return await shared_fresh(bucket, key, listing)
+    async def listing() -> JobCheck:
+        found = await collect(deferred.alist_prefixed(layout.job_signals_prefix))
+        return JobCheck(marker in found, layout.touched_tasks(found))
+
+    checked = await job_check(*deferred.split(marker), head, listing)
+    if not checked.active:
+        return None
+    assert checked.touched is not None  # a listing (it asked for one)
+    return checked.touched

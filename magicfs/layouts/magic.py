@@ -23,9 +23,12 @@ attempt of its task already committed (its commit lists every attempt of the tas
 listing, :meth:`MagicJobLayout.task_attempts_prefix`) also saves the task's
 ``<task id>.pendingset``, Hadoop's record of the last committed attempt, where the
 store's last-writer-wins makes "the last committed attempt wins" exact (HADOOP-17258).
-So a task that committed once costs one record, and :func:`chosen_records` reads the
-task's record where there is one, else the attempt's own (of two attempts that
-committed at the same moment, neither seeing the other: the higher attempt number).
+(An ``in_memory`` first attempt lists only once its task is marked touched, which every
+later attempt's commit does before its listing: the first attempt committing after
+a later one still finds it.) So a task that committed once costs one record, and
+:func:`chosen_records` reads the task's record where there is one, else the attempt's
+own (of two attempts that committed at the same moment, neither seeing the other: the
+higher attempt number).
 
 **The job marker.** ``_magicfs_job.json`` exists from job setup until the job is
 committed or aborted. Writers check it right after recording each upload, and task

@@ -13,7 +13,9 @@ Callers working one after another still make a check each; callers that overlap
 (background closes, threads, tasks) share them.
 
 Store-neutral (the check itself is the caller's coroutine: a HEAD on S3, Get Blob
-Properties on Azure). Runs on the store's event loop: no locks, one instance per (loop,
+Properties on Azure; or, where an ``in_memory`` task commit waits for the next check, a
+listing of the marker's name that also finds the tasks marked touched, and answers the
+writers who join it as well). Runs on the store's event loop: no locks, one instance per (loop,
 store key, marker key); a store's writers pass a key that names the store and bucket or
 container, so checks are never shared across stores. A forked child starts with no shared
 checks (its parent's run on a loop the child does not run).
@@ -24,13 +26,42 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
 
 from .coalesce import Coalesced
 
-T = TypeVar("T")
 
-_SHARED: dict[tuple[int, str, str], Coalesced[Any]] = {}
+@dataclass(frozen=True)
+class JobCheck:
+    """What one check of a job marker found."""
+
+    active: bool  # the marker exists
+    #: The tasks marked touched, where the check was a listing (``None``: a HEAD).
+    touched: frozenset[str] | None = None
+
+
+class _Checks:
+    """The checks of one marker on one loop: a HEAD, or, where a caller waiting for the
+    next check needs the tasks marked touched, a listing (which answers the others too)."""
+
+    def __init__(self, head: Callable[[], Awaitable[bool]]):
+        self.head = head
+        self.listing: Callable[[], Awaitable[JobCheck]] | None = None
+        self.wants_listing = False
+        self.coalesced: Coalesced[JobCheck] = Coalesced(self._start)
+
+    def _start(self) -> Awaitable[JobCheck]:
+        """Called as a check starts: what its callers asked for until then."""
+        wants, self.wants_listing = self.wants_listing, False
+        if wants and self.listing is not None:
+            return self.listing()
+        return self._ahead()
+
+    async def _ahead(self) -> JobCheck:
+        return JobCheck(await self.head())
+
+
+_SHARED: dict[tuple[int, str, str], _Checks] = {}
 
 
 async def job_still_active(
@@ -42,24 +73,32 @@ async def job_still_active(
     the account endpoint and container); ``head()`` performs one check (True if the
     marker exists).
     """
-    return await shared_fresh(bucket, marker_key, head)
+    return (await job_check(bucket, marker_key, head)).active
 
 
-async def shared_fresh(bucket: str, key: str, check: Callable[[], Awaitable[T]]) -> T:
-    """The answer of a ``check()`` of ``key`` started after this call, shared with the
-    callers of this process that ask meanwhile (:func:`job_still_active`; and the
-    listing of the job marker's name that ``in_memory`` task commits make instead,
-    ``magicfs.committers.magic_layout``, under a key of its own)."""
-    shared = (id(asyncio.get_running_loop()), bucket, key)
-    coalesced = _SHARED.get(shared)
-    if coalesced is None:
-        coalesced = _SHARED[shared] = Coalesced(check)
+async def job_check(
+    bucket: str,
+    marker_key: str,
+    head: Callable[[], Awaitable[bool]],
+    listing: Callable[[], Awaitable[JobCheck]] | None = None,
+) -> JobCheck:
+    """A check of the job marker started after this call, shared (module docstring).
+    With ``listing`` (a caller that needs the tasks marked touched, which one listing of
+    the marker's name finds with the marker: ``magicfs.committers.memory_commits``) the
+    check this caller joins is that listing, and the writers who join it take its answer
+    as a HEAD's."""
+    key = (id(asyncio.get_running_loop()), bucket, marker_key)
+    checks = _SHARED.get(key)
+    if checks is None:
+        checks = _SHARED[key] = _Checks(head)
+    if listing is not None:
+        checks.listing = listing
+        checks.wants_listing = True
     try:
-        answer: T = await coalesced.fresh()
-        return answer
+        return await checks.coalesced.fresh()
     finally:
-        if coalesced.idle:
-            _SHARED.pop(shared, None)
+        if checks.coalesced.idle:
+            _SHARED.pop(key, None)
 
 
 def _forget_all() -> None:
