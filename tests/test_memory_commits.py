@@ -15,67 +15,38 @@ Runs on moto and Ceph RGW.
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import pathlib
-import pickle
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from helpers import Calls, pending_uploads, visible_keys
-from helpers.s3_targets import S3Target, s3_target
+from helpers.elsewhere import run_code_elsewhere
+from helpers.s3_targets import MOTO_AND_RGW, S3Target, magic_committer, s3_target
 
 from magicfs import MagicCommitter
 from magicfs.errors import JobCommitError
 from magicfs.task_files import TASK_FILES
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-#: Runs ``code`` in a child process with ``job`` (the pickled committer) and ``path``.
-CHILD = textwrap.dedent(
-    """
-    import pickle, sys
-    from magicfs.task_files import TASK_FILES
-    job, path, code = pickle.load(open(sys.argv[1], "rb"))
-    try:
-        exec(code)
-        for _, error in TASK_FILES.settle():  # what failed while closing in the background
-            raise error
-    except Exception as error:
-        print("refused:", type(error).__name__, error, flush=True)
-    else:
-        print("done", flush=True)
-    """
-)
-
-
-@pytest.fixture(params=["moto", pytest.param("rgw", marks=pytest.mark.rgw)])
+@pytest.fixture(params=MOTO_AND_RGW)
 def target(request) -> S3Target:
     return s3_target(request)
 
 
 def committer_on(target: S3Target, **options) -> MagicCommitter:
-    storage = {**target.options, "skip_instance_cache": True}
-    return MagicCommitter(
-        f"s3://{target.bucket}/out", storage_options=storage, in_memory=True, **options
-    )
+    return magic_committer(target, in_memory=True, **options)
 
 
 def elsewhere(job, path: str, code: str, tmp_path) -> str:
     """``code`` run in another process (``job``, ``path`` bound); what it printed."""
-    spec = tmp_path / "child.pkl"
-    spec.write_bytes(pickle.dumps((job, path, code)))
-    search = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(spec)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": search},
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.strip()
+    return run_code_elsewhere(code, tmp_path, job=job, path=path)
+
+
+def one_task(target: S3Target, *names: str, **options):
+    """A job set up here, its task 0 set up here with ``names`` written and closed."""
+    job = committer_on(target, **options)
+    job.setup_job()
+    task = written(job, 0, *names)
+    TASK_FILES.settle()
+    return job, task
 
 
 def written(job, task_id: int, *names: str, attempt: int = 0):
@@ -150,10 +121,7 @@ def test_without_messages_the_last_committed_attempt_wins_in_either_order(target
 def test_a_file_deleted_by_another_process_is_left_out_and_its_upload_aborted(target, tmp_path):
     """With intent markers on (another job shares the destination, or ``"always"``) a
     file written here has a marker another process can delete through ``job.fs``."""
-    job = committer_on(target, intent_markers="always")
-    job.setup_job()
-    task = written(job, 0, "keep.csv", "gone.csv")
-    TASK_FILES.settle()
+    job, task = one_task(target, "keep.csv", "gone.csv", intent_markers="always")
     assert elsewhere(job, task.path("gone.csv"), "job.fs.rm(path)", tmp_path) == "done"
     assert touched(job, task) in tree(target, job)
     message = job.commit_task(task)
@@ -167,10 +135,7 @@ def test_a_file_deleted_by_another_process_is_left_out_and_its_upload_aborted(ta
 def test_an_abort_in_another_process_after_the_commit_here_withdraws_it(target, tmp_path):
     """The abort's listing follows its touched and aborted markers: it finds the
     pendingset this commit saved and aborts what it names."""
-    job = committer_on(target)
-    job.setup_job()
-    task = written(job, 0, "a.csv")
-    TASK_FILES.settle()
+    job, task = one_task(target, "a.csv")
     message = job.commit_task(task)
     code = f"job.abort_task(job.task_attempt({task.task_index}))"
     assert elsewhere(job, "", code, tmp_path) == "done"
@@ -182,10 +147,7 @@ def test_an_abort_in_another_process_after_the_commit_here_withdraws_it(target, 
 
 
 def test_a_zombie_writer_of_an_ended_job_leaves_no_touched_marker(target, tmp_path):
-    job = committer_on(target)
-    job.setup_job()
-    task = written(job, 0, "a.csv")
-    TASK_FILES.settle()
+    job, task = one_task(target, "a.csv")
     job.commit_job([job.commit_task(task)])
     code = "job.fs.pipe_file(path, b'late')"
     assert elsewhere(job, task.path("late.csv"), code, tmp_path).startswith(
@@ -200,12 +162,9 @@ def test_a_file_written_around_magicfs_is_never_published_and_goes_with_the_tree
     """What no mark can say: a plain PUT into the attempt's directory. The commit that
     trusts its memory does not see it (file mode refuses it at task commit); it is never
     published, and the job's clean-up deletes it."""
-    job = committer_on(target)
-    job.setup_job()
-    task = written(job, 0, "good.csv")
+    job, task = one_task(target, "good.csv")
     key = job.deferred.split(task.path("around.csv"))[1]
     target.client.put_object(Bucket=target.bucket, Key=key, Body=b"plain write")
-    TASK_FILES.settle()
     message = job.commit_task(task)
     assert message.files == 1
     job.commit_job([message])

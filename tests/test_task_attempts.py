@@ -19,16 +19,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
-import pathlib
-import pickle
-import subprocess
-import sys
-import textwrap
 
 import pytest
 from helpers import Calls, pending_uploads, visible_keys
-from helpers.s3_targets import S3Target, s3_target
+from helpers.elsewhere import run_code_elsewhere
+from helpers.s3_targets import MOTO_AND_RGW, S3Target, magic_committer, s3_target
 
 from magicfs.errors import (
     InvalidCommitData,
@@ -40,24 +35,8 @@ from magicfs.protocol.attempts import CARRIED_RECORD_MAX
 from magicfs.records import PendingSet
 from magicfs.task_files import TASK_FILES
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-#: Runs ``committer.<action>(task)`` in a child process; prints the outcome.
-CHILD = textwrap.dedent(
-    """
-    import pickle, sys
-    committer, task, action = pickle.load(open(sys.argv[1], "rb"))
-    try:
-        getattr(committer, action)(task)
-    except Exception as error:
-        print("refused:", type(error).__name__, error, flush=True)
-    else:
-        print("done", flush=True)
-    """
-)
-
-
-@pytest.fixture(params=["moto", pytest.param("rgw", marks=pytest.mark.rgw)])
+@pytest.fixture(params=MOTO_AND_RGW)
 def target(request) -> S3Target:
     return s3_target(request)
 
@@ -65,27 +44,12 @@ def target(request) -> S3Target:
 MODES = pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in_memory"])
 
 
-def committer_on(target: S3Target, **options):
-    from magicfs import MagicCommitter
-
-    storage = {**target.options, "skip_instance_cache": True}
-    return MagicCommitter(f"s3://{target.bucket}/out", storage_options=storage, **options)
+committer_on = magic_committer
 
 
 def elsewhere(committer, task, action: str, tmp_path) -> str:
     """``committer.<action>(task)`` in another process; what it printed."""
-    spec = tmp_path / f"{action}.pkl"
-    spec.write_bytes(pickle.dumps((committer, task, action)))
-    path = f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(spec)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": path},
-        check=True,
-        timeout=120,
-    )
-    return done.stdout.strip()
+    return run_code_elsewhere(f"committer.{action}(task)", tmp_path, committer=committer, task=task)
 
 
 def written(committer, task_id: int, *names: str):

@@ -73,6 +73,18 @@ def s3_target(request: Any) -> S3Target:
     return S3Target(request.param, dict(server.storage_options), client, bucket, server)
 
 
+#: moto and Ceph RGW (marked ``rgw``): where a test needs a store's enforcement, not SeaweedFS's.
+MOTO_AND_RGW = ["moto", pytest.param("rgw", marks=pytest.mark.rgw)]
+
+
+def magic_committer(target: S3Target, dest: str = "out", **options: Any) -> Any:
+    """A magic committer for ``s3://<bucket>/<dest>`` on ``target``, with its own client."""
+    from magicfs import MagicCommitter
+
+    storage = {**target.options, "skip_instance_cache": True}
+    return MagicCommitter(f"s3://{target.bucket}/{dest}", storage_options=storage, **options)
+
+
 @pytest.fixture(params=S3_TARGETS)
 def target(request: Any) -> S3Target:
     """The store the test runs on: moto, Ceph RGW (marked ``rgw``), SeaweedFS (``seaweed``)."""
