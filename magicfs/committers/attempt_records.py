@@ -97,13 +97,14 @@ def drop_attempt_records(job: MagicLayoutCommitter, task: TaskAttempt, listed: l
         log.warning("task %s: its file records stay until job clean-up: %s", task.attempt_id, error)
 
 
-def leave_aborted_marker(job: MagicLayoutCommitter, task: TaskAttempt) -> None:
+def leave_aborted_marker(job: MagicLayoutCommitter, task: TaskAttempt, touched: bool) -> None:
     """An abort in a process that did not set the attempt up: only a marker can tell
-    the process that did (and any other) that the attempt may not commit. Saved while
-    the job is checked, and taken back if it has ended (its tree is being deleted;
-    nothing of the attempt can commit then anyway)."""
+    the process that did (and any other) that the attempt may not commit; ``touched``:
+    with its task's touched marker, where that commit may trust its memory
+    (:mod:`.memory_commits`). Saved while the job is checked, and taken back if it has
+    ended (its tree is being deleted; nothing of the attempt can commit then anyway)."""
     markers = [job.layout.aborted_marker(task.attempt_id)]
-    if job.store_hooks.commits_stay_where_set_up:  # its commit may trust its memory
+    if touched:
         markers.append(job.layout.touched_marker(task.attempt_id))
     with contextlib.suppress(JobNotActiveError):
         save_checked(job.deferred, markers, b"", lambda: require_active_job(job, task))

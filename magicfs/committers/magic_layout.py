@@ -147,7 +147,13 @@ from .attempt_records import (
     new_pendingset,
     save_task_record,
 )
-from .memory_commits import ajob_signals, commit_from_memory, touches_task, trusts_memory
+from .memory_commits import (
+    ajob_signals,
+    commit_from_memory,
+    touches_task,
+    trusting_job,
+    trusts_memory,
+)
 from .pendingsets import PendingsetRecords, kept_uploads
 
 log = logging.getLogger("magicfs.committer.magic_layout")
@@ -425,7 +431,7 @@ class MagicLayoutCommitter(OutputCommitter):
         """Discard what the attempt's records name (the store's hooks say how and which
         markers to keep for the job's clean-up) and delete the attempt's records."""
         if not TASK_FILES.ended_where_set_up(self.job_id, task.attempt_id):
-            leave_aborted_marker(self, task)
+            leave_aborted_marker(self, task, touched=trusting_job(self))
         entries = self.deferred.run(self._aattempt_entries(task))
         found = self.layout.attempt_records(task.attempt_id, entries)
         listing = sorted(found.files)

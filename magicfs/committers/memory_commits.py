@@ -61,14 +61,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("magicfs.committer.magic_layout")
 
 
-def trusts_memory(job: MagicLayoutCommitter, task: TaskAttempt) -> bool:
-    """Whether ``task``'s commit here may trust this process's memory: its commits stay
-    where it was set up, which is here, it has not ended here, and it is the task's
-    first attempt (a later one lists: :func:`touches_task`)."""
+def trusting_job(job: MagicLayoutCommitter) -> bool:
+    """Whether ``job``'s first attempts may trust their memory: its attempts' commits stay
+    where they were set up, and its store keeps attempt records until the job ends (S3's
+    ``in_memory``; Azure's commits delete what they list, so they list)."""
     hooks = job.store_hooks
+    return hooks.keeps_attempt_records and hooks.commits_stay_where_set_up
+
+
+def trusts_memory(job: MagicLayoutCommitter, task: TaskAttempt) -> bool:
+    """Whether ``task``'s commit here may trust this process's memory: a trusting job,
+    the task's first attempt (a later one lists: :func:`touches_task`), set up here and
+    not ended here."""
     return (
-        hooks.keeps_attempt_records
-        and hooks.commits_stay_where_set_up
+        trusting_job(job)
         and task.attempt_number == 0
         and TASK_FILES.finished(job.job_id, task.attempt_id) is None
         and TASK_FILES.set_up_here(job.job_id, task.attempt_id)
@@ -77,11 +83,8 @@ def trusts_memory(job: MagicLayoutCommitter, task: TaskAttempt) -> bool:
 
 def touches_task(job: MagicLayoutCommitter, task: TaskAttempt) -> bool:
     """Whether ``task``'s commit marks its task touched before listing it: a later
-    attempt, in a job whose first attempts may trust their memory."""
-    hooks = job.store_hooks
-    return (
-        hooks.keeps_attempt_records and hooks.commits_stay_where_set_up and task.attempt_number > 0
-    )
+    attempt, in a trusting job."""
+    return trusting_job(job) and task.attempt_number > 0
 
 
 def commit_from_memory(
