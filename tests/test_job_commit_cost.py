@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -14,6 +15,7 @@ import textwrap
 
 import pytest
 from helpers import object_keys, pending_uploads, visible_keys
+from helpers.cli import run_cli
 
 from magicfs import MagicCommitter
 from magicfs.committers import MagicLayoutCommitter
@@ -240,7 +242,8 @@ def test_records_named_by_messages_are_read_while_the_job_ends(
         advice = f"or from any process magicfs jobs recover --job {committer.job_id} "
     else:  # no journal yet: the same messages say what to publish
         advice = (
-            "again with the same messages (from another process: "
+            "again with the same messages (from another process, with them as JSON lines in "
+            "FILE: "
             f"magicfs jobs recover --messages FILE --job {committer.job_id} "
         )
     assert advice in str(e.value)
@@ -256,6 +259,36 @@ def test_records_named_by_messages_are_read_while_the_job_ends(
     assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
     assert pending_uploads(s3_client, bucket) == []
     assert list(spills.iterdir()) == []
+
+
+def test_the_end_job_advice_followed_from_another_process_finishes_the_job(
+    front, s3_client, bucket, tmp_path
+):
+    """A commit whose job could not be ended before its journal was saved says to run
+    ``magicfs jobs recover --messages FILE``: done word for word from another process
+    (the operator's shell), with the same messages as JSON lines, the job is whole."""
+    committer = committer_at(bucket, front.storage_options)
+    messages = [dataclasses.replace(m, record_json=None) for m in run_tasks(committer)]
+    front.add_rule("DeleteObject", "500", key=r"_magicfs_job\.json$")
+    with pytest.raises(JobCommitError) as failed:
+        committer.commit_job(messages)
+    advised = re.search(
+        r"magicfs jobs recover --messages FILE --job [^ ]+ [^ )]+", str(failed.value)
+    )
+    assert advised is not None, str(failed.value)
+    front.clear()
+    lines = tmp_path / "messages.jsonl"
+    lines.write_text("".join(m.to_json() + "\n" for m in messages))
+    args = [str(lines) if word == "FILE" else word for word in advised.group(0).split()[1:]]
+    options = front.storage_options
+    keys = {"AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]}
+    endpoint = options["client_kwargs"]["endpoint_url"]
+    recovered = run_cli(*args, "--endpoint-url", endpoint, env=keys)
+    assert recovered.code == 0, recovered.output
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/part-0.csv"]
+    assert s3_client.get_object(Bucket=bucket, Key="out/part-0.csv")["Body"].read() == b"task 0"
+    assert pending_uploads(s3_client, bucket) == []  # task 1's, whose message was lost
+    assert tree_of(s3_client, bucket, committer) == []
 
 
 def test_a_resumed_commit_with_messages_loads_the_journal_s_records(

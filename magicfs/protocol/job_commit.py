@@ -192,8 +192,8 @@ class JobCommit:
             return f"run commit_job() again, or from any process {c.recover_command()}"
         if self.messages is not None:
             return (
-                "run commit_job() again with the same messages (from another process: "
-                f"{c.recover_command(messages=True)}, the messages as JSON lines)"
+                "run commit_job() again with the same messages (from another process, "
+                f"with them as JSON lines in FILE: {c.recover_command(messages=True)})"
             )
         return (
             "run commit_job() again in this process (from another: "
