@@ -66,10 +66,12 @@ class Store:
         self.fs.invalidate_cache()
         top = f"{self.base}/{prefix}".rstrip("/")
         try:
-            found = self.fs.find(top)
+            found = self.fs.find(top, detail=True)
         except FileNotFoundError:
             return []
-        return sorted(path[len(self.base) + 1 :] for path in found)
+        # (SeaweedFS keeps a directory its last file left: find() names it, as a directory)
+        files = [path for path, info in found.items() if info.get("type") != "directory"]
+        return sorted(path[len(self.base) + 1 :] for path in files)
 
     def index(self) -> list[str]:
         return self.objects(INDEX)
@@ -100,6 +102,9 @@ def store(request, tmp_path) -> Store:
     if name == "rgw":
         bucket = request.getfixturevalue("rgw_bucket")
         return Store(name, request.getfixturevalue("rgw_s3"), f"s3://{bucket}")
+    if name == "seaweed":
+        bucket = request.getfixturevalue("seaweed_bucket")
+        return Store(name, request.getfixturevalue("seaweed_s3"), f"s3://{bucket}")
     if name == "azure":
         container = request.getfixturevalue("azure_container")
         return Store(name, request.getfixturevalue("abfs"), f"abfs://{container}")
@@ -392,7 +397,7 @@ def test_setup_writes_the_entry_alongside_the_job_marker(fault_front, s3_client,
     committer.abort_job()
 
 
-@pytest.mark.parametrize("store", ["s3", "rgw"], indirect=True)
+@pytest.mark.parametrize("store", ["s3", "rgw", "seaweed"], indirect=True)
 @pytest.mark.parametrize("ending", ["commit", "abort"])
 def test_clean_up_lists_the_tree_once_and_deletes_it_in_order(store, ending):
     """One listing serves the uploads sweep and the deletes. The journal goes last and
@@ -427,7 +432,7 @@ def test_clean_up_lists_the_tree_once_and_deletes_it_in_order(store, ending):
     assert store.objects() == (["out/_SUCCESS", "out/part-0.csv"] if ending == "commit" else [])
 
 
-@pytest.mark.parametrize("store", ["s3", "rgw"], indirect=True)
+@pytest.mark.parametrize("store", ["s3", "rgw", "seaweed"], indirect=True)
 def test_clean_up_deletes_the_entry_in_the_tree_s_last_batch(store):
     job = store.committer("out")
     message = run_one_task(job, "part-0.csv")

@@ -199,3 +199,26 @@ def test_uploads_are_paged_by_upload_id_with_no_next_key_marker(seaweed_client, 
     assert sorted(seen) == sorted(ids) and pages == 3
     for upload in client.list_multipart_uploads(Bucket=bucket)["Uploads"]:
         client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+
+
+def _prefixes(client, bucket: str, prefix: str) -> list[str]:
+    listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix, Delimiter="/")
+    return [p["Prefix"] for p in listed.get("CommonPrefixes", [])]
+
+
+def test_a_directory_stays_after_its_last_object_is_deleted(seaweed_client, seaweed_bucket):
+    """AWS, moto and RGW have no directories: a prefix goes with its last key. SeaweedFS's
+    filer keeps the directory, which delimited listings still show, until a DeleteObject of
+    ``dir/`` removes it (once nothing is below it, deepest first)."""
+    client, bucket = seaweed_client, seaweed_bucket
+    client.put_object(Bucket=bucket, Key="out/__magic_job-1/tasks/a.json", Body=b"{}")
+    client.delete_objects(
+        Bucket=bucket, Delete={"Objects": [{"Key": "out/__magic_job-1/tasks/a.json"}]}
+    )
+    assert object_keys(client, bucket) == []
+    assert _prefixes(client, bucket, "out/__magic_job-") == ["out/__magic_job-1/"]
+    client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "out/__magic_job-1/"}]})
+    assert _prefixes(client, bucket, "out/__magic_job-") == ["out/__magic_job-1/"]  # not empty
+    directories = ["out/__magic_job-1/tasks/", "out/__magic_job-1/"]
+    client.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": k} for k in directories]})
+    assert _prefixes(client, bucket, "out/__magic_job-") == []
