@@ -422,14 +422,36 @@ def test_clean_up_lists_the_tree_once_and_deletes_it_in_order(store, ending):
     attempt = f"attempt_{job.job_id}_0000_m_000000_0"
     records = [f"{attempt}.pendingset"]
     entry = f"{job.job_id}.json"  # the job's index entry goes with the tree's last batch
-    if ending == "commit":
-        expected = [sorted([*files, *records, "_magicfs_unmarked", JOURNAL, entry])]
+    if ending == "commit":  # one request, the tree's directories with it (SeaweedFS keeps them)
+        directories = [f"__magic_job-{job.job_id}", f"job-{job.job_id}", "00", "tasks"]
+        directories += [attempt, "__base"] if files else []  # where the file left a record
+        tree_keys = [*files, *records, "_magicfs_unmarked", JOURNAL, entry, *directories]
+        expected = [sorted(tree_keys)]
     else:  # no journal: the job's mode is the last rank
         expected = [b for b in (files, records, sorted(["_magicfs_unmarked", entry])) if b]
     assert batches == expected
     uploads = store.fs.call_s3("list_multipart_uploads", Bucket=store.base).get("Uploads", [])
     assert store.index() == [] and uploads == []
     assert store.objects() == (["out/_SUCCESS", "out/part-0.csv"] if ending == "commit" else [])
+
+
+@pytest.mark.parametrize("store", ["s3", "rgw", "seaweed"], indirect=True)
+@pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in-memory"])
+def test_a_committed_job_leaves_no_tree_for_the_next_job_to_count(store, in_memory):
+    """SeaweedFS keeps a directory its last object left: the committed job's clean-up
+    deletes its tree's directories with its files, or the next job on the destination
+    would count an empty ``__magic_job-<id>/`` as another job's tree and write intent
+    markers (one PUT per file more)."""
+    for _ in range(2):
+        job = store.committer("out", in_memory=in_memory)
+        message = run_one_task(job, "part-0.csv")
+        assert job.store_hooks.unmarked  # alone on its destination: nothing left before it
+        job.commit_job([message])
+        listed = store.fs.call_s3(
+            "list_objects_v2", Bucket=store.base, Prefix="out/__magic_job-", Delimiter="/"
+        )
+        assert listed.get("CommonPrefixes", []) == [] and listed.get("Contents", []) == []
+    assert store.objects() == ["out/_SUCCESS", "out/part-0.csv"]
 
 
 @pytest.mark.parametrize("store", ["s3", "rgw", "seaweed"], indirect=True)

@@ -117,6 +117,7 @@ from ..layouts.magic import MagicJobLayout
 from ..names import (
     ABORTED_SUFFIX,
     JOURNAL_FILE,
+    MAGIC_JOB_PREFIX,
     PENDINGSET_SUFFIX,
     STARTED_SUFFIX,
     UNMARKED_FILE,
@@ -711,17 +712,25 @@ def delete_tree(
 
     ``delete_last`` (default ``delete``) deletes the last batch, called exactly once even
     when the tree is empty (with ``[]``): the clean-up adds the job's index entry to it.
-    Each batch is sent when the next one is known, so the last is known as the last."""
+    Each batch is sent when the next one is known, so the last is known as the last.
+
+    A tree that goes in that one request takes its directories with it, deepest first,
+    after its files: on stores without directories (AWS, RGW, moto) those keys name
+    nothing and cost nothing; SeaweedFS keeps a directory its last object left, and an
+    empty ``__magic_job-<id>/`` would read to the next job's set-up as another job's tree
+    (:func:`tree_directories`). A larger tree's directories stay there."""
     records = OrderedPaths()
     held: list[str] = []
+    sent = False
 
     def send(batch: list[str], join: bool = False) -> None:
-        nonlocal held
+        nonlocal held, sent
         if join and len(held) + len(batch) <= DELETE_BATCH:
             held = [*held, *batch]
         elif batch:
             if held:
                 delete(held)
+                sent = True
             held = batch
 
     try:
@@ -731,12 +740,33 @@ def delete_tree(
             send([p for rank, p in ranked if rank == 0])
         for batch in records.batches(DELETE_BATCH, shared_from=2 if committed else None):
             send(list(batch), join=committed and at_once)
+        if committed and at_once and not sent:
+            directories = tree_directories(held)
+            if len(held) + len(directories) < DELETE_BATCH:  # (and the index entry)
+                held = [*held, *directories]
         if delete_last is not None:
             delete_last(held)
         elif held:
             delete(held)
     finally:
         records.discard()
+
+
+def tree_directories(paths: Iterable[str]) -> list[str]:
+    """The directories of a job's tree that ``paths`` (in it) lie in (``dir/``; the
+    stores' keys drop the ``/``, which SeaweedFS reads the same), from the magic
+    directory down, deepest first: where a store keeps directories, what is left of
+    the tree once its files are gone (:func:`delete_tree`)."""
+    found: set[str] = set()
+    for path in paths:
+        start = path.find("/" + MAGIC_JOB_PREFIX)
+        if start < 0:
+            continue
+        end = path.find("/", start + 1)
+        while end >= 0:
+            found.add(path[: end + 1])
+            end = path.find("/", end + 1)
+    return sorted(found, key=lambda d: (-d.count("/"), d))
 
 
 def _deletion_order(path: str, committed: bool = False) -> tuple[int, str]:
