@@ -630,16 +630,25 @@ class DeferredWritesBase:
         ``in_memory`` mode, mark their tasks touched, so that the commit in each
         attempt's own process lists the attempt instead of trusting its memory
         (:data:`~magicfs.names.TOUCHED_DIR`)."""
-        if not (self.touches_tasks and self.options.in_memory):
-            return
         markers = set()
         for path in paths:
             found = split_magic_path(path)
-            attempt = found.task_attempt_id if found is not None else None
-            if found is not None and attempt and not attempt_set_up_here(found.job_id, attempt):
-                markers.add(touched_marker(found.magic_dir, attempt))
+            marker = self.touched_marker(found) if found is not None else None
+            if marker is not None:
+                markers.add(marker)
         for marker in sorted(markers):
             self.put_marker(marker)
+
+    def touched_marker(self, magic_path: MagicPath) -> str | None:
+        """The touched marker of ``magic_path``'s task where this process must save it
+        before writing or deleting there: an ``in_memory`` store that trusts memory, and an
+        attempt this process did not set up; else ``None``."""
+        job, attempt = magic_path.job_id, magic_path.task_attempt_id
+        if not (self.touches_tasks and self.options.in_memory and job and attempt):
+            return None
+        if attempt_set_up_here(job, attempt):
+            return None
+        return touched_marker(magic_path.magic_dir, attempt)
 
     def put_marker(self, path: str) -> None:
         """Save an empty marker (stores whose :attr:`touches_tasks` is True)."""

@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ...paths import MagicPath, pending_path, touched_marker
+from ...paths import MagicPath, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
 from ...task_files import attempt_set_up_here
@@ -153,14 +153,12 @@ class S3Writes(DeferredWritesBase):
         )
 
     def _touched_marker(self, magic_path: MagicPath) -> str | None:
-        """In ``in_memory`` mode, a writer of a job (one that checks its marker) in a
-        process that did not set its attempt up marks the task touched: the commit in the
-        attempt's own process trusts its memory otherwise, and would never see this file
-        (``magicfs.committers.memory_commits``)."""
-        job, attempt = magic_path.job_id, magic_path.task_attempt_id
-        if not (self.options.in_memory and job and attempt) or attempt_set_up_here(job, attempt):
-            return None
-        return self.store.split(touched_marker(magic_path.magic_dir, attempt))[1]
+        """The key of the touched marker a writer of a job (one that checks its marker)
+        saves first (:meth:`~..deferred_writer.DeferredWritesBase.touched_marker`): the
+        commit in the attempt's own process trusts its memory otherwise, and would never
+        see this file (``magicfs.committers.memory_commits``)."""
+        marker = self.touched_marker(magic_path)
+        return self.store.split(marker)[1] if marker is not None else None
 
     def put_marker(self, path: str) -> None:
         self.store.write(path, b"")
