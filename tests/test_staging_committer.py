@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import pickle
 import stat
+import subprocess
+import sys
 
 import pytest
 from helpers import pending_uploads, visible_keys
+from helpers.elsewhere import ROOT
 from helpers.faults import Faults
 
 from magicfs import committer_for
 from magicfs.committers.staging import StagingCommitter, add_uuid, partitions_of
-from magicfs.errors import CommitConflictError, CommitFailedError
+from magicfs.errors import CommitConflictError, CommitFailedError, NothingToCommitError
 from magicfs.records import PendingSet
 
 
@@ -268,3 +272,58 @@ def test_partitioned_replace_deletes_exactly_the_written_partitions(
             *[f"out/{k}" for k in PARTITIONED_FILES],
         ]
     )
+
+
+# --- a driver killed at the last line of its clean-up ----------------------------------------
+
+#: A job committed in a child process that is SIGKILLed the moment its clean-up goes to
+#: remove the job's local directory: after the journal went (with the wrapped job's
+#: records), before the directory did. The kill is injected at ``shutil.rmtree``.
+KILLED_IN_CLEAN_UP = """
+import os, pickle, shutil, signal, sys
+from magicfs import committer_for
+url, options, buffer_dir, job_id = pickle.load(open(sys.argv[1], "rb"))
+committer = committer_for(url, committer="directory", storage_options=options,
+                          buffer_dir=buffer_dir, job_id=job_id)
+committer.setup_job()
+for index in range(3):
+    task = committer.task_attempt(index)
+    committer.setup_task(task)
+    with committer.fs.open(task.path(f"part-{index}"), "wb") as f:
+        f.write(b"x" * (index + 1))
+    committer.commit_task(task)
+rmtree = shutil.rmtree
+def killing_rmtree(path, *args, **kwargs):
+    if os.path.basename(str(path).rstrip("/")) == job_id:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return rmtree(path, *args, **kwargs)
+shutil.rmtree = killing_rmtree
+committer.commit_job()
+"""
+
+
+def test_a_retried_commit_removes_the_local_directory_a_killed_clean_up_left(
+    make_committer, s3_client, bucket, s3_options, tmp_path
+):
+    buffer_dir = tmp_path / "buffer"
+    spec = tmp_path / "job.pkl"
+    options = {**s3_options, "skip_instance_cache": True}
+    spec.write_bytes(pickle.dumps((f"s3://{bucket}/out", options, str(buffer_dir), "killed-1")))
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_IN_CLEAN_UP, str(spec)],
+        env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -9, child.stderr[-2000:]
+    # What the kill left: the output complete, and the job's local directory.
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS"] + [f"out/part-{i}" for i in range(3)]
+    assert (buffer_dir / "killed-1").is_dir()
+
+    with pytest.raises(NothingToCommitError, match="nothing to commit"):
+        make_committer(job_id="killed-1").commit_job()
+
+    assert not (buffer_dir / "killed-1").exists()
+    assert visible_keys(s3_client, bucket) == ["out/_SUCCESS"] + [f"out/part-{i}" for i in range(3)]
+    assert pending_uploads(s3_client, bucket) == []
