@@ -205,7 +205,7 @@ class TaskFiles:
             ]
         concurrent.futures.wait([f.closing for f in entries if f.closing is not None])
         with self._lock:
-            failures = [(f.path, f.error) for f in entries if f.error is not None]
+            failures = [(f.path, error) for f in entries if (error := _close_error(f)) is not None]
             return sorted(failures, key=lambda failure: failure[0])
 
     @contextlib.contextmanager
@@ -224,6 +224,14 @@ class TaskFiles:
             if waits:
                 with self._lock:
                     self._committing.discard(key)
+
+    def handed_over(self, job_id: str, attempt_id: str) -> bool:
+        """Has the attempt's commit begun in this process, or has the attempt finished
+        here? Its files are then that commit's (or abort's) to keep or undo: their
+        writers' own job checks, where they come later, leave them alone."""
+        key = (job_id, attempt_id)
+        with self._lock:
+            return key in self._committing or key in self._finished
 
     def awaited(self, path: str) -> bool:
         """Is the commit of this file's attempt waiting for its close, in the process that
@@ -286,6 +294,17 @@ class TaskFiles:
 
 #: The registry of this process.
 TASK_FILES = TaskFiles()
+
+
+def _close_error(entry: TaskFile) -> BaseException | None:
+    """Why ``entry``'s background close failed: as its writer reported it, or, where the
+    close ended without reporting (cancelled, or an error outside its handling), the
+    close's own outcome: a file whose close failed never counts as saved."""
+    if entry.error is not None or entry.closing is None or not entry.closing.done():
+        return entry.error
+    if entry.closing.cancelled():
+        return concurrent.futures.CancelledError(f"{entry.path}: its close was cancelled")
+    return entry.closing.exception()
 
 
 def attempt_set_up_here(job_id: str | None, attempt_id: str | None) -> bool:

@@ -11,11 +11,13 @@ in-process store, with its staging held at a gate where a test needs a part in f
 * the process-wide buffer budget bounds the bytes of parts in flight, across files;
 * opening a path again while its first file is still closing waits for that close, then
   throws the first file away (its upload and its record);
-* a close while an exception propagates, and an exception leaving ``with``, leave nothing.
+* a close while an exception propagates, and an exception leaving ``with``, leave nothing;
+* a background close that ended without reporting its failure still fails its task.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import io
 import signal
 import threading
@@ -31,7 +33,7 @@ from magicfs.layouts.magic import MagicJobLayout
 from magicfs.records import SinglePendingCommit
 from magicfs.stores import deferred_writer
 from magicfs.stores.memory_deferred.fs import MemoryDeferredFileSystem
-from magicfs.task_files import TASK_FILES
+from magicfs.task_files import TASK_FILES, TaskFile, TaskFiles
 
 PART = 64  # bytes: the in-process store takes any part size
 
@@ -245,3 +247,23 @@ def test_a_part_that_cannot_start_gives_its_budget_back(store, monkeypatch):
     assert deferred_writer.BUFFER_BUDGET.used == used  # nothing held by the part that never ran
     monkeypatch.undo()
     f.discard()
+
+
+@pytest.mark.parametrize("ending", ["raised", "cancelled"])
+def test_a_close_that_ended_without_reporting_its_failure_fails_its_task(ending):
+    """Its task commit settles the attempt's closes: such a file must count as failed
+    (it used to count as nothing, and the commit left it out without a word)."""
+    files = TaskFiles()
+    writer = object()
+    files.opened(TaskFile("bkt/out/f.csv", "job", "attempt", writer=writer))
+    close: concurrent.futures.Future[None] = concurrent.futures.Future()
+    files.closing("bkt/out/f.csv", writer, close)  # type: ignore[arg-type]
+    if ending == "raised":
+        close.set_exception(IndexError("a bug in the close"))
+    else:
+        close.cancel()
+        close.set_running_or_notify_cancel()  # as an executor does: its waiters wake
+    failed = files.settle("job", "attempt")
+    assert [path for path, _ in failed] == ["bkt/out/f.csv"]
+    expected = IndexError if ending == "raised" else concurrent.futures.CancelledError
+    assert isinstance(failed[0][1], expected)

@@ -6,7 +6,10 @@ processes or attempts *touched*): no listing of the attempt. Everything that lis
 used to guard is tried here as a user would do it, with the other process a real one
 (the committer pickled to a child Python, as the engines ship it): a later attempt of
 the task committing first, a delete and an abort from another process, a zombie writer
-of an ended job, a file written around magicfs. Every test asserts what is published,
+of an ended job, a file written around magicfs. The writers of an attempt set up in their
+own process make no job check of their own where their task's commit makes one soon
+after (``CHECK_DELAY``): a zombie among them is undone all the same, when its check goes
+alone, or at exit. Every test asserts what is published,
 what is left in the job's tree and which uploads are pending.
 
 Runs on moto and Ceph RGW.
@@ -15,6 +18,7 @@ Runs on moto and Ceph RGW.
 from __future__ import annotations
 
 import concurrent.futures
+import time
 
 import pytest
 from helpers import Calls, pending_uploads, visible_keys
@@ -22,7 +26,8 @@ from helpers.elsewhere import run_code_elsewhere
 from helpers.s3_targets import MOTO_AND_RGW, S3Target, magic_committer, s3_target
 
 from magicfs import MagicCommitter
-from magicfs.errors import JobCommitError
+from magicfs.errors import JobCommitError, JobNotActiveError
+from magicfs.stores.deferred_writer import CHECK_DELAY
 from magicfs.task_files import TASK_FILES
 
 
@@ -171,3 +176,65 @@ def test_a_file_written_around_magicfs_is_never_published_and_goes_with_the_tree
     assert published(target) == {"out/good.csv": b"good.csv of 0"}
     assert pending_uploads(target.client, target.bucket) == []
     assert tree(target, job) == []
+
+
+def test_writers_whose_task_commits_soon_send_no_job_check_of_their_own(target):
+    """Their checks wait for their task commit's listing, which answers them."""
+    job = committer_on(target)
+    job.setup_job()
+    calls = Calls(job.store_fs)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        commits = [pool.submit(commit_three_files, job, n) for n in range(4)]
+        messages = [c.result() for c in commits]
+    marker = job.deferred.split(job.layout.job_marker)[1]
+    signals = job.deferred.split(job.layout.job_signals_prefix)[1]
+    assert [op for op, key in calls.made if key == marker] == []  # no HEAD of the marker
+    assert {key for op, key in calls.made if op == "ListObjectsV2"} == {signals}
+    time.sleep(CHECK_DELAY + 0.5)  # and none later either
+    assert [op for op, key in calls.made if key == marker] == []
+    job.commit_job(messages)
+    assert len(published(target)) == 12
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def commit_three_files(job, task_id: int):
+    task = written(job, task_id, *(f"t{task_id}-{n}.csv" for n in range(3)))
+    return job.commit_task(task)
+
+
+def test_a_zombie_writer_here_is_undone_when_its_check_goes_alone(target, tmp_path):
+    """The job ended (aborted in another process) before the file was written; the task
+    is neither committed nor aborted: its writer's check, its delay up, finds the job
+    gone and aborts the upload. Its task commit then fails."""
+    job = committer_on(target)
+    job.setup_job()
+    task = job.task_attempt(0)
+    job.setup_task(task)
+    assert elsewhere(job, "", "job.abort_job()", tmp_path) == "done"
+    job.fs.pipe_file(task.path("late.csv"), b"late")  # its close does not wait for it
+    assert TASK_FILES.settle() == []  # closed: the upload is there, its check to come
+    assert [u["Key"] for u in pending_uploads(target.client, target.bucket)] == ["out/late.csv"]
+    deadline = time.monotonic() + CHECK_DELAY + 10
+    while pending_uploads(target.client, target.bucket) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pending_uploads(target.client, target.bucket) == []
+    with pytest.raises(JobNotActiveError, match="ended before task attempt"):
+        job.commit_task(task)
+    assert published(target) == {}
+    assert pending_uploads(target.client, target.bucket) == []
+
+
+def test_a_zombie_writer_whose_process_exits_at_once_is_undone_at_exit(target, tmp_path):
+    """A script that writes for an ended job and exits before its writer's check was due:
+    the check runs at exit and aborts the upload."""
+    job = committer_on(target)
+    job.setup_job()
+    job.abort_job()
+    code = (
+        "task = job.task_attempt(0)\n"
+        "job.setup_task(task)\n"
+        "job.fs.pipe_file(task.path('late.csv'), b'late')\n"
+    )
+    assert elsewhere(job, "", code, tmp_path) == "done"  # the check was still to come
+    assert pending_uploads(target.client, target.bucket) == []
+    assert published(target) == {}

@@ -30,20 +30,45 @@ class Coalesced(Generic[T]):
         self.start = start
         self.running: asyncio.Future[T] | None = None
         self.next: asyncio.Future[T] | None = None
+        self.due = 0.0  # the loop time by which the next run must start
 
     @property
     def idle(self) -> bool:
         """No run going and none waiting to start."""
         return self.running is None and self.next is None
 
-    async def fresh(self) -> T:
-        """The outcome of a run that starts after this call."""
+    async def fresh(self, delay: float = 0.0) -> T:
+        """The outcome of a run that starts after this call, and at most ``delay``
+        seconds after it."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + delay
         if self.next is None:
-            self.next = asyncio.get_running_loop().create_future()
+            self.next = loop.create_future()
+            self.due = due
+        else:
+            self.due = min(self.due, due)
         answer = self.next
         if self.running is None:
-            self._start()
+            self._start_when_due()
         return await asyncio.shield(answer)
+
+    def start_now(self) -> None:
+        """Start the waiting run now, if none is running (the callers it had can no
+        longer wait: the interpreter is exiting)."""
+        self.due = 0.0
+        if self.running is None and self.next is not None:
+            self._start()
+
+    def _start_when_due(self) -> None:
+        """Start the waiting run if it is due, else look again when it will be."""
+        if self.next is None or self.running is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait = self.due - loop.time()
+        if wait > 0:
+            loop.call_later(wait, self._start_when_due)
+        else:
+            self._start()
 
     def _start(self) -> None:
         waiting, self.next = self.next, None
@@ -58,7 +83,6 @@ class Coalesced(Generic[T]):
                 waiting.set_exception(run.exception())  # type: ignore[arg-type]
             else:
                 waiting.set_result(run.result())
-            if self.next is not None:
-                self._start()
+            self._start_when_due()
 
         self.running.add_done_callback(finished)

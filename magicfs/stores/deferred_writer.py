@@ -23,7 +23,8 @@ supply ``_initiate_upload`` and ``_upload_chunk``):
    one ``write()`` call and however many files are closing at once. The part size
    doubles every :attr:`PartRules.grow_every` parts, so huge files stay within the
    store's part limit while small files keep small parts.
-3. close: stage the last part, wait for all parts and the job check, then save the
+3. close: stage the last part, wait for all parts and the job check (not for a check
+   its task's commit will answer: :attr:`FileHooks.checked_by_commit`), then save the
    record (:meth:`FileHooks.record`, :meth:`FileHooks.asave`; not where the task's
    commit already waits for this close: :meth:`TaskFiles.awaited
    <magicfs.task_files.TaskFiles.awaited>`). For a task attempt's file
@@ -42,6 +43,7 @@ supply ``_initiate_upload`` and ``_upload_chunk``):
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import contextlib
 import io
@@ -57,6 +59,7 @@ from ..errors import JobNotActiveError, TaskNotActiveError
 from ..paths import MagicPath, split_magic_path, touched_marker
 from ..records import SinglePendingCommit
 from ..task_files import TASK_FILES, TaskFile, TaskFiles, attempt_set_up_here
+from .job_check import start_waiting_checks
 
 log = logging.getLogger("magicfs.deferred_writer")
 
@@ -87,6 +90,51 @@ class ByteBudget:
 #: The process's budget for parts in flight, every store's writers together
 #: (``MAGICFS_MAX_BUFFERED_BYTES``, 256 MiB by default).
 BUFFER_BUDGET = ByteBudget(int(os.environ.get("MAGICFS_MAX_BUFFERED_BYTES", 256 << 20)))
+
+#: How long the job check of a file whose task commit checks the job anyway
+#: (:attr:`FileHooks.checked_by_commit`) waits to share that commit's (or another
+#: writer's) before it goes alone: a task that commits within a second of its files'
+#: uploads sends no check for them. A zombie writer (its job ended before its upload
+#: was created) learns it that much later, at its next write or its task commit; its
+#: upload is aborted all the same, unless its process is killed within that second.
+CHECK_DELAY = 1.0
+
+class _ChecksAfterClose:
+    """The job checks still to come of files whose close did not wait for them
+    (:data:`CHECK_DELAY`): at exit they are started at once and waited for."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: set[concurrent.futures.Future[None]] = set()
+
+    def add(self, check: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._pending.add(check)
+        check.add_done_callback(self._done)
+
+    def _done(self, check: concurrent.futures.Future[None]) -> None:
+        with self._lock:
+            self._pending.discard(check)
+
+    def finish_at_exit(self) -> None:
+        """A script that exits with job checks still waiting makes them now, so a
+        zombie's upload is still aborted."""
+        with self._lock:
+            pending = list(self._pending)
+        if pending:
+            start_waiting_checks()
+            concurrent.futures.wait(pending, timeout=30)
+
+    def forget(self) -> None:
+        """In a forked child: the parent's checks run on a loop the child does not run."""
+        with self._lock:
+            self._pending = set()
+
+
+_CHECKS_AFTER_CLOSE = _ChecksAfterClose()
+# Before the interpreter shuts thread pools down (as ``magicfs.task_files`` does).
+getattr(threading, "_register_atexit", atexit.register)(_CHECKS_AFTER_CLOSE.finish_at_exit)
+os.register_at_fork(after_in_child=_CHECKS_AFTER_CLOSE.forget)
 
 
 class PartBuffer:
@@ -194,6 +242,12 @@ class FileHooks(Protocol):
 
     #: The file's URL, for messages.
     url: str
+    #: The file's task commit, in this process, checks the job after this file closed
+    #: (S3's ``in_memory`` files of an attempt set up here): its close does not wait for
+    #: its own job check, which waits (:data:`CHECK_DELAY`) to share that commit's. Its
+    #: upload is aborted either way if the job has ended: by the writer whose check
+    #: finds it gone, or by the commit that does.
+    checked_by_commit: bool
     #: :meth:`astage` takes the part as its pieces (a list of ``bytes``-like objects
     #: nothing changes afterwards), not joined into one ``bytes``: a store whose client
     #: sends buffers as they are saves the copy of every part (S3: :mod:`.s3.body`).
@@ -317,6 +371,10 @@ class DeferredWriter(io.BufferedIOBase):
         self._start = hooks.run_background(hooks.abegin())
         self._registry.began(self.path, self, self._start)
         self._checking = hooks.run_background(self._acheck_job())
+        #: Whether the job check may end after the close (:attr:`FileHooks.checked_by_commit`).
+        self._check_follows = check_job and attempt_file and hooks.checked_by_commit
+        if self._check_follows:
+            _CHECKS_AFTER_CLOSE.add(self._checking)
         if "x" in mode:
             try:
                 self._start.result()
@@ -347,6 +405,12 @@ class DeferredWriter(io.BufferedIOBase):
         await asyncio.wrap_future(self._start)
         if not self._check_job or await self.hooks.ajob_active():
             return
+        if self._state == "discarded":
+            return  # undone already (a discard does not wait for a delayed check)
+        if self._check_follows and self._registry.handed_over(
+            self._job_id or "", self._attempt_id or ""
+        ):
+            return  # its task's commit (which checks the job after this file) owns it now
         # The job has ended: its clean-up may have missed this file, so undo it now,
         # whatever this writer does next (it may be a zombie that never writes again).
         await self.hooks.adiscard(saved=False)
@@ -436,8 +500,9 @@ class DeferredWriter(io.BufferedIOBase):
     async def _aclose(self, background: bool) -> None:
         """The end of :meth:`close`, on the IO loop: parts, job check, then the record."""
         parts = [asyncio.wrap_future(self._parts[n]) for n in sorted(self._parts)]
-        checked = await asyncio.gather(asyncio.wrap_future(self._checking), return_exceptions=True)
-        if isinstance(checked[0], BaseException):  # the job is gone: stop retrying parts
+        checking = [] if self._check_follows else [asyncio.wrap_future(self._checking)]
+        checked = await asyncio.gather(*checking, return_exceptions=True)
+        if checked and isinstance(checked[0], BaseException):  # job gone: stop retrying parts
             # Cancel the loop's tasks, not the futures: each future then ends when its
             # request has really ended, so the discard below comes after every part (an
             # abort racing a part can leave it behind) and the budget is given back then.
@@ -529,7 +594,7 @@ class DeferredWriter(io.BufferedIOBase):
             reason = f" ({self._superseded})" if self._superseded else ""
             raise ValueError(f"I/O operation on {self._state} file {self.hooks.url}{reason}")
         for background in (self._start, self._checking):
-            if background.done() and background.exception() is not None:
+            if background.done() and not background.cancelled() and background.exception():
                 self._failure = self._failure or background.exception()
         if self._failure is not None:
             failure = self._failure
@@ -587,11 +652,9 @@ class DeferredWriter(io.BufferedIOBase):
         self._registry.discarded(self.path, self)
         # Let in-flight requests finish first: an abort racing a part upload can leave
         # the part behind (S3 asks callers to repeat the abort in that case).
-        calls: list[concurrent.futures.Future[Any]] = [
-            *self._parts.values(),
-            self._start,
-            self._checking,
-        ]
+        calls: list[concurrent.futures.Future[Any]] = [*self._parts.values(), self._start]
+        if not self._check_follows:
+            calls.append(self._checking)
         concurrent.futures.wait(calls)
         try:
             self.hooks.run_background(self.hooks.adiscard(saved=False)).result()

@@ -19,11 +19,18 @@ writers who join it as well). Runs on the store's event loop: no locks, one inst
 store key, marker key); a store's writers pass a key that names the store and bucket or
 container, so checks are never shared across stores. A forked child starts with no shared
 checks (its parent's run on a loop the child does not run).
+
+A caller that need not know at once passes a ``delay``: its check starts within that
+many seconds, or earlier with the next caller's that cannot wait (an ``in_memory`` writer
+whose task commit, in the same process, checks the job after it anyway:
+:mod:`magicfs.stores.s3.writer`). Checks still waiting when the interpreter exits start
+then (:func:`start_waiting_checks`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -45,6 +52,7 @@ class _Checks:
     next check needs the tasks marked touched, a listing (which answers the others too)."""
 
     def __init__(self, head: Callable[[], Awaitable[bool]]):
+        self.loop = asyncio.get_running_loop()
         self.head = head
         self.listing: Callable[[], Awaitable[JobCheck]] | None = None
         self.wants_listing = False
@@ -65,15 +73,16 @@ _SHARED: dict[tuple[int, str, str], _Checks] = {}
 
 
 async def job_still_active(
-    bucket: str, marker_key: str, head: Callable[[], Awaitable[bool]]
+    bucket: str, marker_key: str, head: Callable[[], Awaitable[bool]], delay: float = 0.0
 ) -> bool:
-    """Whether the job marker exists, by a check started after this call (shared).
+    """Whether the job marker exists, by a check started after this call (shared), at
+    most ``delay`` seconds after it.
 
     ``bucket``: where the marker is, as the caller's store names it (S3: the bucket; Azure:
     the account endpoint and container); ``head()`` performs one check (True if the
     marker exists).
     """
-    return (await job_check(bucket, marker_key, head)).active
+    return (await job_check(bucket, marker_key, head, delay=delay)).active
 
 
 async def job_check(
@@ -81,12 +90,13 @@ async def job_check(
     marker_key: str,
     head: Callable[[], Awaitable[bool]],
     listing: Callable[[], Awaitable[JobCheck]] | None = None,
+    delay: float = 0.0,
 ) -> JobCheck:
     """A check of the job marker started after this call, shared (module docstring).
     With ``listing`` (a caller that needs the tasks marked touched, which one listing of
     the marker's name finds with the marker: ``magicfs.committers.memory_commits``) the
     check this caller joins is that listing, and the writers who join it take its answer
-    as a HEAD's."""
+    as a HEAD's. ``delay``: how long the check may wait for another caller's."""
     key = (id(asyncio.get_running_loop()), bucket, marker_key)
     checks = _SHARED.get(key)
     if checks is None:
@@ -95,10 +105,29 @@ async def job_check(
         checks.listing = listing
         checks.wants_listing = True
     try:
-        return await checks.coalesced.fresh()
+        return await checks.coalesced.fresh(delay)
     finally:
         if checks.coalesced.idle:
             _SHARED.pop(key, None)
+
+
+def start_waiting_checks(timeout: float = 30.0) -> None:
+    """Start every check still waiting for its delay, on its loop, and wait for them
+    (``timeout`` seconds at most): at exit, no caller can wait any longer."""
+    started = []
+    for checks in list(_SHARED.values()):
+        if checks.loop.is_running() and not checks.coalesced.idle:
+            started.append(
+                asyncio.run_coroutine_threadsafe(_start_now(checks.coalesced), checks.loop)
+            )
+    concurrent.futures.wait(started, timeout=timeout)
+
+
+async def _start_now(coalesced: Coalesced[JobCheck]) -> None:
+    coalesced.start_now()
+    run = coalesced.running
+    if run is not None:
+        await asyncio.wait([run])
 
 
 def _forget_all() -> None:

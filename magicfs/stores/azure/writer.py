@@ -149,6 +149,7 @@ class BlockFileHooks:
     """One task file's blocks (see the module docstring)."""
 
     part_pieces = False  # astage takes the block's bytes
+    checked_by_commit = False  # its close waits for its own job check
 
     def __init__(
         self,

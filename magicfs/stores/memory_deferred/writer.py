@@ -104,6 +104,7 @@ class MemoryFileHooks:
     """One task file's upload in process memory (see the module docstring)."""
 
     part_pieces = False  # astage takes the block's bytes
+    checked_by_commit = False  # its close waits for its own job check
 
     def __init__(
         self,

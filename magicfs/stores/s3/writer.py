@@ -16,15 +16,19 @@ The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
   ``FileExistsError`` from ``open()``; a ``PreconditionFailed`` answering a PUT whose
   marker carries this writer's nonce was our own request, repeated after a lost reply.
 * **job check** (after the create): one shared HEAD of the job marker
-  (:mod:`magicfs.stores.job_check`).
+  (:mod:`magicfs.stores.job_check`). An ``in_memory`` file of an attempt set up in this
+  process (:attr:`S3FileHooks.checked_by_commit`) does not wait for it at close: its task
+  commit, which only this process can make, checks the job after it, and the writer's
+  check waits (:data:`~..deferred_writer.CHECK_DELAY`) to take that answer.
 * **stage**: UploadPart, with the part's checksum as a header (computed on a worker
   thread: zlib releases the GIL); the part id is its ETag. Parts are at least 5 MiB
   but the last, and double after every 1,000 parts (S3 allows 10,000).
 * **record**: ``<path>.pending`` with the upload id, ordered ETags and checksums (in
   ``in_memory`` mode the record stays in this process). Five requests for a small file:
   marker, create, job check, part, ``.pending`` (an empty file still sends one part);
-  four in an unmarked job, three in an unmarked in-memory one (the job check is shared
-  by the writers of a process whose closes overlap: :mod:`magicfs.stores.job_check`).
+  four in an unmarked job (the job check is shared by the writers of a process whose
+  closes overlap: :mod:`magicfs.stores.job_check`), two in an unmarked in-memory one
+  whose task commits soon after (create and part; its check is the commit's).
 * **discard**: AbortMultipartUpload and delete the marker (and the record, if saved).
 
 Why the marker comes first: an upload must never exist without a record naming its
@@ -53,6 +57,7 @@ from ...statistics import IOStatisticsSnapshot
 from ...task_files import attempt_set_up_here
 from ..create_only import create_only_fields
 from ..deferred_writer import (
+    CHECK_DELAY,
     DeferredWritesBase,
     PartRules,
     StoreWords,
@@ -227,6 +232,13 @@ class S3FileHooks:
         #: process and task), or ``None``: see :meth:`S3Writes._touched_marker`.
         self.touched = touched
         self.marker_written = False
+        #: An ``in_memory`` file of an attempt set up here: its task commit, which only
+        #: this process can make, checks the job after it (:class:`FileHooks`).
+        self.checked_by_commit = (
+            self.in_memory
+            and self.job_marker_key is not None
+            and attempt_set_up_here(self.job_id, self.attempt_id)
+        )
 
     def run_background(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         return self.store.run_background(call)
@@ -299,7 +311,8 @@ class S3FileHooks:
         async def head() -> bool:
             return await self.store.ahead_object(self.bucket, marker) is not None
 
-        active = await job_still_active(self.bucket, marker, head)  # shared by writers
+        delay = CHECK_DELAY if self.checked_by_commit else 0.0
+        active = await job_still_active(self.bucket, marker, head, delay)  # shared
         if not active and self.touched is not None:  # an ended job's tree keeps none
             _TOUCHED.discard(self.touched)
             await self.store.adelete_objects(self.bucket, [self.touched])
