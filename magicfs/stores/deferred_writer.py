@@ -99,6 +99,7 @@ BUFFER_BUDGET = ByteBudget(int(os.environ.get("MAGICFS_MAX_BUFFERED_BYTES", 256 
 #: upload is aborted all the same, unless its process is killed within that second.
 CHECK_DELAY = 1.0
 
+
 class _ChecksAfterClose:
     """The job checks still to come of files whose close did not wait for them
     (:data:`CHECK_DELAY`): at exit they are started at once and waited for."""
@@ -370,9 +371,9 @@ class DeferredWriter(io.BufferedIOBase):
         self._register()
         self._start = hooks.run_background(hooks.abegin())
         self._registry.began(self.path, self, self._start)
-        self._checking = hooks.run_background(self._acheck_job())
         #: Whether the job check may end after the close (:attr:`FileHooks.checked_by_commit`).
         self._check_follows = check_job and attempt_file and hooks.checked_by_commit
+        self._checking = hooks.run_background(self._acheck_job())
         if self._check_follows:
             _CHECKS_AFTER_CLOSE.add(self._checking)
         if "x" in mode:
