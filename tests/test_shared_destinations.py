@@ -168,9 +168,9 @@ def test_a_job_alone_sends_no_marker_per_file(rgw_s3, rgw_client, rgw_bucket, in
     TASK_FILES.settle()
     made = [(op, key) for op, key in calls.made]
     assert made[0] == ("CreateMultipartUpload", "out/a.csv")  # no marker before it
-    expected = {"CreateMultipartUpload": 1, "UploadPart": 1, "HeadObject": 1}
-    if not in_memory:
-        expected["PutObject"] = 1
+    expected = {"CreateMultipartUpload": 1, "UploadPart": 1}
+    if not in_memory:  # (in memory, the writer's job check waits for its task commit's)
+        expected.update(HeadObject=1, PutObject=1)
         assert made[-1] == (
             "PutObject",
             f"{tree}job-{job.job_id}/00/tasks/{task.attempt_id}/__base/a.csv.pending",

@@ -427,25 +427,12 @@ class StagingCommitter(OutputCommitter):
             return self._check_messages(messages, self.wrapped.job_attempt_dir)
         records = self._committed_records()
         if not was_active and not records:
-            self._remove_ended_job_directory()
+            _remove_ended_job_directory(self.buffer_dir, self.job_id)
             raise NothingToCommitError(
                 f"job {self.job_id}: nothing to commit at {self.url}: it was never set up, or "
                 "has already been committed or aborted"
             )
         return records
-
-    def _remove_ended_job_directory(self) -> None:
-        """Remove the local directory of a job that is over and has nothing to commit.
-
-        A clean-up killed after the journal went (with the job's records, by the wrapped
-        committer) and before this directory did leaves it behind, and a retried commit
-        is what a user runs then. Ended, with no record and no journal, the job needs
-        nothing in it: its uploads were swept before its records were deleted.
-        """
-        local = os.path.join(self.buffer_dir, self.job_id)
-        if os.path.isdir(local):
-            log.info("job %s: removing its leftover local directory %s", self.job_id, local)
-            shutil.rmtree(local, ignore_errors=True)
 
     def _committed_records(self) -> list[str]:
         return [
@@ -535,7 +522,7 @@ class StagingCommitter(OutputCommitter):
         finally:
             keys.discard()
         self.wrapped.cleanup_job()
-        self._remove_ended_job_directory()
+        _remove_ended_job_directory(self.buffer_dir, self.job_id)
 
     def _readable(self, records: list[str]) -> Iterator[list[SinglePendingCommit]]:
         """The commits of each task record, one record at a time; unreadable ones skipped."""
@@ -547,6 +534,21 @@ class StagingCommitter(OutputCommitter):
 
     def _key(self, path: str) -> str:
         return self.store.split(path)[1]
+
+
+def _remove_ended_job_directory(buffer_dir: str, job_id: str) -> None:
+    """Remove the local directory of a job that is over: after its clean-up, or at a
+    commit that finds it ended with nothing to commit.
+
+    A clean-up killed after the journal went (with the job's records, by the wrapped
+    committer) and before this directory did leaves it behind, and a retried commit is
+    what a user runs then. Ended, with no record and no journal, the job needs nothing
+    in it: its uploads were swept before its records were deleted.
+    """
+    local = os.path.join(buffer_dir, job_id)
+    if os.path.isdir(local):
+        log.info("job %s: removing its local directory %s", job_id, local)
+        shutil.rmtree(local, ignore_errors=True)
 
 
 def _basename(path: str) -> str:
