@@ -12,7 +12,7 @@ after (``CHECK_DELAY``): a zombie among them is undone all the same, when its ch
 alone, or at exit. Every test asserts what is published,
 what is left in the job's tree and which uploads are pending.
 
-Runs on moto and Ceph RGW.
+Runs on moto, Ceph RGW and SeaweedFS.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 import pytest
 from helpers import Calls, pending_uploads, visible_keys
 from helpers.elsewhere import run_code_elsewhere
-from helpers.s3_targets import MOTO_AND_RGW, S3Target, magic_committer, s3_target
+from helpers.s3_targets import S3_TARGETS, S3Target, magic_committer, s3_target
 
 from magicfs import MagicCommitter
 from magicfs.errors import JobCommitError, JobNotActiveError
@@ -31,7 +31,7 @@ from magicfs.stores.deferred_writer import CHECK_DELAY
 from magicfs.task_files import TASK_FILES
 
 
-@pytest.fixture(params=MOTO_AND_RGW)
+@pytest.fixture(params=S3_TARGETS)
 def target(request) -> S3Target:
     return s3_target(request)
 
