@@ -212,7 +212,7 @@ def test_a_zombie_writer_here_is_undone_when_its_check_goes_alone(target, tmp_pa
     job.setup_task(task)
     assert elsewhere(job, "", "job.abort_job()", tmp_path) == "done"
     job.fs.pipe_file(task.path("late.csv"), b"late")  # its close does not wait for it
-    assert TASK_FILES.settle() == []  # closed: the upload is there, its check to come
+    assert TASK_FILES.settle(job.job_id, task.attempt_id) == []  # closed; its check to come
     assert [u["Key"] for u in pending_uploads(target.client, target.bucket)] == ["out/late.csv"]
     deadline = time.monotonic() + CHECK_DELAY + 10
     while pending_uploads(target.client, target.bucket) and time.monotonic() < deadline:
