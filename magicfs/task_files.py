@@ -102,13 +102,17 @@ class TaskFiles:
             self._files[entry.path] = entry
             return previous
 
-    def closed(self, path: str, writer: OpenWriter, length: int, commit: Any = None) -> None:
-        """``writer`` closed cleanly: the file now has ``length`` bytes."""
+    def closed(self, path: str, writer: OpenWriter, length: int, commit: Any = None) -> bool:
+        """``writer`` closed cleanly: the file now has ``length`` bytes. Whether its entry
+        was still here to take it (not where its attempt finished, or another writer
+        replaced it, while it closed: no commit will see it then)."""
         with self._lock:
             entry = self._files.get(path)
-            if entry is not None and entry.writer is writer:
-                entry.writer, entry.length, entry.commit = None, length, commit
-                entry.closing = None
+            if entry is None or entry.writer is not writer:
+                return False
+            entry.writer, entry.length, entry.commit = None, length, commit
+            entry.closing = None
+            return True
 
     def began(self, path: str, writer: OpenWriter, future: concurrent.futures.Future[None]) -> None:
         """``writer`` is beginning its file; ``future`` finishes the begin in the background."""

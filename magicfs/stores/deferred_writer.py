@@ -356,6 +356,7 @@ class DeferredWriter(io.BufferedIOBase):
         self._parts: dict[int, concurrent.futures.Future[str]] = {}
         self._tasks: dict[int, asyncio.Task[str]] = {}  # the parts' tasks on the IO loop
         self._saved: SinglePendingCommit | None = None  # the record, once saved
+        self._entered = False  # closed into the registry, where its task's commit takes it
         self._written = 0
         self._failure: BaseException | None = None
         self._state = "open"
@@ -408,10 +409,12 @@ class DeferredWriter(io.BufferedIOBase):
             return
         if self._state == "discarded":
             return  # undone already (a discard does not wait for a delayed check)
-        if self._check_follows and self._registry.handed_over(
-            self._job_id or "", self._attempt_id or ""
+        if (
+            self._check_follows
+            and self._entered
+            and self._registry.handed_over(self._job_id or "", self._attempt_id or "")
         ):
-            return  # its task's commit (which checks the job after this file) owns it now
+            return  # its attempt's commit took it and checks the job after it: the commit owns it
         # The job has ended: its clean-up may have missed this file, so undo it now,
         # whatever this writer does next (it may be a zombie that never writes again).
         await self.hooks.adiscard(saved=False)
@@ -536,7 +539,7 @@ class DeferredWriter(io.BufferedIOBase):
             raise
         self._state = "closed"
         self._saved = record
-        self._registry.closed(self.path, self, self._written, record)
+        self._entered = self._registry.closed(self.path, self, self._written, record)
 
     def discard(self) -> None:
         """Throw the file away; nothing of it will ever be visible."""
