@@ -151,7 +151,7 @@ def test_at_exit_the_checks_still_waiting_start_at_once():
         )
         asyncio.run_coroutine_threadsafe(asyncio.sleep(0.05), loop).result()
         assert not waiting.done() and store.runs == []
-        start_waiting_checks(timeout=5)
+        start_waiting_checks()
         assert waiting.result(timeout=5) == JobCheck(True)
         assert store.runs == ["HEAD"]
     finally:

@@ -30,7 +30,6 @@ then (:func:`start_waiting_checks`).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -111,23 +110,12 @@ async def job_check(
             _SHARED.pop(key, None)
 
 
-def start_waiting_checks(timeout: float = 30.0) -> None:
-    """Start every check still waiting for its delay, on its loop, and wait for them
-    (``timeout`` seconds at most): at exit, no caller can wait any longer."""
-    started = []
-    for checks in list(_SHARED.values()):
-        if checks.loop.is_running() and not checks.coalesced.idle:
-            started.append(
-                asyncio.run_coroutine_threadsafe(_start_now(checks.coalesced), checks.loop)
-            )
-    concurrent.futures.wait(started, timeout=timeout)
-
-
-async def _start_now(coalesced: Coalesced[JobCheck]) -> None:
-    coalesced.start_now()
-    run = coalesced.running
-    if run is not None:
-        await asyncio.wait([run])
+def start_waiting_checks() -> None:
+    """Start every check still waiting for its delay, on its loop: at exit no caller can
+    wait any longer (the callers wait for their own answers)."""
+    for checks in _SHARED.copy().values():  # (a copy: the loops' threads change it)
+        if checks.loop.is_running():
+            checks.loop.call_soon_threadsafe(checks.coalesced.start_now)
 
 
 def _forget_all() -> None:
