@@ -265,20 +265,31 @@ def main() -> None:
             rows = []
             for size in sizes:
                 results: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
-                for _ in range(runs):  # interleaved: a slow moment hits every writer alike
-                    for method in METHODS:
+                for run in range(runs):  # interleaved: a slow moment hits every writer alike
+                    # boto3 last in one round, first in the next: no writer always follows it.
+                    for method in METHODS if run % 2 == 0 else METHODS[::-1]:
                         results[method].append(measure(method, size, server))
-                rows += [summary(size, method, results[method]) for method in METHODS]
+                boto3 = [r["seconds"] for r in results["boto3"]]
+                rows += [summary(size, method, results[method], boto3) for method in METHODS]
             print_table(name + (", unsigned payload" if args.unsigned_payload else ""), rows, runs)
 
 
-def summary(size: int, method: str, results: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(
+    size: int, method: str, results: list[dict[str, Any]], boto3: list[float]
+) -> dict[str, Any]:
+    """One row: the median seconds, and the median of the per-run ratios to boto3
+    (``boto3[i]`` ran in the same round as this writer's run ``i``: a slow minute of the
+    machine or the server weighs on both sides of a pair, where it can fall on one side
+    only of the ratio of the two medians)."""
     seconds = [r["seconds"] for r in results]
+    paired = [b / s for b, s in zip(boto3, seconds, strict=True)]
     return {
         "size": size,
         "method": method,
         "seconds": statistics.median(seconds),
         "range": (min(seconds), max(seconds)),
+        "paired": statistics.median(paired),
+        "paired_range": (min(paired), max(paired)),
         "rss": max(r["peak_rss_mib"] for r in results),
         "wire": results[0]["wire"],
     }
@@ -286,15 +297,19 @@ def summary(size: int, method: str, results: list[dict[str, Any]]) -> dict[str, 
 
 def print_table(server: str, rows: list[dict[str, Any]], runs: int) -> None:
     print(f"\n### {server}: one file, 1 MiB writes, until visible; median of {runs} run(s)\n")
-    columns = "size | writer | seconds (min-max) | MB/s | x boto3 | peak RSS MiB | checksums"
+    columns = (
+        "size | writer | seconds (min-max) | MB/s | x boto3 | x boto3, paired (min-max) "
+        "| peak RSS MiB | checksums"
+    )
     print(f"| {columns} |")
-    print("|---:|---|---:|---:|---:|---:|---|")
+    print("|---:|---|---:|---:|---:|---:|---:|---|")
     boto3 = {r["size"]: r["seconds"] for r in rows if r["method"] == "boto3"}
     for r in rows:
         low, high = r["range"]
         print(
             f"| {r['size'] // MiB} MiB | {r['method']} | {r['seconds']:.2f} ({low:.2f}-{high:.2f}) "
             f"| {r['size'] / MiB / r['seconds']:.0f} | {boto3[r['size']] / r['seconds']:.2f}x "
+            f"| {r['paired']:.2f}x ({r['paired_range'][0]:.2f}-{r['paired_range'][1]:.2f}) "
             f"| {r['rss']:.0f} | {r['wire']} |"
         )
 
