@@ -1,4 +1,5 @@
-"""Large jobs: streamed job commit (records on local disk), throttling and a fixed rate cap.
+"""Large jobs: streamed job commit (records in a spool, on local disk once large),
+throttling and a fixed rate cap.
 
 The memory and rate figures themselves are measured by ``benchmarks/large_jobs.py``;
 here every mechanism is checked by what it leaves: the committed objects, the spool
@@ -23,6 +24,7 @@ import magicfs
 from magicfs.committers.magic_layout import delete_tree
 from magicfs.errors import InvalidCommitData, JobCommitError
 from magicfs.records import PendingSet, SinglePendingCommit
+from magicfs.stores import spool as spool_module
 from magicfs.stores.commit_ops import Progress
 from magicfs.stores.s3.rate import RateControl
 from magicfs.stores.s3.retry import RetryPolicy
@@ -45,7 +47,18 @@ def commit(key: str, upload: str = "u") -> SinglePendingCommit:
 # -- the spool ------------------------------------------------------------------------------
 
 
-def test_spool_streams_back_every_commit_in_order_and_names_duplicates():
+@pytest.fixture
+def on_disk(monkeypatch):
+    """Spools move to their file at their first row (as a large job's do)."""
+    monkeypatch.setattr(spool_module, "SPILL_BYTES", 0)
+
+
+@pytest.mark.parametrize("where", ["memory", "disk"])
+def test_spool_streams_back_every_commit_in_order_and_names_duplicates(
+    where, monkeypatch, temp_dir
+):
+    if where == "disk":
+        monkeypatch.setattr(spool_module, "SPILL_BYTES", 0)
     spool = CommitSpool()
     try:
         spool.add("s3://b/t0.pendingset", PendingSet("j", [commit("out/a", "u1"), commit("out/b")]))
@@ -70,11 +83,42 @@ def test_spool_streams_back_every_commit_in_order_and_names_duplicates():
         assert spool.first_destinations(2) == ["b/out/a", "b/out/a"]
         assert "u1" in spool and "u2" in spool and "u3" not in spool
         path = spool.path
-        assert os.path.exists(path)
+        assert spools(temp_dir) == ([path] if where == "disk" else [])
     finally:
         spool.discard()
-    assert not os.path.exists(path)
+    assert spools(temp_dir) == []
     spool.discard()  # idempotent
+
+
+def test_a_spool_moves_to_its_file_once_past_its_memory_bound_and_keeps_every_row(
+    monkeypatch, temp_dir
+):
+    """A small job's spools stay in memory (no file); a large job's move to disk, rows
+    added before the move included, and are read back alike."""
+    monkeypatch.setattr(spool_module, "SPILL_BYTES", 256 << 10)
+    spool, keys, pages = CommitSpool(), KeySet(), ListedOnce(iter([]))
+    try:
+        spool.add("r0", PendingSet("j", [commit("out/first", "u-first")]))
+        keys.update(["k-first", "k-first"])
+        pages._keep(["p-first"])
+        assert (spool.path, keys.path, pages.path) == (None, None, None)
+        assert spools(temp_dir) == []
+
+        spool.add("r1", PendingSet("j", [commit(f"out/{n:05d}", f"u{n}") for n in range(5000)]))
+        keys.update(f"k{n}" for n in range(20000))
+        pages._keep([f"p{n:05d}" for n in range(20000)])
+        assert sorted(spools(temp_dir)) == sorted([spool.path, keys.path, pages.path])
+
+        rows = [(source, c.upload_id) for source, _, c in spool.rows()]
+        assert rows == [("r0", "u-first")] + [("r1", f"u{n}") for n in range(5000)]
+        assert spool.files == 5001 and "u-first" in spool and "u4999" in spool
+        assert spool.first_duplicate() is None
+        assert len(keys) == 20001 and "k-first" in keys and "k19999" in keys
+        assert list(pages) == [["p-first"], [f"p{n:05d}" for n in range(20000)]]
+    finally:
+        for each in (spool, keys, pages):
+            each.discard()
+    assert spools(temp_dir) == []
 
 
 def test_spool_reads_back_more_rows_than_one_batch():
@@ -87,7 +131,7 @@ def test_spool_reads_back_more_rows_than_one_batch():
         spool.discard()
 
 
-def test_key_set_on_disk():
+def test_key_set_on_disk(on_disk):
     keys = KeySet()
     try:
         keys.update(["a", "b", "a"])
@@ -98,7 +142,7 @@ def test_key_set_on_disk():
     assert not os.path.exists(keys.path)
 
 
-def test_ordered_paths_come_back_rank_by_rank_never_two_ranks_in_a_batch():
+def test_ordered_paths_come_back_rank_by_rank_never_two_ranks_in_a_batch(on_disk):
     paths = OrderedPaths()
     try:
         paths.add([(3, "j/journal"), (1, "j/t2"), (2, "j/page-1"), (1, "j/t1")])
@@ -156,7 +200,7 @@ def test_a_tree_deleted_at_once_sends_its_last_files_with_its_journal(
     assert sent[-1][-1] == "j/_magicfs_commit.json"
 
 
-def test_a_listing_listed_once_is_read_back_from_disk_on_every_later_pass():
+def test_a_listing_listed_once_is_read_back_from_disk_on_every_later_pass(on_disk):
     pulled = []
 
     def listing():
@@ -176,7 +220,9 @@ def test_a_listing_listed_once_is_read_back_from_disk_on_every_later_pass():
     assert not os.path.exists(pages.path)
 
 
-def test_a_listing_read_ahead_is_taken_on_another_thread_and_its_failure_raised_by_the_pass():
+def test_a_listing_read_ahead_is_taken_on_another_thread_and_its_failure_raised_by_the_pass(
+    on_disk, temp_dir
+):
     threads = []
 
     def listing(fail: bool):
@@ -203,6 +249,7 @@ def test_a_listing_read_ahead_is_taken_on_another_thread_and_its_failure_raised_
     unread = ListedOnce(listing(True)).read_ahead()
     unread.discard()  # never read: its failure is nobody's to raise, and the file goes
     assert not os.path.exists(unread.path)
+    assert spools(temp_dir) == []
 
 
 # -- job commit through the spool ------------------------------------------------------------
@@ -232,7 +279,7 @@ def spools(directory) -> list[str]:
 
 @pytest.mark.parametrize("committer_name", ["magic", "directory"])
 def test_committed_job_leaves_no_spool_and_lists_the_first_files(
-    committer_name, s3_options, s3_client, bucket, temp_dir
+    committer_name, s3_options, s3_client, bucket, temp_dir, on_disk
 ):
     committer = magicfs.committer_for(
         f"s3://{bucket}/out", committer=committer_name, storage_options=s3_options
@@ -250,7 +297,7 @@ def test_committed_job_leaves_no_spool_and_lists_the_first_files(
 
 
 def test_failed_validation_leaves_no_spool_and_nothing_visible(
-    s3_options, s3_client, bucket, temp_dir
+    s3_options, s3_client, bucket, temp_dir, on_disk
 ):
     committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
     committer.setup_job()
@@ -419,9 +466,17 @@ def test_max_request_rate_must_be_positive(s3_options, bucket):
         magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options, max_request_rate=0)
 
 
-def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir, monkeypatch):
-    """... the next one that looks: a process looks once a minute at most (each look
-    lists the whole temporary directory, on a commit's critical path)."""
+def disk_spool() -> CommitSpool:
+    """A spool that has moved to its file (``SPILL_BYTES`` is 0: at its first row)."""
+    made = CommitSpool()
+    made.add("r", PendingSet("j", [commit("out/a")]))
+    assert made.path is not None
+    return made
+
+
+def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir, monkeypatch, on_disk):
+    """... the next one that moves to disk and looks: a process looks once a minute at
+    most (each look lists the whole temporary directory, on a commit's critical path)."""
     import subprocess
     import sys
 
@@ -436,25 +491,30 @@ def test_a_killed_commit_s_spool_is_removed_by_the_next_one(temp_dir, monkeypatc
             sys.executable,
             "-c",
             "import sys, tempfile, time; tempfile.tempdir = sys.argv[1]\n"
-            "from magicfs.stores.spool import CommitSpool\n"
-            "spool = CommitSpool(); print(spool.path, flush=True); time.sleep(60)",
+            "from magicfs.stores import spool\n"
+            "from magicfs.records import PendingSet, SinglePendingCommit\n"
+            "spool.SPILL_BYTES = 0; made = spool.CommitSpool()\n"
+            "made.add('r', PendingSet('j', [SinglePendingCommit("
+            "uri='s3://b/k', upload_id='u', bucket='b', destination_key='k', etags=['e'], "
+            "length=1)]))\n"
+            "print(made.path, flush=True); time.sleep(60)",
             str(temp_dir),
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
     orphan = child.stdout.readline().strip()
-    live = CommitSpool()  # while the child runs, its spool is not an orphan
+    live = disk_spool()  # while the child runs, its spool is not an orphan
     try:
         assert os.path.exists(orphan)
         child.kill()
         child.wait()
         assert os.path.exists(orphan)
         clock[0] += spool.ORPHANS_EVERY - 1
-        CommitSpool().discard()  # this process looked less than a minute ago
+        disk_spool().discard()  # this process looked less than a minute ago
         assert os.path.exists(orphan)
         clock[0] += 1
-        CommitSpool().discard()
+        disk_spool().discard()
         assert not os.path.exists(orphan)
         assert os.path.exists(live.path)  # this process's own spool stays
     finally:

@@ -4,23 +4,25 @@ A job commit must see every commit of the job before it completes the first one
 (validation, duplicate destinations, the conflict decision), and its clean-up must know
 every key the job's writers wrote to. Held in Python, that is about 5 KB per file: 5 GB
 for a job of 1,000,000 files, the failure Hadoop had in production (HADOOP-16570). So
-they go to a SQLite file in the temporary directory instead, written once while the
-records stream in and read back in batches:
+they go to SQLite instead, written once while the records stream in and read back in
+batches: in memory while a spool is small (a job of a few thousand files pays for no
+file), in a file in the temporary directory once it passes :data:`SPILL_BYTES`
+(:class:`_SqliteFile`):
 
 * :class:`CommitSpool`: the commits of every task record loaded (one row each, about
   300 bytes on disk per file plus an index on the destination), with the record each
   came from, so a refusal still names the record and the field. Duplicate destinations
   are found by one indexed query, not by a dict in memory.
-* :class:`KeySet`: a set of strings on disk (the destination keys a job's markers name).
+* :class:`KeySet`: a set of strings (the destination keys a job's markers name).
 * :class:`OrderedPaths`: paths to delete in an order (a job's task records after its
   files, its journal last), however many tasks the job had.
 * :class:`ListedOnce`: the pages of one listing, kept as they are read, so a second pass
   (a job's clean-up: the sweep, then the deletes) reads them back instead of listing again.
 
-Memory: SQLite's page cache (capped at :data:`CACHE_KIB`) plus one batch of rows. The
-file is deleted by :meth:`discard`; the file of a process that was killed (its name
-carries the process id) is deleted by the next spool made on that machine (a process
-looks once a minute at most). Set
+Memory: :data:`SPILL_BYTES` while in memory, then SQLite's page cache (capped at
+:data:`CACHE_KIB`), plus one batch of rows. The file is deleted by :meth:`discard`; the
+file of a process that was killed (its name carries the process id) is deleted by the
+next spool that moves to disk on that machine (a process looks once a minute at most). Set
 ``TMPDIR`` where the temporary directory is small: about 0.4 KB per file of the job.
 Only the thread that created a spool may use it.
 """
@@ -30,6 +32,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import glob
+import itertools
 import json
 import os
 import sqlite3
@@ -45,37 +48,83 @@ from ..statistics import IOStatisticsSnapshot
 
 #: SQLite page cache per spool, in KiB: the memory a spool may use however large the job.
 CACHE_KIB = 8192
-#: Rows read back per query batch.
+#: Rows read back per query batch, and written per insert.
 BATCH = 1000
+#: A spool's size in memory before it moves to a file (:class:`_SqliteFile`).
+SPILL_BYTES = CACHE_KIB * 1024
 
 
 class _SqliteFile:
-    """A private SQLite file in the temporary directory, deleted by :meth:`discard`.
+    """A private SQLite database: in memory while small, then a file in the temporary
+    directory, deleted by :meth:`discard`.
+
+    A job of a few files must not pay for files on disk (creating the file, its schema,
+    its commits: about 10 ms of a one-file job's commit for its four spools, on its
+    critical path), and a job of a million must not hold its rows in memory. So a spool
+    starts in memory and moves to its file (SQLite's online backup, then the file's own
+    connection) once its pages pass :data:`SPILL_BYTES`, the same bound as the page cache
+    a spool on disk keeps. Rows go in :data:`BATCH` at a time, so no insert takes the
+    spool far past it.
 
     Used by one thread at a time, not always the one that made it: a job commit hands
     its spool to the clean-up thread that runs after it (``cleanup="background"``).
     """
 
     def __init__(self, prefix: str, schema: str):
-        handle, self.path = process_temp_file(prefix, ".sqlite")
-        os.close(handle)
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        for pragma in (
-            "journal_mode = OFF",  # a spool that dies with its process is simply rebuilt
-            "synchronous = OFF",
-            f"cache_size = -{CACHE_KIB}",
-            "temp_store = FILE",
-        ):
-            self.db.execute(f"PRAGMA {pragma}")
+        self._prefix = prefix
+        #: The file, once the spool has moved to disk; ``None`` while in memory.
+        self.path: str | None = None
+        self.db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self.db.executescript(schema)
+        self._page_size: int = self.db.execute("PRAGMA page_size").fetchone()[0]
         self.db.execute("BEGIN")
 
+    def _insert(self, statement: str, rows: Iterable[tuple[Any, ...]]) -> int:
+        """Run ``statement`` for each of ``rows``, :data:`BATCH` at a time, the spool
+        moving to disk once past :data:`SPILL_BYTES`; returns the rows changed."""
+        changed = 0
+        remaining = iter(rows)
+        while batch := list(itertools.islice(remaining, BATCH)):
+            changed += self.db.executemany(statement, batch).rowcount
+            self._grew()
+        return changed
+
+    def _grew(self) -> None:
+        """After rows or an index were added: move to disk if past :data:`SPILL_BYTES`."""
+        if self.path is None:
+            (pages,) = self.db.execute("PRAGMA page_count").fetchone()
+            if pages * self._page_size > SPILL_BYTES:
+                self._spill()
+
+    def _spill(self) -> None:
+        """Copy the database to a new file and go on there (the memory is freed)."""
+        handle, path = process_temp_file(self._prefix, ".sqlite")
+        os.close(handle)
+        disk = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._commit()
+            self.db.backup(disk)
+            for pragma in (
+                "journal_mode = OFF",  # a spool that dies with its process is simply rebuilt
+                "synchronous = OFF",
+                f"cache_size = -{CACHE_KIB}",
+                "temp_store = FILE",
+            ):
+                disk.execute(f"PRAGMA {pragma}")
+            disk.execute("BEGIN")
+        except BaseException:
+            disk.close()
+            os.unlink(path)
+            raise
+        self.db.close()
+        self.db, self.path = disk, path
+
     def discard(self) -> None:
-        """Close and delete the file (idempotent)."""
+        """Close the database and delete its file, if it has one (idempotent)."""
         try:
             self.db.close()
         finally:
-            if os.path.exists(self.path):
+            if self.path is not None and os.path.exists(self.path):
                 os.unlink(self.path)
 
     def _commit(self) -> None:
@@ -84,16 +133,14 @@ class _SqliteFile:
 
 
 class KeySet(_SqliteFile):
-    """A set of strings on disk: ``add`` many, then ask ``key in keys``."""
+    """A set of strings (on disk once large): ``add`` many, then ask ``key in keys``."""
 
     def __init__(self) -> None:
         super().__init__("magicfs-keys-", "CREATE TABLE keys (key TEXT PRIMARY KEY)")
         self.size = 0
 
     def update(self, keys: Iterable[str]) -> None:
-        before = self.db.total_changes
-        self.db.executemany("INSERT OR IGNORE INTO keys VALUES (?)", ((k,) for k in keys))
-        self.size += self.db.total_changes - before
+        self.size += self._insert("INSERT OR IGNORE INTO keys VALUES (?)", ((k,) for k in keys))
 
     def __contains__(self, key: object) -> bool:
         self._commit()
@@ -108,7 +155,8 @@ class KeySet(_SqliteFile):
 
 
 class OrderedPaths(_SqliteFile):
-    """Paths on disk, each with a rank: ``add`` many, then read back lowest rank first."""
+    """Paths (on disk once many), each with a rank: ``add`` many, then read back lowest
+    rank first."""
 
     def __init__(self) -> None:
         super().__init__(
@@ -116,7 +164,7 @@ class OrderedPaths(_SqliteFile):
         )
 
     def add(self, ranked: Iterable[tuple[int, str]]) -> None:
-        self.db.executemany("INSERT INTO paths VALUES (?, ?)", ranked)
+        self._insert("INSERT INTO paths VALUES (?, ?)", ranked)
 
     def batches(self, size: int, shared_from: int | None = None) -> Iterator[list[str]]:
         """Every path, by rank then name, at most ``size`` at a time; a batch never holds
@@ -201,7 +249,7 @@ class ListedOnce(_SqliteFile):
             yield page
 
     def _keep(self, page: list[str]) -> None:
-        self.db.executemany("INSERT INTO paths VALUES (?)", ((p,) for p in page))
+        self._insert("INSERT INTO paths VALUES (?)", ((p,) for p in page))
         self._pages.append((self._rows + 1, self._rows + len(page)))
         self._rows += len(page)
 
@@ -244,7 +292,7 @@ class CommitSpool(_SqliteFile):
         self.records.append(source)
         self.job_ids.append(pendingset.job_id)
         self.attempt_ids.append(pendingset.task_attempt_id)
-        self.db.executemany(
+        self._insert(
             "INSERT INTO commits VALUES (?, ?, ?, ?, ?)",
             (
                 (record, position, commit.destination, commit.upload_id, _encode(commit))
@@ -261,6 +309,7 @@ class CommitSpool(_SqliteFile):
             self.db.execute("CREATE INDEX commits_destination ON commits (destination)")
             self._commit()
             self._indexed = True
+            self._grew()
 
     def rows(self) -> Iterator[tuple[str, int, SinglePendingCommit]]:
         """``(record, position, commit)`` for every commit, in the order added."""
@@ -314,6 +363,7 @@ class CommitSpool(_SqliteFile):
             self.db.execute("CREATE INDEX commits_upload ON commits (upload)")
             self._commit()
             self._uploads_indexed = True
+            self._grew()
         found = self.db.execute("SELECT 1 FROM commits WHERE upload = ?", (upload_id,))
         return found.fetchone() is not None
 
