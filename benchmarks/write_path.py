@@ -86,15 +86,22 @@ def _rss_mib() -> float:
 
 
 class WireChecksums:
-    """What the requests of a botocore client said about checksums (a before-call hook)."""
+    """What the requests of a botocore client said about checksums (a before-call hook),
+    and when its last part was uploaded (an after-call hook)."""
 
     def __init__(self) -> None:
+        #: When the last part's reply came (``perf_counter``).
+        self.last_part = 0.0
         self.declared: set[str] = set()
         self.parts = 0
         self.parts_with_checksum = 0
 
     def attach(self, client: Any) -> None:
         client.meta.events.register("before-call.s3", self._seen)
+        client.meta.events.register("after-call.s3.UploadPart", self._part_done)
+
+    def _part_done(self, **kwargs: Any) -> None:
+        self.last_part = time.perf_counter()
 
     def _seen(self, model: Any, params: dict[str, Any], **kwargs: Any) -> None:
         headers = {k.lower(): v for k, v in params.get("headers", {}).items()}
@@ -114,9 +121,10 @@ class WireChecksums:
 
 def _magicfs(
     size: int, options: dict[str, Any], method: str, wire: WireChecksums
-) -> tuple[float, float, int]:
-    """Seconds to the point ``method`` times, the RSS once the job is set up (its client
-    made and connected, as boto3's is before its clock starts) and the size visible."""
+) -> tuple[float, float, float, int]:
+    """Seconds to the point ``method`` times, that point (``perf_counter``), the RSS once
+    the job is set up (its client made and connected, as boto3's is before its clock
+    starts) and the size visible."""
     from magicfs import committer_for
 
     cleanup = "background" if method == "magicfs-bg" else "inline"
@@ -137,10 +145,11 @@ def _magicfs(
     done = time.perf_counter()
     committer.wait_cleanup()
     written = committer.store_fs.info("bench/out/big.bin", refresh=True)["size"]
-    return (closed if method == "magicfs-close" else done) - start, baseline, int(written)
+    ended = closed if method == "magicfs-close" else done
+    return ended - start, ended, baseline, int(written)
 
 
-def _boto3(size: int, client: Any, wire: WireChecksums) -> float:
+def _boto3(size: int, client: Any, wire: WireChecksums) -> tuple[float, float]:
     wire.attach(client)
     with tempfile.NamedTemporaryFile(suffix=".bin") as local:
         for chunk in _chunks(size):
@@ -149,7 +158,7 @@ def _boto3(size: int, client: Any, wire: WireChecksums) -> float:
         start = time.perf_counter()
         with open(local.name, "rb") as source:
             client.upload_fileobj(source, "bench", "out/big.bin")
-        return time.perf_counter() - start
+        return time.perf_counter() - start, time.perf_counter()
 
 
 def child(method: str, size: int, endpoint: str, credentials: tuple[str, str]) -> dict[str, Any]:
@@ -167,14 +176,19 @@ def child(method: str, size: int, endpoint: str, credentials: tuple[str, str]) -
         client = s3_boto3_client(endpoint, credentials, **config)
         client.list_objects_v2(Bucket="bench", MaxKeys=1)  # connect before measuring
         baseline = _rss_mib()
-        seconds = _boto3(size, client, wire)
+        seconds, ended = _boto3(size, client, wire)
         written = client.head_object(Bucket="bench", Key="out/big.bin")["ContentLength"]
     else:
         # No boto3 client here: its own copy of the S3 model would double the objects the
         # garbage collector walks, and a full collection stops s3fs's IO loop mid-upload.
-        seconds, baseline, written = _magicfs(size, options, method, wire)
+        seconds, ended, baseline, written = _magicfs(size, options, method, wire)
     assert written == size, f"{method}: {written} bytes visible, {size} written"
-    return {"seconds": seconds, "peak_rss_mib": _rss_mib() - baseline, "wire": wire.describe()}
+    return {
+        "seconds": seconds,
+        "after_last_part": ended - wire.last_part,
+        "peak_rss_mib": _rss_mib() - baseline,
+        "wire": wire.describe(),
+    }
 
 
 def measure(method: str, size: int, server: Any) -> dict[str, Any]:
@@ -288,6 +302,7 @@ def summary(
         "method": method,
         "seconds": statistics.median(seconds),
         "range": (min(seconds), max(seconds)),
+        "after_last_part": statistics.median(r["after_last_part"] for r in results),
         "paired": statistics.median(paired),
         "paired_range": (min(paired), max(paired)),
         "rss": max(r["peak_rss_mib"] for r in results),
@@ -299,10 +314,10 @@ def print_table(server: str, rows: list[dict[str, Any]], runs: int) -> None:
     print(f"\n### {server}: one file, 1 MiB writes, until visible; median of {runs} run(s)\n")
     columns = (
         "size | writer | seconds (min-max) | MB/s | x boto3 | x boto3, paired (min-max) "
-        "| peak RSS MiB | checksums"
+        "| after last part ms | peak RSS MiB | checksums"
     )
     print(f"| {columns} |")
-    print("|---:|---|---:|---:|---:|---:|---:|---|")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---|")
     boto3 = {r["size"]: r["seconds"] for r in rows if r["method"] == "boto3"}
     for r in rows:
         low, high = r["range"]
@@ -310,8 +325,15 @@ def print_table(server: str, rows: list[dict[str, Any]], runs: int) -> None:
             f"| {r['size'] // MiB} MiB | {r['method']} | {r['seconds']:.2f} ({low:.2f}-{high:.2f}) "
             f"| {r['size'] / MiB / r['seconds']:.0f} | {boto3[r['size']] / r['seconds']:.2f}x "
             f"| {r['paired']:.2f}x ({r['paired_range'][0]:.2f}-{r['paired_range'][1]:.2f}) "
+            f"| {_after_last_part(r)} "
             f"| {r['rss']:.0f} | {r['wire']} |"
         )
+
+
+def _after_last_part(row: dict[str, Any]) -> str:
+    """Milliseconds from the last part's reply to the writer's end (none for
+    ``magicfs-close``: its ``close()`` returns while the last parts still upload)."""
+    return "-" if row["method"] == "magicfs-close" else f"{row['after_last_part'] * 1000:.0f}"
 
 
 if __name__ == "__main__":
