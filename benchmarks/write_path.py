@@ -45,6 +45,14 @@ and ``rgw`` (Ceph RGW, ``tests/helpers/rgw.py``, a fresh bucket per run and the 
 data garbage-collected after it; skipped with a message when Ceph is not installed),
 both on 127.0.0.1 with no added latency: absolute MB/s measure this machine and the
 server, the ratios are the result.
+
+Two ratios to boto3 are printed: ``x boto3``, boto3's median seconds over the writer's,
+and ``x boto3, paired``, the median (and range) of the per-run ratios, each run of a
+writer against boto3's run in the same turn (the writers one after the other, boto3 last in
+one turn and first in the next): a slow minute of the machine or the server then
+weighs on both sides of a pair. ``after last part ms`` is the median time from the last
+UploadPart's reply to the writer's end: for boto3 its completion, for magicfs the task
+and job commit that follow the upload (the part that does not grow with the file).
 """
 
 from __future__ import annotations
@@ -280,7 +288,7 @@ def main() -> None:
             for size in sizes:
                 results: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
                 for run in range(runs):  # interleaved: a slow moment hits every writer alike
-                    # boto3 last in one round, first in the next: no writer always follows it.
+                    # boto3 last in one turn, first in the next: no writer always follows it.
                     for method in METHODS if run % 2 == 0 else METHODS[::-1]:
                         results[method].append(measure(method, size, server))
                 boto3 = [r["seconds"] for r in results["boto3"]]
@@ -292,7 +300,7 @@ def summary(
     size: int, method: str, results: list[dict[str, Any]], boto3: list[float]
 ) -> dict[str, Any]:
     """One row: the median seconds, and the median of the per-run ratios to boto3
-    (``boto3[i]`` ran in the same round as this writer's run ``i``: a slow minute of the
+    (``boto3[i]`` ran in the same turn as this writer's run ``i``: a slow minute of the
     machine or the server weighs on both sides of a pair, where it can fall on one side
     only of the ratio of the two medians)."""
     seconds = [r["seconds"] for r in results]
