@@ -59,8 +59,8 @@ class _SqliteFile:
     directory, deleted by :meth:`discard`.
 
     A job of a few files must not pay for files on disk (creating the file, its schema,
-    its commits: about 10 ms of a one-file job's commit for its four spools, on its
-    critical path), and a job of a million must not hold its rows in memory. So a spool
+    its commits, four times on its commit's critical path), and a job of a million must
+    not hold its rows in memory. So a spool
     starts in memory and moves to its file (SQLite's online backup, then the file's own
     connection) once its pages pass :data:`SPILL_BYTES`, the same bound as the page cache
     a spool on disk keeps. Rows go in :data:`BATCH` at a time, so no insert takes the
