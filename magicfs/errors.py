@@ -95,6 +95,13 @@ class JobAlreadyActiveError(MagicFSError, FileExistsError):
     """
 
 
+class LocalSpoolError(MagicFSError, OSError):
+    """A local spool of a job's commit or clean-up (SQLite, in the temporary directory)
+    could not be written: the directory is full, too small for the job, or not writable.
+    The message names the file and how to give the spool room (``TMPDIR``); the job
+    commit's own error says what was published (nothing, when its load stage failed)."""
+
+
 class JobCommitError(CommitFailedError):
     """Job commit failed in a named stage.
 

@@ -326,6 +326,136 @@ def test_failed_validation_leaves_no_spool_and_nothing_visible(
     assert spools(temp_dir) == []
 
 
+# A temporary directory with no room, made real: the child process may write files of
+# 1 KiB at most (RLIMIT_FSIZE, SIGXFSZ ignored so that the write fails with EFBIG, as
+# on a full disk, rather than killing the process).
+NO_ROOM = (
+    "import resource, signal\n"
+    "def no_room():\n"
+    "    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+    "    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)\n"
+    "    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, hard))\n"
+    "    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))\n"
+)
+
+
+def run_child(code: str, *args: str) -> list[dict]:
+    """Run ``code`` (after :data:`NO_ROOM`) in a child Python; the JSON lines it printed."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", NO_ROOM + code, *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+@pytest.mark.parametrize("when", ["moving to disk", "after the move"])
+def test_a_spool_that_cannot_be_written_names_its_file_and_the_way_out(when, temp_dir):
+    """The move to disk fails (its file removed, the rows still in memory), or a write to
+    the file after it: either way the error names the file, its directory and TMPDIR."""
+    code = (
+        "import json, os, sys, tempfile\n"
+        "tempfile.tempdir = sys.argv[1]\n"
+        "from magicfs.stores import spool\n"
+        "from magicfs.errors import LocalSpoolError\n"
+        "keys = spool.KeySet()\n"
+        "keys.update(['first'])\n"
+        "if sys.argv[2] == 'after the move':\n"
+        "    spool.SPILL_BYTES = 0\n"
+        "    keys.update(['second'])\n"
+        "room = no_room()\n"
+        "moved = keys.path\n"
+        "try:\n"
+        "    keys.update(f'key-{n:07d}' * 8 for n in range(60_000))\n"
+        "    keys.update(['last'])\n"
+        "except LocalSpoolError as error:\n"
+        "    failure = str(error)\n"
+        "room()\n"
+        "print(json.dumps({'failure': failure, 'moved': moved, 'path': keys.path,\n"
+        "    'files': sorted(os.listdir(sys.argv[1])), 'first': 'first' in keys}))\n"
+        "keys.discard()\n"
+        "print(json.dumps({'files': sorted(os.listdir(sys.argv[1]))}))\n"
+    )
+    failed, discarded = run_child(code, str(temp_dir), when)
+    assert str(temp_dir) in failed["failure"] and "is full" in failed["failure"]
+    assert "set TMPDIR to a directory with room" in failed["failure"]
+    assert failed["first"] is True  # the rows written before are all there
+    if when == "moving to disk":
+        assert failed["moved"] is None and failed["path"] is None  # still in memory
+        assert failed["files"] == []  # the file it began is gone (no journal either)
+    else:
+        assert failed["moved"] == failed["path"] and failed["path"] in failed["failure"]
+        assert failed["files"] == [os.path.basename(failed["path"])]
+    assert discarded["files"] == []
+
+
+def test_a_job_commit_with_no_room_for_its_spool_fails_and_commits_once_there_is(
+    s3_options, s3_client, bucket, temp_dir
+):
+    """A user's job on a machine whose temporary directory is full: the commit fails in
+    its load stage, names the spool's file and TMPDIR, publishes nothing, and the same
+    ``commit_job`` succeeds once there is room (the advice followed)."""
+    code = (
+        "import json, sys, tempfile\n"
+        "tempfile.tempdir = sys.argv[1]\n"
+        "import magicfs\n"
+        "from magicfs.stores import spool\n"
+        "spool.SPILL_BYTES = 0  # the spools move to disk at their first row\n"
+        "committer = magicfs.committer_for(sys.argv[3], storage_options=json.loads(sys.argv[2]))\n"
+        "committer.setup_job()\n"
+        "messages = []\n"
+        "for t in range(2):\n"
+        "    task = committer.task_attempt(t)\n"
+        "    committer.setup_task(task)\n"
+        "    committer.fs.pipe_file(task.path(f'part-{t}'), b'x' * 10)\n"
+        "    messages.append(committer.commit_task(task))\n"
+        "room = no_room()\n"
+        "try:\n"
+        "    committer.commit_job(messages)\n"
+        "    print(json.dumps({'error': None}))\n"
+        "except Exception as error:\n"
+        "    print(json.dumps({'error': type(error).__name__, 'stage': error.stage,\n"
+        "        'message': str(error), 'cause': type(error.__cause__).__name__}), flush=True)\n"
+        "input()  # the test looks at the bucket\n"
+        "room()\n"
+        "print(json.dumps({'files': committer.commit_job(messages).files}))\n"
+    )
+    import subprocess
+    import sys
+
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            NO_ROOM + code,
+            str(temp_dir),
+            json.dumps(s3_options),
+            f"s3://{bucket}/out",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        failed = json.loads(child.stdout.readline())
+        assert failed["error"] == "JobCommitError" and failed["stage"] == "load", failed
+        assert failed["cause"] == "LocalSpoolError"
+        assert str(temp_dir) in failed["message"] and "set TMPDIR" in failed["message"]
+        assert visible_keys(s3_client, bucket) == []  # nothing published
+        assert spools(temp_dir) == []
+        committed, _ = child.communicate("\n", timeout=120)
+    finally:
+        child.kill()
+    assert child.returncode == 0, child.stderr.read() if child.stderr else ""
+    assert json.loads(committed.splitlines()[-1]) == {"files": 2}
+    assert sorted(visible_keys(s3_client, bucket)) == ["out/_SUCCESS", "out/part-0", "out/part-1"]
+    assert pending_uploads(s3_client, bucket) == []
+    assert spools(temp_dir) == []
+
+
 # -- throttling and the rate cap ---------------------------------------------------------------
 
 

@@ -42,6 +42,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ..errors import LocalSpoolError
 from ..parallel import in_background
 from ..records import PendingSet, SinglePendingCommit
 from ..statistics import IOStatisticsSnapshot
@@ -85,9 +86,21 @@ class _SqliteFile:
         changed = 0
         remaining = iter(rows)
         while batch := list(itertools.islice(remaining, BATCH)):
-            changed += self.db.executemany(statement, batch).rowcount
+            with self._writing():
+                changed += self.db.executemany(statement, batch).rowcount
             self._grew()
         return changed
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write to the spool: once it is a file, SQLite's failures to write it (a full,
+        too small or unwritable temporary directory) are :class:`LocalSpoolError`."""
+        try:
+            yield
+        except sqlite3.OperationalError as error:
+            if self.path is None:
+                raise
+            raise spool_error(self.path, error) from error
 
     def _grew(self) -> None:
         """After rows or an index were added: move to disk if past :data:`SPILL_BYTES`."""
@@ -97,13 +110,15 @@ class _SqliteFile:
                 self._spill()
 
     def _spill(self) -> None:
-        """Copy the database to a new file and go on there (the memory is freed)."""
-        handle, path = process_temp_file(self._prefix, ".sqlite")
+        """Copy the database to a new file and go on there (the memory is freed). A copy
+        that fails removes its file and leaves the spool in memory, as it was."""
+        try:
+            handle, path = process_temp_file(self._prefix, ".sqlite")
+        except OSError as error:
+            raise spool_error(os.path.join(tempfile.gettempdir(), self._prefix), error) from error
         os.close(handle)
         disk = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            self._commit()
-            self.db.backup(disk)
             for pragma in (
                 "journal_mode = OFF",  # a spool that dies with its process is simply rebuilt
                 "synchronous = OFF",
@@ -111,10 +126,18 @@ class _SqliteFile:
                 "temp_store = FILE",
             ):
                 disk.execute(f"PRAGMA {pragma}")
+            self._commit()
+            self.db.backup(disk)
             disk.execute("BEGIN")
-        except BaseException:
+        except BaseException as failure:
             disk.close()
-            os.unlink(path)
+            for made in (path, f"{path}-journal"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(made)
+            if not self.db.in_transaction:
+                self.db.execute("BEGIN")
+            if isinstance(failure, sqlite3.OperationalError):
+                raise spool_error(path, failure) from failure
             raise
         self.db.close()
         self.db, self.path = disk, path
@@ -129,7 +152,8 @@ class _SqliteFile:
 
     def _commit(self) -> None:
         if self.db.in_transaction:
-            self.db.execute("COMMIT")
+            with self._writing():  # a file's pages are written by then at the latest
+                self.db.execute("COMMIT")
 
 
 class KeySet(_SqliteFile):
@@ -306,7 +330,8 @@ class CommitSpool(_SqliteFile):
     def _index(self) -> None:
         """Index destinations once every record is in (one sort, on disk)."""
         if not self._indexed:
-            self.db.execute("CREATE INDEX commits_destination ON commits (destination)")
+            with self._writing():
+                self.db.execute("CREATE INDEX commits_destination ON commits (destination)")
             self._commit()
             self._indexed = True
             self._grew()
@@ -360,7 +385,8 @@ class CommitSpool(_SqliteFile):
     def __contains__(self, upload_id: object) -> bool:
         """Does a spooled commit name this upload id? (The clean-up keeps those uploads.)"""
         if not self._uploads_indexed:
-            self.db.execute("CREATE INDEX commits_upload ON commits (upload)")
+            with self._writing():
+                self.db.execute("CREATE INDEX commits_upload ON commits (upload)")
             self._commit()
             self._uploads_indexed = True
             self._grew()
@@ -394,6 +420,16 @@ def process_temp_file(prefix: str, suffix: str) -> tuple[int, str]:
     if due:
         _remove_orphans(directory, prefix, suffix)
     return tempfile.mkstemp(prefix=f"{prefix}{os.getpid()}-", suffix=suffix)
+
+
+def spool_error(path: str, error: BaseException) -> LocalSpoolError:
+    """What a spool that cannot be written says: its file, why, and how to give it room."""
+    return LocalSpoolError(
+        f"cannot write {path}, a local spool of a job's commit or clean-up "
+        f"({type(error).__name__}: {error}): its temporary directory "
+        f"{os.path.dirname(path)} is full, too small for this job or not writable; set TMPDIR "
+        "to a directory with room (about 0.4 KB per file of the job) and run it again"
+    )
 
 
 def _remove_orphans(directory: str, prefix: str, suffix: str) -> None:
