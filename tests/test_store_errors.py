@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import s3fs
+from botocore.exceptions import ProfileNotFound
+from fsspec.asyn import sync
 from helpers import object_keys, pending_uploads, tamper_record, visible_keys
 from helpers.cli import run_cli
 
@@ -246,6 +249,62 @@ def test_the_store_client_pool_follows_the_committers_threads(s3_options):
     assert committer.threads == 32
     assert "config_kwargs" not in committer.store_options
     assert "config_kwargs" not in options
+
+
+def test_committers_share_one_copy_of_botocores_models_and_keep_a_session_of_their_own(
+    s3_options, s3_client, bucket
+):
+    """Each job's filesystem gets the session s3fs would make (its own credentials and
+    settings), reading botocore's JSON data through one loader per process."""
+    options = {**s3_options, "skip_instance_cache": True}
+    jobs = [magicfs.committer_for(f"s3://{bucket}/out{n}", storage_options=options) for n in (0, 1)]
+    for n, job in enumerate(jobs):
+        job.setup_job()
+        task = job.task_attempt(0)
+        job.setup_task(task)
+        job.fs.pipe_file(task.path("part-0"), b"bytes %d" % n)
+        job.commit_job([job.commit_task(task)])
+    first, second = (job.store_fs.session for job in jobs)
+    assert jobs[0].store_fs is not jobs[1].store_fs and first is not second
+    assert first.get_component("data_loader") is second.get_component("data_loader")
+    for n in (0, 1):
+        body = s3_client.get_object(Bucket=bucket, Key=f"out{n}/part-0")["Body"].read()
+        assert body == b"bytes %d" % n
+
+
+def test_a_callers_own_session_and_profile_are_what_the_job_uses(
+    s3_server, s3_client, bucket, tmp_path, monkeypatch
+):
+    from aiobotocore.session import AioSession
+
+    credentials = tmp_path / "credentials"
+    credentials.write_text(
+        "[magicfs-test]\naws_access_key_id = profile-key\naws_secret_access_key = s\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))  # none
+    endpoint = {"client_kwargs": s3_server.storage_options["client_kwargs"]}
+    by_profile = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options={**endpoint, "profile": "magicfs-test"}
+    )
+    by_profile.setup_job()
+    fs = by_profile.store_fs
+    assert sync(fs.loop, fs.session.get_credentials).access_key == "profile-key"
+    by_profile.abort_job()
+
+    mine = AioSession()
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, session=mine, **s3_server.storage_options)
+    given = magicfs.committer_for(f"s3://{bucket}/out", fs=fs)
+    given.setup_job()
+    assert given.store_fs.session is mine
+    given.abort_job()
+
+    missing = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options={**endpoint, "profile": "no-such-profile"}
+    )
+    with pytest.raises(ProfileNotFound, match="no-such-profile"):  # as s3fs raises it
+        missing.setup_job()
+    assert s3_client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
 
 
 # --- the CLI: a missing bucket and a closed port exit non-zero ------------------------------

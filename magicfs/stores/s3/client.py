@@ -21,10 +21,23 @@ its s3fs filesystem) gets:
 Each is a default: whatever the user passes in ``config_kwargs`` (``retries``,
 ``connect_timeout``, ``read_timeout``...) is kept as given. The read timeout stays
 botocore's 60 s: a ``CompleteMultipartUpload`` of a large object may take that long.
+
+**One copy of botocore's models per process** (:func:`share_models`). s3fs makes a
+botocore session per filesystem, and each session parses botocore's JSON data again
+(the partitions and endpoints, the S3 service model, its endpoint rules: more CPU than a
+small job's own requests, and one more copy of the models in the heap). A job makes
+filesystems often: each committer on a destination whose options
+skip fsspec's instance cache, each executor task that unpickles a committer so made,
+each operator command. Every S3 filesystem magicfs calls through (:class:`~.store.S3Store`)
+is therefore given, before its first request, the same session s3fs would make itself
+(``AioSession(**fs.kwargs)``: the same profile and settings), reading its data through a
+loader shared by the process. A filesystem that already has a session (the caller's
+``session=``, or one s3fs made) is left as it is.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 #: Seconds to wait for a TCP connection to the endpoint.
@@ -40,3 +53,32 @@ def client_config(config_kwargs: dict[str, Any] | None, threads: int = 8) -> dic
     config.setdefault("connect_timeout", CONNECT_TIMEOUT)
     config.setdefault("retries", {"mode": "standard", "total_max_attempts": CLIENT_ATTEMPTS})
     return config
+
+
+#: botocore data loaders by search path (``None``: botocore's own data), shared.
+_LOADERS: dict[Any, Any] = {}
+_LOADERS_LOCK = threading.Lock()
+
+
+def share_models(fs: Any) -> None:
+    """Give ``fs`` (an ``s3fs.S3FileSystem``) the session s3fs would make for it, reading
+    botocore's data through the process's shared loader (module docstring); nothing if it
+    has a session or a client already. A session that cannot be made here (a profile
+    that does not exist) is left to s3fs, which then raises its own error as before."""
+    if getattr(fs, "session", None) is not None or getattr(fs, "_s3", None) is not None:
+        return
+    from aiobotocore.session import AioSession
+    from botocore.loaders import create_loader
+
+    try:
+        session = AioSession(**getattr(fs, "kwargs", {}))
+        search_path = session.get_config_variable("data_path")
+    except Exception:
+        return
+    with _LOADERS_LOCK:
+        loader = _LOADERS.get(search_path)
+        if loader is None:
+            loader = _LOADERS[search_path] = create_loader(search_path)
+    session.register_component("data_loader", loader)
+    if getattr(fs, "session", None) is None and getattr(fs, "_s3", None) is None:
+        fs.session = session

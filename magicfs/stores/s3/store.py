@@ -63,6 +63,7 @@ from fsspec.asyn import sync
 from ...errors import MissingBucketError
 from . import checksums
 from .body import PartBody
+from .client import share_models
 from .failures import answer, is_not_connected, store_error
 from .rate import RateControl, Replies
 from .retry import (
@@ -99,6 +100,7 @@ class S3Store:
         self, fs: Any, policy: RetryPolicy = DEFAULT_POLICY, max_rate: float | None = None
     ):
         self.fs = fs
+        share_models(fs)  # before its first request: one copy of botocore's models (.client)
         self.policy = policy
         #: Seconds waited before retries so far, by every call (``RetryPolicy.budget``).
         self.retry_waits = 0.0
