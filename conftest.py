@@ -62,6 +62,7 @@ import pathlib
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -111,16 +112,28 @@ def s3_options(s3_server) -> dict:
     return s3_server.storage_options
 
 
-@pytest.fixture
-def s3(s3_server):
+def fresh_s3fs(server) -> Any:
+    """A new ``s3fs.S3FileSystem`` of ``server``, reading botocore's models through the
+    process's shared loader as magicfs's own do (``magicfs.stores.s3.client``)."""
     import s3fs
 
-    fs = s3fs.S3FileSystem(skip_instance_cache=True, **s3_server.storage_options)
-    yield fs
+    from magicfs.stores.s3.client import share_models
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
+    share_models(fs)
+    return fs
 
 
 @pytest.fixture
+def s3(s3_server):
+    return fresh_s3fs(s3_server)
+
+
+@pytest.fixture(scope="session")
 def s3_client(s3_server):
+    """A boto3 client of the moto server, one for the session (a client is thread-safe;
+    making one parses botocore's endpoint rules again). A test that hooks a client's
+    events makes its own (``s3_server.boto3_client()``)."""
     return s3_server.boto3_client()
 
 
@@ -410,14 +423,12 @@ def rgw_server(rgw_installed, tmp_path_factory) -> Iterator:
 @pytest.fixture
 def rgw_s3(rgw_server):
     """A fresh ``s3fs.S3FileSystem`` bound to RGW over HTTP."""
-    import s3fs
-
-    return s3fs.S3FileSystem(skip_instance_cache=True, **rgw_server.storage_options)
+    return fresh_s3fs(rgw_server)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def rgw_client(rgw_server):
-    """A boto3 S3 client bound to RGW over HTTP."""
+    """A boto3 S3 client bound to RGW over HTTP (one for the session, as ``s3_client``)."""
     return rgw_server.boto3_client()
 
 
@@ -458,14 +469,12 @@ def seaweed_server(tmp_path_factory) -> Iterator:
 @pytest.fixture
 def seaweed_s3(seaweed_server):
     """A fresh ``s3fs.S3FileSystem`` bound to SeaweedFS."""
-    import s3fs
-
-    return s3fs.S3FileSystem(skip_instance_cache=True, **seaweed_server.storage_options)
+    return fresh_s3fs(seaweed_server)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def seaweed_client(seaweed_server):
-    """A boto3 S3 client bound to SeaweedFS."""
+    """A boto3 S3 client bound to SeaweedFS (one for the session, as ``s3_client``)."""
     return seaweed_server.boto3_client()
 
 
