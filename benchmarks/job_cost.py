@@ -50,6 +50,8 @@ of requests per file by phase and purpose (``benchmarks/job_phases.py``): from t
 stub's own log of keys, and from the client's botocore hooks on moto and RGW. ``--rss``
 also measures the writing process's peak RSS as the number of files per task grows
 tenfold (each in a process of its own, on moto).
+Every variant's filesystem reads botocore's JSON models through one loader shared by the
+process (as magicfs's own filesystems do), so none pays to parse them again per run.
 ``--busy-core`` keeps one core busy in a separate process during every run of every
 variant (a machine with other work, load about 2 on 2 cores). Every run checks its
 output: the expected files, no upload left. Before each run the
@@ -85,6 +87,7 @@ from job_phases import ClientLog, ServerLog, phase_table, phased_job  # noqa: E4
 
 from magicfs import committer_for  # noqa: E402
 from magicfs.integrations.embedded_s3 import EmbeddedS3Server  # noqa: E402
+from magicfs.stores.s3.client import share_models  # noqa: E402
 
 KiB, MiB = 1 << 10, 1 << 20
 VARIANTS = (
@@ -180,6 +183,15 @@ def make_committer(storage: dict, variant: str, bucket: str):
     return committer_for(f"s3://{bucket}/out", committer=name, storage_options=storage, **options)
 
 
+def bare_filesystem(storage: dict) -> s3fs.S3FileSystem:
+    """The s3fs filesystem of the variants without a committer, reading botocore's models
+    through the process's shared loader as a committer's does
+    (``magicfs.stores.s3.client.share_models``): no variant pays to parse them again."""
+    fs = s3fs.S3FileSystem(**storage)
+    share_models(fs)
+    return fs
+
+
 def run_once(server: Target, workload: Workload, variant: str, bucket: str) -> Run:
     """One job of ``workload`` with ``variant``; checks its output."""
     payload = os.urandom(workload.size)
@@ -193,7 +205,7 @@ def run_once(server: Target, workload: Workload, variant: str, bucket: str) -> R
     start = time.perf_counter()
     done = None  # when commit_job() returned (a clean-up in the background may go on)
     if variant == "direct":
-        fs = s3fs.S3FileSystem(**storage)
+        fs = bare_filesystem(storage)
         counted.attach(fs)
 
         def direct_task(task: int) -> None:
@@ -251,7 +263,7 @@ def floor_job(
     own): each task's calls on its executor thread, task commit does nothing, job commit
     on ``COMMIT_THREADS`` threads.
     """
-    fs = s3fs.S3FileSystem(**storage)
+    fs = bare_filesystem(storage)
     counted.attach(fs)
     call = fs.call_s3  # the same client, event loop and retries as ``direct``'s writes
     if variant == "multipart-floor":
