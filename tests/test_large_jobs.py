@@ -22,7 +22,7 @@ from helpers import pending_uploads, tamper_record, visible_keys
 
 import magicfs
 from magicfs.committers.magic_layout import delete_tree
-from magicfs.errors import InvalidCommitData, JobCommitError
+from magicfs.errors import InvalidCommitData, JobCommitError, LocalSpoolError
 from magicfs.records import PendingSet, SinglePendingCommit
 from magicfs.stores import spool as spool_module
 from magicfs.stores.commit_ops import Progress
@@ -389,6 +389,22 @@ def test_a_spool_that_cannot_be_written_names_its_file_and_the_way_out(when, tem
         assert failed["moved"] == failed["path"] and failed["path"] in failed["failure"]
         assert failed["files"] == [os.path.basename(failed["path"])]
     assert discarded["files"] == []
+
+
+def test_a_spool_whose_temporary_directory_is_gone_names_it(temp_dir, monkeypatch, on_disk):
+    """The file cannot even be made (``TMPDIR`` names no directory): the same error,
+    naming the directory, and the spool's rows are still there in memory."""
+    missing = temp_dir / "gone"
+    monkeypatch.setattr(tempfile, "tempdir", str(missing))
+    keys = KeySet()
+    try:
+        with pytest.raises(LocalSpoolError, match="set TMPDIR") as failure:
+            keys.update(["first"])
+        assert str(missing) in str(failure.value)
+        assert keys.path is None and "first" in keys
+    finally:
+        keys.discard()
+    assert list(temp_dir.iterdir()) == []
 
 
 def test_a_job_commit_with_no_room_for_its_spool_fails_and_commits_once_there_is(
