@@ -9,7 +9,11 @@ after another (8 MiB parts: a tenth as many), on the same server in the same run
 * ``magicfs``: through :class:`magicfs.stores.s3.store.S3Store`, as the committers and
   the writer send them (the retry policy and rate control of ``acall``, s3fs, aiobotocore
   on s3fs's IO loop), each awaited from a blocking caller as a task's thread does;
-* ``boto3``: the same request through a bare boto3 client in the calling thread.
+* ``boto3``: the same request through a bare boto3 client in the calling thread;
+* ``signed, no client`` (``PutObject``, ``HeadObject``, ``GetObject`` only): the same
+  request signed with botocore's SigV4 signer and sent with urllib3 in the calling
+  thread, no client at all (:class:`SignedRequests`): the floor a cheaper request path
+  could approach, not something magicfs sends. Its CPU is all in ``total``.
 
 Bodies and checksums as a job sends them: a ``PutObject`` of a ``.pending`` record (its
 JSON, with a CRC32 header), an ``UploadPart`` of 8 MiB with its CRC32 computed by the
@@ -62,6 +66,8 @@ sys.path.insert(0, HERE)
 MiB = 1 << 20
 STAGES = ("serialise", "sign", "HTTP", "parse")
 BUCKET = "cpu-profile"
+#: The row of :class:`SignedRequests`.
+SIGNED = "signed, no client"
 
 
 class StageClock:
@@ -242,6 +248,61 @@ class Requests:
         return reply["Body"].read()
 
 
+class SignedRequests:
+    """The floor of a small request: signed with botocore's SigV4 signer and sent with
+    urllib3 (botocore's own HTTP library) in the calling thread, with no client: no
+    parameter checks, endpoint rules, event hooks, user agent, retries or XML parsing.
+    Not something magicfs sends: what a request path for the small requests cheaper than
+    a botocore client's could at best approach (path-style addressing, fixed credentials
+    and region, a reply's status checked and its body read)."""
+
+    def __init__(self, target: Any, record: bytes) -> None:
+        import urllib3
+        from botocore.credentials import Credentials
+
+        options = target.storage_options
+        self.endpoint = options["client_kwargs"]["endpoint_url"].rstrip("/")
+        self.credentials = Credentials(options["key"], options["secret"])
+        self.pool = urllib3.PoolManager()
+        self.record = record
+        self.record_crc = _crc(record)
+
+    def _send(self, method: str, key: str, body: bytes = b"", **headers: str) -> bytes:
+        import hashlib
+
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        url = f"{self.endpoint}/{BUCKET}/{key}"
+        headers["x-amz-content-sha256"] = hashlib.sha256(body).hexdigest()
+        request = AWSRequest(method=method, url=url, data=body, headers=headers)
+        S3SigV4Auth(self.credentials, "s3", "us-east-1").add_auth(request)
+        reply = self.pool.request(
+            method, url, body=body or None, headers=dict(request.headers.items())
+        )
+        if reply.status != 200:
+            raise RuntimeError(f"{method} {url}: HTTP {reply.status}: {reply.data[:200]!r}")
+        return bytes(reply.data)
+
+    def types(self) -> dict[str, Callable[[], Any]]:
+        return {
+            "PutObject (record)": self.put,
+            "HeadObject": self.head,
+            "GetObject (record)": self.get,
+        }
+
+    def put(self) -> Any:
+        return self._send(
+            "PUT", "out/r.pending", self.record, **{"x-amz-checksum-crc32": self.record_crc}
+        )
+
+    def head(self) -> Any:
+        return self._send("HEAD", "out/record.pending")
+
+    def get(self) -> Any:
+        return self._send("GET", "out/record.pending")
+
+
 def _crc(data: Any) -> str:
     from magicfs.stores.s3 import checksums
 
@@ -275,12 +336,16 @@ def profile_types(target: Any, count: int, runs: int) -> dict[str, dict[str, dic
     m_clock, b_clock = StageClock(), StageClock()
     m_clock.attach(store.fs.s3)
     b_clock.attach(client)
+    signed = SignedRequests(target, requests.record).types()
     results: dict[str, dict[str, list[dict]]] = {}
     for name, (m_call, b_call, share) in requests.types().items():
         n = max(3, count // share)
         prepare = requests._fresh_upload if "Complete" in name else None
+        clients = [("magicfs", m_call, m_clock), ("boto3", b_call, b_clock)]
+        if name in signed:
+            clients.append((SIGNED, signed[name], StageClock()))  # no events: all "other"
         for _ in range(runs):
-            for writer, call, clock in (("magicfs", m_call, m_clock), ("boto3", b_call, b_clock)):
+            for writer, call, clock in clients:
                 row = measure(call, n, clock, prepare)
                 results.setdefault(name, {}).setdefault(writer, []).append(row)
     return {
@@ -350,9 +415,12 @@ def print_table(results: dict[str, dict[str, dict]], records: float, setup: tupl
     print("|---|---|" + "---:|" * (len(columns) + 1))
     for name, by_writer in results.items():
         boto3_total = by_writer["boto3"]["total"]
-        for writer in ("magicfs", "boto3"):
-            row = by_writer[writer]
-            cells = " | ".join(f"{row[c]:,.0f}" for c in columns)
+        for writer in ("magicfs", "boto3", SIGNED):
+            row = by_writer.get(writer)
+            if row is None:
+                continue
+            shown = columns if writer != SIGNED else ["total"]  # no stages without a client
+            cells = " | ".join(f"{row[c]:,.0f}" if c in shown else "-" for c in columns)
             print(f"| {name} | {writer} | {cells} | {row['total'] / boto3_total:.2f} |")
     print(f"| records (JSON): write and read a .pending | magicfs | {records:,.0f} µs |")
     m_setup, b_setup = setup
