@@ -34,7 +34,9 @@ import collections
 import logging
 import math
 import time
+import weakref
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from .body import rewind
@@ -168,18 +170,32 @@ class Replies:
         self._watched: set[int] = set()
 
     async def watch(self, fs: Any) -> None:
-        """Hook this object into ``fs``'s client, once per client s3fs makes."""
+        """Hook this object into ``fs``'s client, once per client s3fs makes.
+
+        The client's handlers are registered once per client, however many stores (one
+        per job) watch it: one ``needs-retry`` handler (:func:`show_reply`) shows each
+        reply to every watch still alive, and one rewinds bodies. A handler per store
+        would stay registered after its job, and a process running many jobs on one
+        filesystem would run them all on every request.
+        """
         client = getattr(fs, "_s3", None)  # the client s3fs made (cheaper than asking)
         if client is not None and id(client) in self._watched:
             return
         client = await fs.set_session()
         if id(client) not in self._watched:
             self._watched.add(id(client))
-            client.meta.events.register("needs-retry.s3", self._on_reply)
-            # Not about replies, but once per client too: every call sends a part whole.
-            client.meta.events.register("before-parameter-build.s3", rewind)
+            watches = _WATCHES.get(client)
+            if watches is None:
+                watches = _WATCHES[client] = weakref.WeakSet()
+                events = client.meta.events
+                events.register(
+                    "needs-retry.s3", partial(show_reply, watches), unique_id=REPLY_HANDLER
+                )
+                # Not about replies, but once per client too: every call sends a part whole.
+                events.register("before-parameter-build.s3", rewind, unique_id=REWIND_HANDLER)
+            watches.add(self)
 
-    def _on_reply(self, response: Any = None, **_: Any) -> None:
+    def on_reply(self, response: Any = None, **_: Any) -> None:
         if response is None:
             return
         self.answered = True
@@ -188,3 +204,17 @@ class Replies:
         if code in THROTTLING_CODES or getattr(http, "status_code", None) == 503:
             self.throttled += 1
             self.rate.throttled_call()
+
+
+#: The reply watches of each S3 client (a client is shared by the jobs of a process on
+#: one filesystem); a watch leaves when its store is gone.
+_WATCHES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Replies]] = weakref.WeakKeyDictionary()
+#: botocore's ``unique_id`` of the handlers :meth:`Replies.watch` registers.
+REPLY_HANDLER = "magicfs.s3.replies"
+REWIND_HANDLER = "magicfs.s3.rewind"
+
+
+def show_reply(watches: weakref.WeakSet[Replies], response: Any = None, **_: Any) -> None:
+    """botocore's ``needs-retry`` handler of a client: ``response`` shown to each watch."""
+    for watch in list(watches):
+        watch.on_reply(response=response)
