@@ -64,6 +64,7 @@ from ...errors import MissingBucketError
 from . import checksums
 from .body import PartBody
 from .client import share_models
+from .direct import DirectRequests
 from .failures import answer, is_not_connected, store_error
 from .rate import RateControl, Replies
 from .retry import (
@@ -108,6 +109,8 @@ class S3Store:
         self.rate = RateControl(max_rate)
         #: Every reply of s3fs's client, botocore's retries included (:class:`.rate.Replies`).
         self.replies = Replies(self.rate)
+        #: The small requests' cheaper way through the same client (:mod:`.direct`).
+        self.direct = DirectRequests(self.replies.on_reply)
 
     @property
     def throttled(self) -> int:
@@ -135,7 +138,10 @@ class S3Store:
         return asyncio.run_coroutine_threadsafe(coroutine, self.fs.loop)
 
     async def acall(self, operation: str, **params: Any) -> dict[str, Any]:
-        """Run one S3 operation, retried (:mod:`.retry`) and paced (:mod:`.rate`).
+        """Run one S3 operation, retried (:mod:`.retry`) and paced (:mod:`.rate`); a small
+        one through the client's cheaper direct way where that way sends what the client
+        would (:mod:`.direct`), else (and where botocore would send its failed attempt
+        there again) through s3fs.
 
         A failure is raised as a :class:`~magicfs.errors.StoreCallError` naming the
         operation, the object and the store's answer (:mod:`.failures`). It is retried
@@ -148,7 +154,9 @@ class S3Store:
             await self.rate.acquire()
             try:
                 await self.replies.watch(self.fs)
-                response: dict[str, Any] = await self.fs._call_s3(operation, **params)
+                response = await self.direct.send(self.fs, operation, params)
+                if response is None:  # not sent there, or its answer was not final
+                    response = await self.fs._call_s3(operation, **params)
                 self.replies.answered = True
                 return response
             except Exception as error:
