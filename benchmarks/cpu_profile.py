@@ -7,8 +7,12 @@ The requests a magic job sends, one type at a time, each sent ``--requests`` tim
 after another (8 MiB parts: a tenth as many), on the same server in the same run:
 
 * ``magicfs``: through :class:`magicfs.stores.s3.store.S3Store`, as the committers and
-  the writer send them (the retry policy and rate control of ``acall``, s3fs, aiobotocore
-  on s3fs's IO loop), each awaited from a blocking caller as a task's thread does;
+  the writer send them (the retry policy and rate control of ``acall``, the small
+  requests' direct way of :mod:`magicfs.stores.s3.direct`, aiobotocore on s3fs's IO
+  loop), each awaited from a blocking caller as a task's thread does;
+* ``magicfs, client's way`` (the request types the direct way serves): the same through a
+  store whose client has a handler of the benchmark's on ``request-created``, which
+  sends every request the client's way (s3fs's ``_call_s3``), as before that way existed;
 * ``boto3``: the same request through a bare boto3 client in the calling thread;
 * ``signed, no client`` (``PutObject``, ``HeadObject``, ``GetObject`` only): the same
   request signed with botocore's SigV4 signer and sent with urllib3 in the calling
@@ -28,10 +32,11 @@ botocore runs on (``time.thread_time``: s3fs's IO loop for magicfs, the caller f
 
 * ``serialise``: ``before-parameter-build`` to ``before-call`` (parameters checked,
   endpoint resolved, the request built);
-* ``sign``: ``choose-signer`` to the end of ``request-created`` (SigV4, with the payload's
-  SHA-256 over plain HTTP as here: 8 MiB for a part);
-* ``HTTP``: the rest of ``request-created`` to ``before-parse`` (the request written to
-  the socket, the reply read);
+* ``sign``: ``before-call`` to ``before-send`` (the request's checksum, SigV4 with the
+  payload's SHA-256 over plain HTTP as here: 8 MiB for a part; the client's way also
+  its retry bookkeeping and ``request-created``'s handlers);
+* ``HTTP``: ``before-send`` to ``before-parse`` (the request written to the socket, the
+  reply read);
 * ``parse``: ``before-parse`` to ``after-call``;
 * ``other``: the rest of the request's CPU in the whole process (every thread, from
   ``time.process_time`` over the run): for magicfs its own bookkeeping (``acall``, the
@@ -69,6 +74,21 @@ STAGES = ("serialise", "sign", "HTTP", "parse")
 BUCKET = "cpu-profile"
 #: The row of :class:`SignedRequests`.
 SIGNED = "signed, no client"
+#: The row of magicfs sent the client's way (:func:`client_way`).
+CLIENT_WAY = "magicfs, client's way"
+#: The request types magicfs's direct way serves (the others: the same in both rows).
+SMALL = (
+    "PutObject (record)",
+    "CompleteMultipartUpload",
+    "HeadObject",
+    "ListObjectsV2 (10 keys)",
+    "GetObject (record)",
+)
+
+
+def client_way(**_: Any) -> None:
+    """A ``request-created`` handler of nobody's: its client's requests all go the
+    client's way (:mod:`magicfs.stores.s3.direct`)."""
 
 
 class StageClock:
@@ -81,10 +101,11 @@ class StageClock:
     def attach(self, client: Any) -> None:
         events = client.meta.events
         events.register("before-parameter-build.s3", self._mark("start"))
+        # Events both of magicfs's ways emit (a handler on another would send every
+        # request the client's way: magicfs.stores.s3.direct).
         events.register("before-call.s3", self._lap("start", "serialise", "called"))
-        events.register("choose-signer.s3", self._mark("signing"))
-        events.register("request-created.s3", self._lap("signing", "sign", "signed"))
-        events.register("before-parse.s3", self._lap("signed", "HTTP", "parsing"))
+        events.register("before-send.s3", self._lap("called", "sign", "sent"))
+        events.register("before-parse.s3", self._lap("sent", "HTTP", "parsing"))
         events.register("after-call.s3", self._lap("parsing", "parse", "done"))
 
     def _mark(self, name: str) -> Callable[..., None]:
@@ -334,8 +355,14 @@ def profile_types(target: Any, count: int, runs: int) -> dict[str, dict[str, dic
     client.create_bucket(Bucket=BUCKET)
     requests = Requests(store, client)
     store.run(store.ahead_object(BUCKET, "out/record.pending"))  # the client exists now
-    m_clock, b_clock = StageClock(), StageClock()
+    other = magicfs.committer_for(f"s3://{BUCKET}/out", storage_options=options)
+    other_store = other.store_hooks.store
+    other_store.run(other_store.ahead_object(BUCKET, "out/record.pending"))
+    other_store.fs.s3.meta.events.register("request-created.s3", client_way)
+    by_client = Requests(other_store, client).types()
+    m_clock, c_clock, b_clock = StageClock(), StageClock(), StageClock()
     m_clock.attach(store.fs.s3)
+    c_clock.attach(other_store.fs.s3)
     b_clock.attach(client)
     signed = SignedRequests(target, requests.record).types()
     results: dict[str, dict[str, list[dict]]] = {}
@@ -343,6 +370,8 @@ def profile_types(target: Any, count: int, runs: int) -> dict[str, dict[str, dic
         n = max(3, count // share)
         prepare = requests._fresh_upload if "Complete" in name else None
         clients = [("magicfs", m_call, m_clock), ("boto3", b_call, b_clock)]
+        if name in SMALL:
+            clients.insert(1, (CLIENT_WAY, by_client[name][0], c_clock))
         if name in signed:
             clients.append((SIGNED, signed[name], StageClock()))  # no events: all "other"
         for _ in range(runs):
@@ -416,7 +445,7 @@ def print_table(results: dict[str, dict[str, dict]], records: float, setup: tupl
     print("|---|---|" + "---:|" * (len(columns) + 1))
     for name, by_writer in results.items():
         boto3_total = by_writer["boto3"]["total"]
-        for writer in ("magicfs", "boto3", SIGNED):
+        for writer in ("magicfs", CLIENT_WAY, "boto3", SIGNED):
             row = by_writer.get(writer)
             if row is None:
                 continue
