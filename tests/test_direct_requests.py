@@ -11,6 +11,7 @@ between the client and the store.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import pathlib
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import s3fs
 from helpers.s3_targets import S3_TARGETS, S3Target, s3_target, store_fixture
 
 from magicfs.errors import StoreCallError
+from magicfs.stores.s3.body import PartBody, digest
 from magicfs.stores.s3.direct import SERVED
 from magicfs.stores.s3.retry import RetryPolicy
 from magicfs.stores.s3.store import S3Store, error_code
@@ -125,14 +127,31 @@ def test_each_served_request_is_sent_and_read_as_the_client_sends_and_reads_it(t
     # Each sending makes its own upload: compared on a fresh one each time.
     upload = store.run(store.acall("create_multipart_upload", Bucket=bucket, Key="out/big"))
     assert send("list_multipart_uploads", Prefix="out/")["Uploads"][0]["Key"] == "out/big"
-    part = via_client(
+    # A part: sent both ways on an upload of its own (SeaweedFS lists a part sent twice
+    # twice), then once the direct way on out/big.
+    twice = store.run(store.acall("create_multipart_upload", Bucket=bucket, Key="out/twice"))
+    part_params = {"Key": "out/twice", "UploadId": twice["UploadId"], "PartNumber": 1}
+    sent = store.direct.sent
+    store.run(store.acall("upload_part", Bucket=bucket, **part_params, Body=PartBody([b"x"])))
+    assert store.direct.sent == sent  # a part without its hash: the client's way
+    body = PartBody([b"p" * 60, memoryview(b"q" * 40)])  # as a writer hands its pieces
+    body.sha256 = digest(body)  # as its writer computes it, over plain HTTP
+    send("upload_part", **part_params, Body=body)
+    signed = hashlib.sha256(b"p" * 60 + b"q" * 40).hexdigest().encode()
+    assert wire.sent[0][2]["x-amz-content-sha256"] == signed
+    store.run(
+        store.acall(
+            "abort_multipart_upload", Bucket=bucket, Key="out/twice", UploadId=twice["UploadId"]
+        )
+    )
+    part = via_direct(
         store,
         "upload_part",
         Bucket=bucket,
         Key="out/big",
         UploadId=upload["UploadId"],
         PartNumber=1,
-        Body=b"p" * 100,
+        Body=body,
     )
     listed_parts = send("list_parts", Key="out/big", UploadId=upload["UploadId"])
     assert [p["ETag"] for p in listed_parts["Parts"]] == [part["ETag"]]
@@ -145,7 +164,7 @@ def test_each_served_request_is_sent_and_read_as_the_client_sends_and_reads_it(t
         MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]},
     )
     served |= {"create_multipart_upload", "complete_multipart_upload"}
-    assert target.body("out/big") == b"p" * 100 and done["Key"] == "out/big"
+    assert target.body("out/big") == b"p" * 60 + b"q" * 40 and done["Key"] == "out/big"
     other = store.run(store.acall("create_multipart_upload", Bucket=bucket, Key="out/other"))
     via_direct(
         store, "abort_multipart_upload", Bucket=bucket, Key="out/other", UploadId=other["UploadId"]
@@ -420,3 +439,34 @@ def test_jobs_sharing_a_client_all_go_the_direct_way_and_add_no_handlers(s3_serv
         gc.collect()
         assert len(rate._WATCHES[fs.s3]) == 0  # the job's store is gone: so is its watch
     assert counts == [counts[0]] * 4
+
+
+def test_a_writers_parts_go_the_direct_way_signed_with_the_hash_it_computed(s3_server, bucket):
+    """Over plain HTTP a writer computes each part's SHA-256 with its checksum, off the
+    IO loop, and the part goes the direct way signed with it: no retry bookkeeping
+    headers (the direct way's), and the hash on the wire that of the part's bytes."""
+    import magicfs
+
+    storage = {**s3_server.storage_options, "skip_instance_cache": True}
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=storage)
+    seen: list[tuple[str, bool]] = []
+
+    def record(request: Any, **_: Any) -> None:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        signed = headers["x-amz-content-sha256"]
+        signed = signed.decode() if isinstance(signed, bytes) else signed
+        seen.append((signed, "amz-sdk-invocation-id" in headers))
+
+    committer.store_fs.s3.meta.events.register("before-send.s3.UploadPart", record)
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    data = [bytes([n]) * (1 << 20) for n in range(17)]  # 17 MiB: parts of 8, 8 and 1
+    with committer.fs.open(attempt.path("big.bin"), "wb") as f:
+        for piece in data:
+            f.write(piece)
+    committer.commit_job([committer.commit_task(attempt)])
+    blob = b"".join(data)
+    parts = [blob[: 8 << 20], blob[8 << 20 : 16 << 20], blob[16 << 20 :]]
+    assert sorted(seen) == sorted((hashlib.sha256(p).hexdigest(), False) for p in parts)
+    assert committer.store_fs.cat_file(f"{bucket}/out/big.bin") == blob

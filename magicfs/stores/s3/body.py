@@ -17,11 +17,21 @@ declared, sends the views as they are. Each call starts from the first byte: bot
 rewinds a stream before its own retries (``reset_stream``), and :func:`rewind` (a
 ``before-parameter-build`` hook on the client) does it before every call, so s3fs's and
 :meth:`~.store.S3Store.acall`'s repetitions of a call send the whole part again.
+
+**The payload hash.** Over plain HTTP (and where ``payload_signing_enabled`` asks for
+it) botocore's SigV4 signer hashes each part (SHA-256) on the thread that sends it:
+s3fs's one IO loop, which every writer's parts share (boto3 spreads its parts over ten
+threads, and ``hashlib`` releases the GIL). A writer that knows its part will be hashed
+(:func:`hashed_when_signed`) computes the hash on its worker thread with the part's
+checksum (:attr:`PartBody.sha256`), and the direct way (:mod:`.direct`) signs with it
+where botocore's signer would hash the body (the same value: the same bytes). Over
+HTTPS with a checksum header, botocore sends the part unsigned and nothing is hashed.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -33,6 +43,9 @@ class PartBody:
     """The bytes of one part, read from its pieces (``bytes``-like, never changed again)."""
 
     def __init__(self, pieces: Sequence[Any]):
+        #: The hex SHA-256 of the bytes when computed beforehand (:func:`digest`), for the
+        #: signature over plain HTTP (module docstring); ``None``: the signer hashes them.
+        self.sha256: str | None = None
         self._views = [memoryview(p).cast("B") for p in pieces if len(p)]
         self._starts = [0]
         for view in self._views:
@@ -90,6 +103,25 @@ class PartBody:
             view = self._views[index][offset : offset + CHUNK]
             self._position += len(view)
             yield view
+
+
+def digest(part: PartBody) -> str:
+    """The hex SHA-256 of ``part``'s bytes (as botocore's signer computes it)."""
+    hashed = hashlib.sha256()
+    for piece in part.pieces:
+        hashed.update(piece)
+    return hashed.hexdigest()
+
+
+def hashed_when_signed(client: Any) -> bool:
+    """Would botocore's S3 signer hash a part's body for ``client``? Over plain HTTP,
+    and wherever the client's ``s3`` config sets ``payload_signing_enabled`` (True:
+    always; False: never). Over HTTPS a part with a checksum header goes unsigned."""
+    s3_config = getattr(client.meta.config, "s3", None) or {}
+    chosen = s3_config.get("payload_signing_enabled")
+    if chosen is not None:
+        return bool(chosen)
+    return not str(client.meta.endpoint_url).startswith("https")
 
 
 def rewind(params: dict[str, Any], **_: Any) -> None:

@@ -56,8 +56,10 @@ What it leaves out, and so when a request goes the client's way instead:
 * **Signers other than SigV4 for ``s3``**: anonymous access, S3 Express sessions,
   SigV4a (multi-region access points) and a ``signature_version`` of the user's go the
   client's way.
-* **Bodies other than ``bytes`` up to** :data:`MAX_BODY` and operations other than
-  :data:`SERVED`: parts, copies and streams go the client's way.
+* **Bodies other than ``bytes`` up to** :data:`MAX_BODY` or a part whose payload hash its
+  writer computed (:class:`.body.PartBody`, signed with that hash where botocore's
+  signer would hash it, off the IO loop), and operations other than :data:`SERVED`:
+  other parts, copies and streams go the client's way.
 * The ``amz-sdk-invocation-id`` and ``amz-sdk-request`` headers (botocore's retry
   bookkeeping) and the user agent's per-request feature list: the user agent is the
   client's, built once.
@@ -75,6 +77,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .body import PartBody
 from .rate import show_reply
 
 log = logging.getLogger("magicfs.s3.direct")
@@ -93,6 +96,7 @@ SERVED = frozenset(
         "AbortMultipartUpload",
         "ListMultipartUploads",
         "ListParts",
+        "UploadPart",  # a part whose writer computed its payload hash (.body)
     }
 )
 #: Largest body sent here (records, markers, journals): a part goes the client's way.
@@ -124,6 +128,13 @@ INTERNALS = (
 )
 #: The client's endpoint's internals used here.
 ENDPOINT_INTERNALS = ("_do_get_response", "prepare_request", "_needs_retry")
+
+
+def _served_body(body: Any) -> bool:
+    """A record's bytes, or a part whose payload hash is known (:mod:`.body`)."""
+    if isinstance(body, PartBody):
+        return body.sha256 is not None
+    return isinstance(body, bytes) and len(body) <= MAX_BODY
 
 
 def _module(handler: Any) -> str:
@@ -188,7 +199,7 @@ class DirectRequests:
         if str(params.get("Bucket", "")).startswith("arn:"):  # access points: signed apart
             return None
         body = params.get("Body")
-        if body is not None and not (isinstance(body, bytes) and len(body) <= MAX_BODY):
+        if body is not None and not _served_body(body):
             return None
         kwargs = fs._get_s3_method_kwargs(getattr(client, method), **params)
         try:
@@ -368,6 +379,14 @@ class DirectRequests:
         )
         if inspect.isawaitable(auth):
             auth = await auth
+        known = getattr(request.body, "sha256", None)
+        if known is not None and hasattr(auth, "_should_sha256_sign_payload"):
+            # botocore's own decision (plain HTTP, the s3 config's payload signing, a
+            # checksum header over HTTPS); the hash it would compute, computed beforehand
+            hashes = auth.payload
+            check = auth._should_sha256_sign_payload
+            position = request.body.tell()
+            auth.payload = lambda r: known if check(r) and position == 0 else hashes(r)
         auth.add_auth(request)
 
     async def _attempt(

@@ -65,7 +65,7 @@ from ..deferred_writer import (
 )
 from ..job_check import job_still_active
 from . import checksums
-from .body import PartBody
+from .body import PartBody, digest, hashed_when_signed
 from .conditional import aconditional_support
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
@@ -222,6 +222,9 @@ class S3FileHooks:
         #: The parts' checksum algorithm (:mod:`.checksums`), or ``None``.
         self.checksum = checksum
         self.part_checksums: dict[int, str] = {}
+        #: Does the client's signer hash each part (plain HTTP)? Then the part's hash is
+        #: computed with its checksum, off the IO loop (:mod:`.body`); ``None``: not known yet.
+        self.hash_parts: bool | None = None
         self.upload_id: str | None = None
         #: PUT the intent marker before the create (False: an unmarked job's ``wb`` file).
         self.intent_marker = intent_marker
@@ -322,18 +325,24 @@ class S3FileHooks:
         """Upload one part (its pieces, sent without a copy: :mod:`.body`), with its
         checksum as a header (the store checks the bytes).
 
-        The checksum is computed on a worker thread (zlib releases the GIL), neither on
-        the IO loop, which serves every writer, nor in the writing thread, which is busy
-        producing the next part.
+        The checksum, and the payload hash where the client's signer would hash the part
+        (plain HTTP: :mod:`.body`), are computed on a worker thread (zlib and hashlib
+        release the GIL), neither on the IO loop, which serves every writer, nor in the
+        writing thread, which is busy producing the next part.
         """
         assert self.upload_id is not None
         part = PartBody(body)
         sent = None
-        if self.checksum:
+        if self.hash_parts is None:
+            self.hash_parts = hashed_when_signed(await self.store.fs.get_s3(self.bucket))
+        if self.checksum or self.hash_parts:
             loop = asyncio.get_running_loop()
-            value = await loop.run_in_executor(None, checksums.compute, self.checksum, part)
-            self.part_checksums[number] = value
-            sent = (self.checksum, value)
+            value, part.sha256 = await loop.run_in_executor(
+                None, _sums, self.checksum, part, self.hash_parts
+            )
+            if self.checksum and value is not None:
+                self.part_checksums[number] = value
+                sent = (self.checksum, value)
         reply = await self.store.aupload_part(
             self.bucket, self.destination_key, self.upload_id, number, part, sent
         )
@@ -395,3 +404,10 @@ class S3FileHooks:
             doomed.append(self.marker_key)
         if doomed:
             await self.store.adelete_objects(self.bucket, doomed)
+
+
+def _sums(algorithm: str | None, part: PartBody, hashed: bool) -> tuple[str | None, str | None]:
+    """On a worker thread: ``part``'s checksum (``algorithm``) and, if ``hashed``, the
+    SHA-256 its signature needs (:mod:`.body`)."""
+    value = checksums.compute(algorithm, part) if algorithm else None
+    return value, digest(part) if hashed else None
