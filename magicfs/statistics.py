@@ -19,6 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+#: Uploads a job's clean-up aborted that the job did not start (no record of it names them:
+#: another tool's multipart upload under the destination; see ``stores/s3/sweep.py``).
+FOREIGN_UPLOADS_ABORTED = "committer_foreign_uploads_aborted"
+
 
 @dataclass
 class MeanStatistic:

@@ -195,6 +195,15 @@ class JobSummary:
     still runs in the background (``committer.wait_cleanup()`` then says what it left);
     otherwise it says what clean-up could not delete, or that clean-up is off, and the
     command that finishes it (the output itself is complete and visible either way).
+
+    ``foreign_uploads_aborted`` counts the multipart uploads under the destination that
+    the job's clean-up aborted although the job did not start them (no record of the job
+    names them: another tool's; each is logged at WARNING with its key, upload id and
+    initiation time). Decision: counted rather than spared, as Hadoop's
+    ``fs.s3a.committer.abort.pending.uploads`` does, because a job that shares its
+    destination with other writers is told to keep markers (``intent_markers="always"``),
+    and then only uploads on the keys the job writes are taken. With ``cleanup="background"``
+    it is set when the clean-up ends (after ``committer.wait_cleanup()``).
     """
 
     job_id: str
@@ -208,6 +217,7 @@ class JobSummary:
     filenames: list[str] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
     cleanup_incomplete: str | None = None
+    foreign_uploads_aborted: int = 0
 
 
 def check_messages(job_id: str, messages: Messages, records_under: str) -> list[str]:

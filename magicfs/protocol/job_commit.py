@@ -37,7 +37,7 @@ from ..errors import JobCommitError, NothingToCommitError
 from ..filesystems.listings import refreshes_listings_of
 from ..parallel import in_background
 from ..records.journal import CommitJournal
-from ..statistics import IOStatisticsStore
+from ..statistics import FOREIGN_UPLOADS_ABORTED, IOStatisticsStore
 from ..task_files import TASK_FILES
 from .active_jobs import ACTIVE_JOBS
 from .attempts import (
@@ -125,7 +125,9 @@ class JobCommit:
             self.loaded = None  # the clean-up owns it now (and discards it),
             done, published = published, None  # and the listings it is handed
             summary.cleanup_incomplete = clean_up_committed(
-                c, lambda: self._clean_up(loaded, done), skipped=loaded.discard
+                c,
+                counting_foreign(c, summary, lambda: self._clean_up(loaded, done)),
+                skipped=loaded.discard,
             )
             return summary
         finally:
@@ -295,7 +297,6 @@ class JobCommit:
         """A commit that got as far as ``_SUCCESS``: only its clean-up is left to do."""
         c = self.committer
         log.info("job %s: already committed; finishing its clean-up", c.job_id)
-        incomplete = clean_up_committed(c, lambda: try_clean_up(c, None, Published(0, 0)))
         result = journal.result
         summary = summarise(
             c,
@@ -305,7 +306,9 @@ class JobCommit:
             self.start,
             [],
         )
-        summary.cleanup_incomplete = incomplete
+        summary.cleanup_incomplete = clean_up_committed(
+            c, counting_foreign(c, summary, lambda: try_clean_up(c, None, Published(0, 0)))
+        )
         return summary
 
 
@@ -356,6 +359,25 @@ def clean_up_committed(
         return left
     c._cleanup_run = BackgroundCleanup(c.job_id, refreshes_listings_of(c, work))
     return None
+
+
+def counting_foreign(
+    committer: CommitterHooks, summary: JobSummary, work: Callable[[], str | None]
+) -> Callable[[], str | None]:
+    """``work`` (a clean-up) that sets ``summary.foreign_uploads_aborted`` when it ends:
+    the uploads it aborted that the job did not start (each logged at WARNING by the
+    store's sweep). A background clean-up updates the summary in place when it ends
+    (``wait_cleanup()`` returns after that)."""
+    before = committer.stats.counter(FOREIGN_UPLOADS_ABORTED)
+
+    def counted() -> str | None:
+        try:
+            return work()
+        finally:
+            after = committer.stats.counter(FOREIGN_UPLOADS_ABORTED)
+            summary.foreign_uploads_aborted = after - before
+
+    return counted
 
 
 def try_clean_up(

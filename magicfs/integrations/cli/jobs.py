@@ -19,7 +19,11 @@ committer's own methods do:
   a commit is unfinished). A job already committed and cleaned up (its ``_SUCCESS``
   names it, nothing else is left) needs nothing: exit 0, saying so.
 
-A job id of which nothing is left at PATH (no marker, journal, task record or tree, no
+PATH is the job's destination or any directory above it, the bucket's root included: a
+job id with nothing of it at PATH itself is looked for below it (:func:`find_jobs`, the
+bucket's job index) and the action is taken on the one job of that id found there; an id
+found at more than one destination below PATH is refused (exit 1), naming each. A job id
+of which nothing is left at PATH or below it (no marker, journal, task record or tree, no
 ``_SUCCESS`` naming it) is refused by every action (exit 1), naming the jobs that are
 there. Exit 0 when done (``list``: also when nothing is found, unless
 ``--fail-if-any``), 1 when the action failed or was refused (the message says what is
@@ -41,6 +45,7 @@ from ...errors import JobCommitError, NothingToCommitError
 from ...layouts.magic import check_job_id
 from ...protocol.attempts import TaskCommitMessage
 from ...protocol.committer import OutputCommitter
+from ...statistics import FOREIGN_UPLOADS_ABORTED
 from ...stores.registry import DEFERRED_STORES
 from .common import (
     EXIT_FAILED,
@@ -119,8 +124,9 @@ def _add_choices(parser: argparse.ArgumentParser) -> None:
     choice.add_argument(
         "--messages",
         metavar="FILE",
-        help="publish exactly the task attempts these commit messages name: a JSON list of "
-        "TaskCommitMessage objects (message.to_json()), or one per line",
+        help="publish exactly the task attempts these commit messages name: one "
+        "TaskCommitMessage.to_json() per line (the documented way to save them, see "
+        "docs/recovery.md), or a JSON list of those strings or of the objects they hold",
     )
     choice.add_argument(
         "--all-committed-tasks",
@@ -203,11 +209,8 @@ def run_action(args: argparse.Namespace) -> int:
     fs, path = open_fs(args.path, args)
     url = fs.unstrip_protocol(path)
     messages = read_messages(args.messages, args.job) if getattr(args, "messages", None) else None
-    committer = committer_for(url, committer=args.committer, job_id=args.job, fs=fs)
     with store_errors(url):
-        before = describe_job(committer)
-        if before.state == "unknown":
-            raise CliError(_unknown_job(committer, fs))
+        committer, before = _the_job(args, url, fs)
         _refuse(args, before)
         if messages is not None and before.state in NOT_BEGUN:
             check_records_exist(committer, messages, args.messages)
@@ -217,7 +220,7 @@ def run_action(args: argparse.Namespace) -> int:
             raise CliError(str(e)) from None
     document = {
         "jobId": committer.job_id,
-        "destination": url,
+        "destination": committer.url,
         "action": args.action,
         "stateBefore": before.state,
         **outcome,
@@ -230,14 +233,46 @@ def run_action(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _unknown_job(committer: OutputCommitter, fs: Any) -> str:
+def _the_job(args: argparse.Namespace, url: str, fs: Any) -> tuple[OutputCommitter, JobState]:
+    """The committer of job ``--job`` and its state: at PATH itself or, when nothing of it
+    is there, the one job of that id :func:`find_jobs` finds below PATH (PATH is then an
+    ancestor of its destination, the bucket's root included).
+
+    Decision: an id found at more than one destination below PATH is refused, naming each
+    one, rather than acted on at a guess; so is an id found nowhere (naming the jobs that
+    are there). PATH itself wins over anything below it: it is exactly what was asked.
+    """
+    committer = committer_for(url, committer=args.committer, job_id=args.job, fs=fs)
+    before = describe_job(committer)
+    if before.state != "unknown":
+        return committer, before
+    below = find_jobs(url, fs=fs)
+    named = [job for job in below if job.job_id == args.job]
+    if not named:
+        raise CliError(_unknown_job(committer, below))
+    if len(named) > 1:
+        where = "; ".join(f"{job.destination} ({job.committer}, {job.state})" for job in named)
+        raise CliError(
+            f"job {args.job}: found at {len(named)} destinations below {url}: {where}. "
+            f"Nothing was changed: name the one you mean, e.g. magicfs jobs {args.action} "
+            f"--job {args.job} {named[0].destination}"
+        )
+    job = named[0]
+    log.info("job %s: not at %s itself; found below it, at %s", args.job, url, job.destination)
+    committer = committer_for(
+        job.destination, committer=args.committer or job.committer, job_id=args.job, fs=fs
+    )
+    return committer, describe_job(committer)
+
+
+def _unknown_job(committer: OutputCommitter, found: list[JobState]) -> str:
     """The refusal of a job id of which nothing is left: which jobs are there instead."""
-    found = [job.job_id for job in find_jobs(committer.url, fs=fs)]
-    there = ", ".join(found) if found else "none"
+    there = ", ".join(f"{job.job_id} at {job.destination}" for job in found) or "none"
     return (
-        f"no job {committer.job_id} at {committer.url}: nothing of it is there (no job "
-        f"marker, journal, task record or tree of the {committer.name} committer, no "
-        f"_SUCCESS naming it). Jobs found there: {there} (magicfs jobs list {committer.url})"
+        f"no job {committer.job_id} at {committer.url}: nothing of it is there or below "
+        f"it (no job marker, journal, task record or tree of the {committer.name} committer, "
+        f"no _SUCCESS naming it). Jobs found there: {there} (magicfs jobs list "
+        f"{committer.url})"
     )
 
 
@@ -256,8 +291,8 @@ def _refuse(args: argparse.Namespace, before: JobState) -> None:
                 f"job {before.job_id} at {before.destination}: not recovered: no commit of "
                 f"it began ({before.what_happened}), and only its driver knew whether every "
                 f"task had committed. Say what to publish: magicfs jobs recover --messages "
-                f"FILE {base} (exactly the tasks' commit messages, a JSON list) or magicfs "
-                f"jobs recover --all-committed-tasks {base} (the "
+                f"FILE {base} (exactly the tasks' commit messages, one to_json() per line) or "
+                f"magicfs jobs recover --all-committed-tasks {base} (the "
                 f"{plural(before.task_records, 'committed task')} are the whole job; recorded "
                 f"in _SUCCESS). Or, once the driver is known gone, roll it back: magicfs jobs "
                 f"rollback {base}"
@@ -288,13 +323,14 @@ def _act(
             "tasks": summary.tasks,
             "recoveredFrom": _recovered_from(args, before),
             "cleanupIncomplete": summary.cleanup_incomplete,
+            "foreignUploadsAborted": summary.foreign_uploads_aborted,
         }
+    earlier = committer.stats.counter(FOREIGN_UPLOADS_ABORTED)
     if args.action == "rollback":
         committer.abort_job(force=args.force)
-        return {}
-    if before.state != "done":  # done: already cleaned up, nothing to do (idempotent)
+    elif before.state != "done":  # done: already cleaned up, nothing to do (idempotent)
         committer.cleanup_job()
-    return {}
+    return {"foreignUploadsAborted": committer.stats.counter(FOREIGN_UPLOADS_ABORTED) - earlier}
 
 
 def _recovered_from(args: argparse.Namespace, before: JobState) -> str:
@@ -307,7 +343,22 @@ def _recovered_from(args: argparse.Namespace, before: JobState) -> str:
 def _done(
     committer: OutputCommitter, action: str, before: JobState, outcome: dict[str, Any]
 ) -> str:
-    """The one line that says what the action did."""
+    """The line that says what the action did (and the uploads it aborted that the job did
+    not start, each also logged at WARNING)."""
+    line = _what_was_done(committer, action, before, outcome)
+    foreign = outcome.get("foreignUploadsAborted", 0)
+    if foreign:
+        line += (
+            f". Its clean-up also aborted {plural(foreign, 'multipart upload')} under the "
+            "destination that the job did not start (logged above with key, upload id and "
+            "initiation time)"
+        )
+    return line
+
+
+def _what_was_done(
+    committer: OutputCommitter, action: str, before: JobState, outcome: dict[str, Any]
+) -> str:
     head = f"job {committer.job_id} at {committer.url}"
     if action == "recover":
         chosen = {
@@ -336,7 +387,11 @@ def _done(
 
 
 def read_messages(path: str, job_id: str) -> list[TaskCommitMessage]:
-    """The task commit messages in ``path``: a JSON list, or one JSON object per line.
+    """The task commit messages in ``path``, in any of the three shapes a driver writes:
+    JSON lines (one ``message.to_json()`` per line: the documented way, appended as each
+    task commits, so a driver killed mid-job has saved every message so far), a JSON list
+    of ``to_json()`` strings (``json.dump([m.to_json() for m in messages], f)``) or a JSON
+    list of the objects those strings hold.
 
     Each must be a whole :class:`TaskCommitMessage` of job ``job_id``, one per task: a
     wrong file is refused here, naming the entry and field, before the job is touched.
@@ -349,7 +404,10 @@ def read_messages(path: str, job_id: str) -> list[TaskCommitMessage]:
         raise CliError(f"--messages {path}: larger than {MESSAGES_BYTES:,} bytes")
     entries = _message_documents(path, text)
     if not entries:
-        raise CliError(f"--messages {path}: no messages in it (a JSON list of messages)")
+        raise CliError(
+            f"--messages {path}: no messages in it (one message.to_json() per line, or a "
+            "JSON list of them)"
+        )
     messages = [_message(path, where, entry) for where, entry in entries]
     tasks: dict[str, str] = {}
     for message, (where, _) in zip(messages, entries, strict=True):
@@ -369,13 +427,17 @@ def read_messages(path: str, job_id: str) -> list[TaskCommitMessage]:
 
 
 def _message_documents(path: str, text: str) -> list[tuple[str, Any]]:
-    """(where, parsed JSON) of each message: list entries, or lines."""
+    """(where, parsed JSON) of each message: list entries (a string entry is the JSON
+    text of one, ``to_json()``'s, and is parsed), or lines."""
     try:
         document = json.loads(text)
     except ValueError:
         document = None
     if isinstance(document, list):
-        return [(f"entry {index}", entry) for index, entry in enumerate(document)]
+        return [
+            (f"entry {index}", _parsed(path, f"entry {index}", entry))
+            for index, entry in enumerate(document)
+        ]
     if isinstance(document, dict):
         return [("entry 0", document)]
     entries = []
@@ -383,13 +445,26 @@ def _message_documents(path: str, text: str) -> list[tuple[str, Any]]:
         if not line.strip():
             continue
         try:
-            entries.append((f"line {number}", json.loads(line)))
+            entries.append((f"line {number}", _parsed(path, f"line {number}", json.loads(line))))
         except ValueError as e:
             raise CliError(
                 f"--messages {path}: line {number}: not JSON ({e}): the file must hold a "
                 "JSON list of task commit messages, or one message per line"
             ) from None
     return entries
+
+
+def _parsed(path: str, where: str, entry: Any) -> Any:
+    """A list entry as a message's JSON: a string (``to_json()``'s text) is parsed."""
+    if not isinstance(entry, str):
+        return entry
+    try:
+        return json.loads(entry)
+    except ValueError as e:
+        raise CliError(
+            f"--messages {path}: {where}: a string that is not a message's JSON ({e}): each "
+            "string entry must be one task's message.to_json()"
+        ) from None
 
 
 #: The fields of a message and the JSON types they take.
@@ -421,7 +496,12 @@ def _message(path: str, where: str, entry: Any) -> TaskCommitMessage:
     rows = entry.get("rows")
     if rows is not None and (not isinstance(rows, int) or isinstance(rows, bool)):
         raise CliError(f"--messages {path}: {where}: field rows is not an integer")
-    return TaskCommitMessage(**{name: entry[name] for name in _FIELDS}, rows=rows)
+    carried = entry.get("record_json")  # the record itself; the job checks it as it reads one
+    if carried is not None and not isinstance(carried, str):
+        raise CliError(f"--messages {path}: {where}: field record_json is not a string")
+    return TaskCommitMessage(
+        **{name: entry[name] for name in _FIELDS}, rows=rows, record_json=carried
+    )
 
 
 def check_records_exist(

@@ -55,6 +55,7 @@ from ...errors import CommitFailedError, InvalidCommitData
 from ...names import PENDING_SUFFIX, UNMARKED_FILE
 from ...paths import is_deferred_write
 from ...records import SinglePendingCommit
+from ...statistics import FOREIGN_UPLOADS_ABORTED
 from ...task_files import TaskFile
 from ..deferred import collect
 from ..job_hooks import DeferredJobHooks, LayoutJob, PendingListing, StoreOptions
@@ -150,6 +151,9 @@ class S3JobHooks(DeferredJobHooks):
         self.unmarked = False
         #: The snapshot this job's set-up took (its sweep then reads no record back).
         self.snapshot: UnmarkedRecord | None = None
+        #: Uploads the sweep left to other jobs that this job did not start (their abort,
+        #: once the tree is gone, is logged and counted as such).
+        self._foreign_spared: set[str] = set()
 
     @property
     def unmarked_record(self) -> str:
@@ -376,8 +380,11 @@ class S3JobHooks(DeferredJobHooks):
         """With the tree gone, the uploads left to other jobs whose trees are gone too are
         aborted (:func:`.sweep.abort_spared`)."""
         job = self.job
-        aborted = abort_spared(self.store, job.bucket, job.dest_key, job.job_id, left)
+        aborted, foreign = abort_spared(
+            self.store, job.bucket, job.dest_key, job.job_id, left, self._foreign_spared
+        )
         job.stats.increment("committer_commits_aborted", aborted)
+        job.stats.increment(FOREIGN_UPLOADS_ABORTED, len(foreign))
 
     def _sweep(
         self,
@@ -403,6 +410,8 @@ class S3JobHooks(DeferredJobHooks):
         )
         for upload in outcome.left_for_other_jobs:
             spared.setdefault(upload.upload_id, upload)
+        self._foreign_spared |= outcome.foreign_left
+        job.stats.increment(FOREIGN_UPLOADS_ABORTED, len(outcome.foreign_aborted))
         return outcome.aborted
 
     @property

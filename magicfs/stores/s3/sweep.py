@@ -54,6 +54,21 @@ overlap: so a job that spared uploads looks again once its own tree is deleted
 (:func:`abort_spared`) and aborts those no remaining tree may own; the last of the two
 to delete its tree sees the other's gone. What remains parked is reported.
 
+**Uploads the job did not start are named.** An unmarked job's sweep takes, by its
+snapshot, uploads on keys that no marker and no ``.pending`` of the job names; where no
+``.pendingset`` of the job names its id either, nothing ties such an upload to the job:
+it is most likely another tool's multipart upload under the destination (the writer of
+this job that could have started it — one killed before it closed its file, in a process
+that set up its attempt — leaves the same trace). Each one aborted is logged at WARNING
+(logger ``magicfs.s3.sweep``: key, upload id, initiation time, and
+``intent_markers="always"``, the setting that spares them) and counted
+(:attr:`SweepOutcome.foreign_aborted`; the job's counter
+:data:`~magicfs.statistics.FOREIGN_UPLOADS_ABORTED` and its summary's
+``foreign_uploads_aborted``). An upload on a key the job's markers or records name is
+the job's (a writer killed before its ``.pending``, a lost-reply duplicate) and is
+aborted without a warning. Telling them apart costs one more listing of the job's tree
+and a read of its ``.pendingset`` records, only when such uploads are there.
+
 **By record, for one attempt or file.** Task abort and ``rm`` of a task file abort the
 uploads their ``.pending`` records name (a speculative twin of the attempt may be
 writing the same keys right now, so nothing is aborted by key before the job ends).
@@ -91,10 +106,15 @@ class RecordedUpload:
 
 @dataclass
 class SweepOutcome:
-    """What a job sweep did: uploads aborted, and uploads left for another job."""
+    """What a job sweep did: uploads aborted (``foreign_aborted`` of them not started by
+    the job, each logged), and uploads left for another job."""
 
     aborted: int = 0
     left_for_other_jobs: list[PendingUpload] = field(default_factory=list)
+    foreign_aborted: list[PendingUpload] = field(default_factory=list)
+    #: The ids among ``left_for_other_jobs`` that the job did not start either
+    #: (:func:`abort_spared` logs and counts them if it aborts them).
+    foreign_left: set[str] = field(default_factory=set)
 
 
 #: Uploads a message names one by one; the rest are counted.
@@ -109,9 +129,11 @@ def abort_uploads(
     uploads: Iterable[RecordedUpload],
     progress: bool | None = None,
     release: str | None = None,
+    aborted: Callable[[RecordedUpload], None] | None = None,
 ) -> int:
     """Abort each upload (:data:`ABORTS_IN_FLIGHT` at once); uploads already gone are fine.
-    Returns the aborts made.
+    Returns the aborts made; ``aborted`` is called with each upload this call aborted (not
+    those already gone), also when others are left.
 
     **Bounded.** Once one abort has failed through all its retries (the store is down or
     refusing aborts: :attr:`StoreCallError.gave_up <magicfs.errors.StoreCallError>`), no
@@ -150,6 +172,9 @@ def abort_uploads(
                 bar.update()
         except StoreCallError:
             gave_up = True
+    if aborted is not None:
+        for number in sorted(n for n, done in settled.items() if done):
+            aborted(listed[number])
     left = [upload for number, upload in enumerate(listed) if number not in settled]
     if left:
         raise _uploads_left(listed, left, errors[0], gave_up, release)
@@ -294,9 +319,14 @@ def sweep_job(
         return outcome
     others = other_jobs(store, bucket, job_id, {u.key for u in candidates})
     shared = [u for u in candidates if any(o.may_own(u) for o in others)]
+    # Taken by the snapshot alone: on a key no marker or .pending of the job names.
+    unrecorded = [u for u in candidates if u.key not in keys and not u.key.startswith(own_tree)]
+    asked = {u.key for u in (*shared, *unrecorded)}
+    own = own_ids(asked) if asked else set()
+    foreign = {u.upload_id: u for u in unrecorded if u.upload_id not in own}
     if shared:
-        own = own_ids({u.key for u in shared})
         outcome.left_for_other_jobs = [u for u in shared if u.upload_id not in own]
+        outcome.foreign_left = {u.upload_id for u in outcome.left_for_other_jobs} & set(foreign)
         for upload in outcome.left_for_other_jobs:
             log.warning(
                 "job %s: leaving upload %s of s3://%s/%s to the other job whose tree covers it",
@@ -307,30 +337,71 @@ def sweep_job(
             )
         left = {u.upload_id for u in outcome.left_for_other_jobs}
         candidates = [u for u in candidates if u.upload_id not in left]
+
+    def aborted(upload: RecordedUpload) -> None:
+        found = foreign.get(upload.upload_id)
+        if found is not None:
+            outcome.foreign_aborted.append(found)
+            log_foreign_abort(job_id, bucket, found)
+
     outcome.aborted = abort_uploads(
         store,
         [RecordedUpload(bucket, u.key, u.upload_id, f"job {job_id}") for u in candidates],
         progress,
         release_command(bucket, dest_key, job_id),
+        aborted,
     )
     return outcome
 
 
+def log_foreign_abort(job_id: str, bucket: str, upload: PendingUpload) -> None:
+    """The WARNING for an upload the job did not start that its clean-up aborted."""
+    initiated = upload.initiated.isoformat() if upload.initiated else "unknown"
+    log.warning(
+        "job %s: aborted multipart upload %s of s3://%s/%s (initiated %s), which the job "
+        "did not start: no record of the job names it (another tool's upload under the "
+        "destination, or a writer of this job killed before saving its record); "
+        "intent_markers='always' leaves other writers' uploads alone",
+        job_id,
+        upload.upload_id,
+        bucket,
+        upload.key,
+        initiated,
+    )
+
+
 def abort_spared(
-    store: S3Store, bucket: str, dest_key: str, job_id: str, spared: list[PendingUpload]
-) -> int:
+    store: S3Store,
+    bucket: str,
+    dest_key: str,
+    job_id: str,
+    spared: list[PendingUpload],
+    foreign: Container[str] = (),
+) -> tuple[int, list[PendingUpload]]:
     """Once the job's own tree is deleted: abort the uploads it left for other jobs that no
-    remaining tree may own now (see the module docstring). Returns the aborts made."""
+    remaining tree may own now (see the module docstring). Returns the aborts made and
+    those of them the job did not start (ids in ``foreign``: each logged)."""
     if not spared:
-        return 0
+        return 0, []
     others = other_jobs(store, bucket, job_id, {u.key for u in spared})
     orphaned = [u for u in spared if not any(o.may_own(u) for o in others)]
-    return abort_uploads(
+    by_id = {u.upload_id: u for u in orphaned if u.upload_id in foreign}
+    not_started: list[PendingUpload] = []
+
+    def aborted(upload: RecordedUpload) -> None:
+        found = by_id.get(upload.upload_id)
+        if found is not None:
+            not_started.append(found)
+            log_foreign_abort(job_id, bucket, found)
+
+    count = abort_uploads(
         store,
         [RecordedUpload(bucket, u.key, u.upload_id, f"job {job_id}") for u in orphaned],
         False,
         release_command(bucket, dest_key, job_id),
+        aborted,
     )
+    return count, not_started
 
 
 def recorded_ids(store: S3Store, listing: list[str], keys: set[str]) -> set[str]:
