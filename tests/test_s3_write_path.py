@@ -13,7 +13,7 @@ import time
 import weakref
 
 import pytest
-from helpers import complete_from_pending, object_keys, pending_uploads, visible_keys
+from helpers import Calls, complete_from_pending, object_keys, pending_uploads, visible_keys
 from helpers.polling import wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -400,13 +400,20 @@ def test_write_for_a_job_that_is_not_active_is_refused_and_aborted(s3, s3_client
     assert object_keys(s3_client, bucket) == []
 
 
-def test_zombie_that_never_writes_again_is_still_aborted(magic, s3_client, bucket):
+def test_zombie_that_never_writes_again_is_still_aborted(s3, s3_client, bucket):
+    """The upload is created (seen by the client), then aborted by the writer's own job
+    check, with no further write or close to trigger it: nothing is left pending."""
+    calls = Calls(s3)
+    magic = MagicFileSystem(fs=s3, part_size=5 * MiB)
     path = f"{bucket}/out/__magic_job-gone/job-gone/00/tasks/a_0/__base/f.csv"
     f = magic.open(path, "wb")
     f.write(b"zombie data")
-    deadline = time.monotonic() + 10
-    while pending_uploads(s3_client, bucket) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(
+        lambda: ("AbortMultipartUpload", "out/f.csv") in calls.made, "the zombie's upload aborted"
+    )
+    made = [op for op, key in calls.made if key == "out/f.csv"]
+    assert made[:1] == ["CreateMultipartUpload"]  # the upload existed before its abort
+    wait_until(lambda: not pending_uploads(s3_client, bucket), "the abort has landed")
     assert_nothing_left(s3_client, bucket)
     f.discard()
 
