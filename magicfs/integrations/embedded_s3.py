@@ -186,6 +186,13 @@ class EmbeddedS3Server(S3Endpoint):
         self._control(f"{_COPY_PATH}?mb_per_s={mb_per_s}")
         self.copy_mb_per_s = mb_per_s
 
+    def latency_added(self) -> tuple[int, float]:
+        """The requests the server has delayed so far (the control requests aside) and the
+        seconds it added to them: what ``latency_ms`` cost, counted by the server."""
+        with urllib.request.urlopen(f"{self.endpoint_url}{_LATENCY_PATH}", timeout=30) as reply:
+            counted = json.load(reply)
+        return int(counted["requests"]), float(counted["seconds"])
+
     def copies(self) -> CopyCount:
         """The server-side copies the server has answered with success so far, and their
         bytes (a ranged ``UploadPartCopy`` counts its range)."""
@@ -246,15 +253,23 @@ def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
 
     ``POST /_magicfs/latency?ms=N`` and ``POST /_magicfs/copy-bandwidth?mb_per_s=N``
     change the settings at run time; ``GET /_magicfs/copies`` answers the copy count as
-    JSON (``{"copies": N, "bytes": N, "delayed": seconds}``).
+    JSON (``{"copies": N, "bytes": N, "delayed": seconds}``), ``GET /_magicfs/latency``
+    the requests delayed and the seconds added (``{"requests": N, "seconds": s}``).
     """
     settings = {"delay": latency_ms / 1000.0, "copy": copy_mb_per_s * 1e6}
     counter = _CopyCounter()
+    added = {"requests": 0, "seconds": 0.0}  # the latency added, for GET /_magicfs/latency
+    added_lock = threading.Lock()
 
     def control(environ: dict[str, Any], start_response: Any) -> Any:
         if environ.get("PATH_INFO") == _COPIES_PATH:
             start_response("200 OK", [("Content-Type", "application/json")])
             return [counter.as_json()]
+        if environ.get("PATH_INFO") == _LATENCY_PATH and environ.get("REQUEST_METHOD") == "GET":
+            with added_lock:
+                answer = json.dumps(added).encode()
+            start_response("200 OK", [("Content-Type", "application/json")])
+            return [answer]
         query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
         if environ.get("PATH_INFO") == _LATENCY_PATH:
             settings["delay"] = float(query.get("ms", ["0"])[0]) / 1000.0
@@ -266,8 +281,12 @@ def _cost_middleware(app: Any, latency_ms: float, copy_mb_per_s: float) -> Any:
     def costly(environ: dict[str, Any], start_response: Any) -> Any:
         if environ.get("PATH_INFO") in (_LATENCY_PATH, _COPY_PATH, _COPIES_PATH):
             return control(environ, start_response)
-        if settings["delay"]:
-            time.sleep(settings["delay"])
+        delay = settings["delay"]
+        if delay:
+            with added_lock:
+                added["requests"] += 1
+                added["seconds"] += delay
+            time.sleep(delay)
         statuses: list[str] = []
 
         def recording_start_response(status: str, headers: Any, *args: Any) -> Any:
