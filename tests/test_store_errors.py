@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import select
 import shlex
 import socket
 import time
@@ -26,6 +27,7 @@ from botocore.exceptions import ProfileNotFound
 from fsspec.asyn import sync
 from helpers import object_keys, pending_uploads, tamper_record, visible_keys
 from helpers.cli import run_cli
+from helpers.polling import wait_until
 
 import magicfs
 from magicfs.errors import (
@@ -199,6 +201,12 @@ def test_closed_port_fails_write_job_fast():
     assert time.monotonic() - start < UNREACHABLE_BOUND
 
 
+def established(sockets: list[socket.socket]) -> bool:
+    """Has one of these non-blocking sockets finished connecting (writable, no error)?"""
+    _, writable, _ = select.select([], sockets, [], 0)
+    return any(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for s in writable)
+
+
 def test_endpoint_that_does_not_answer_fails_setup_fast():
     # A listening socket whose accept queue is full: Linux drops further SYNs, so a
     # client's connection attempt gets no answer at all (a firewalled or dead host).
@@ -210,7 +218,8 @@ def test_endpoint_that_does_not_answer_fails_setup_fast():
         for filler in fillers:
             filler.setblocking(False)
             filler.connect_ex(("127.0.0.1", port))
-        time.sleep(0.2)
+        # Full once a filler's connection is established (listen(0) queues one).
+        wait_until(lambda: established(fillers), "a filler's connection fills the queue")
         try:
             committer = magicfs.committer_for(
                 "s3://bkt/out", storage_options=unreachable_options(port)
