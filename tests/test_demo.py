@@ -74,6 +74,7 @@ def test_the_magicfs_column_counts_no_copy_for_the_magic_committer(demo_server):
     assert run.copied == CopyCount(0, 0)
     assert demo_server.copies() - before == CopyCount(0, 0)  # nor while writing
     assert run.job_requests >= len(FILES)  # it did commit: a completion per file
+    assert run.published == len(FILES)  # counted on the store, after the job
 
 
 def test_the_magicfs_column_counts_the_copies_of_a_committer_that_renames(demo_server):
@@ -88,3 +89,4 @@ def test_the_v1_column_counts_two_copies_of_every_file(demo_server):
         client.put_object(Bucket=demo.BUCKET, Key=f"sales/{name}", Body=data)
     run = demo.classic_commit(demo_server, FILES, run=0)
     assert run.copied[:2] == (2 * len(FILES), 2 * TOTAL)
+    assert run.published == len(FILES)

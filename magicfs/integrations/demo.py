@@ -17,7 +17,8 @@ says little (one run has shown magicfs ahead and another behind).
 Every number is measured, on both sides alike: requests by the clients' botocore hooks,
 server-side copies and their bytes by the server itself (it counts every ``CopyObject``
 and ``UploadPartCopy`` it answers, ``EmbeddedS3Server.copies()``), read before and
-after each side's commits.
+after each side's commits, and the files published by listing each run's destination
+once it is done (the job's files a reader finds there, with their sizes).
 """
 
 from __future__ import annotations
@@ -150,14 +151,16 @@ def _magic_job(server: EmbeddedS3Server, say: Any) -> Any:
 
 @dataclass
 class CommitRun:
-    """One commit of the demo's files by one side: seconds and requests per phase, and
-    the server-side copies the server answered during the commits."""
+    """One commit of the demo's files by one side: seconds and requests per phase, the
+    server-side copies the server answered during the commits, and the data files a
+    reader lists at the destination afterwards (:func:`_published`)."""
 
     task_seconds: float
     job_seconds: float
     task_requests: int
     job_requests: int
     copied: CopyCount
+    published: int
 
 
 @contextlib.contextmanager
@@ -221,7 +224,8 @@ def magicfs_commit(
         job_seconds = time.perf_counter() - start
         job_requests = sum(requests.take().values())
         copied = server.copies() - copies_before
-    return CommitRun(task_seconds, job_seconds, task_requests, job_requests, copied)
+    published = _published(server.boto3_client(), f"runs/{committer}-{run}/", files)
+    return CommitRun(task_seconds, job_seconds, task_requests, job_requests, copied, published)
 
 
 def classic_commit(server: EmbeddedS3Server, files: dict[str, bytes], run: int) -> CommitRun:
@@ -263,7 +267,25 @@ def classic_commit(server: EmbeddedS3Server, files: dict[str, bytes], run: int) 
         job_seconds = time.perf_counter() - start
         job_requests = sum(requests.take().values())
         copied = server.copies() - copies_before
-    return CommitRun(task_seconds, job_seconds, task_requests, job_requests, copied)
+    published = _published(client, f"{dest}/", files)
+    return CommitRun(task_seconds, job_seconds, task_requests, job_requests, copied, published)
+
+
+def _published(client: Any, prefix: str, files: dict[str, bytes]) -> int:
+    """The data files a reader lists under ``prefix`` once the job is done: every key
+    outside hidden names (``_SUCCESS``, ``_temporary/``, ``__magic_job-*``) that is one of
+    the job's files with its bytes (its size; a wrong file or a missing one is not
+    counted), as the store lists them, not as the job meant them."""
+    sizes = {name: len(data) for name, data in files.items()}
+    pages = client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    found = 0
+    for page in pages:
+        for item in page.get("Contents", []):
+            name = item["Key"][len(prefix) :]
+            if any(part.startswith(("_", ".")) for part in name.split("/")):
+                continue
+            found += sizes.get(name) == item["Size"]
+    return found
 
 
 def _rename_all(client: Any, pairs: list[tuple[str, str]], delete: bool = True) -> None:
@@ -300,7 +322,11 @@ def _compare(server: EmbeddedS3Server, files: dict[str, bytes], say: Any) -> Non
     magic = [magicfs_commit(server, files, run) for run in range(RUNS)]
     classic = [classic_commit(server, files, run) for run in range(RUNS)]
     rows = [
-        ("files published", f"{len(files)}", f"{len(files)}"),
+        (
+            "files published",
+            _count([r.published for r in magic]),
+            _count([r.published for r in classic]),
+        ),
         (
             "server-side copies",
             _count([r.copied.copies for r in magic]),

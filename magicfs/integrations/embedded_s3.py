@@ -23,7 +23,10 @@ the number of requests and that S3 never charges (see :class:`_KeepAliveHandler`
 
 The server also counts the server-side copies it answered and the bytes they moved
 (:meth:`EmbeddedS3Server.copies`): the demo reports what the server did, not what its
-client meant to ask.
+client meant to ask. It counts the latency it added too
+(:meth:`EmbeddedS3Server.latency_added`: requests delayed and seconds), so a test can
+check the setting by the server's own account, not by a wall-clock bound that a loaded
+machine breaks.
 
 Three ways to start one, each on a free loopback port, with buckets made at start:
 
