@@ -566,3 +566,32 @@ def test_front_stops_when_its_parent_dies(s3_server, by_hand):
             os.kill(pid, signal.SIGKILL)  # leave nothing behind, then fail
             pytest.fail("the front outlived its parent")
         time.sleep(0.05)
+
+
+def test_stopping_the_front_waits_for_what_it_sent_upstream(s3_server, s3_client, bucket):
+    """A client killed mid-request, then its front stopped: once ``stop()`` returns, the
+    server has acted on every request the front had sent it (here a PUT the server holds
+    for 1 s), so whoever reads the store next sees it settled (the kill harness relies on
+    it instead of a pause)."""
+    import concurrent.futures
+    import contextlib
+
+    from helpers.polling import wait_until
+
+    front = FaultFront(s3_server.endpoint_url, seed=0).start()
+    client = front.boto3_client()
+    s3_server.set_latency(1000)
+    try:
+        before = s3_server.latency_added()[0]
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            put = pool.submit(client.put_object, Bucket=bucket, Key="in-flight", Body=b"x")
+            wait_until(lambda: s3_server.latency_added()[0] > before, "the PUT is at the server")
+            s3_server.set_latency(0)  # the PUT keeps its second; the listing below waits none
+            front.stop()
+            objects = s3_client.list_objects_v2(Bucket=bucket).get("Contents", [])
+            assert [o["Key"] for o in objects] == ["in-flight"]
+            with contextlib.suppress(Exception):  # answered, or its front gone: either way
+                put.result(timeout=60)
+    finally:
+        s3_server.set_latency(0)
+        front.stop()

@@ -82,7 +82,11 @@ library only) on a free 127.0.0.1 port and stops when its parent goes away, as e
 local server does (:mod:`magicfs.integrations.local_server`, which also names each
 request's operation): it watches its stdin when that is a pipe from the parent
 (end-of-file: the parent closed it or died), and polls its parent's pid in every case
-(so a front started by hand with stdin on ``/dev/null`` does not stop at once). It is
+(so a front started by hand with stdin on ``/dev/null`` does not stop at once). When it
+stops, it sends nothing more upstream and waits (at most :data:`DRAIN_SECONDS`) until
+the server has answered every request already sent to it, so ``FaultFront.stop()``
+returns with the server quiet: a test that kills a client and then stops its front
+reads the store with nothing of the dead client still being acted on. It is
 controlled over HTTP on the same port under ``/_fault/`` (never a valid bucket name):
 ``GET|POST|DELETE /_fault/rules``, ``GET|DELETE /_fault/stats``, ``GET|PUT /_fault/config``.
 
@@ -210,6 +214,10 @@ def validate_rule(spec: dict[str, Any]) -> dict[str, Any]:
         "key": key,
         "ms": ms,
     }
+
+
+#: How long a stopping front waits for the answers of the requests it had sent upstream.
+DRAIN_SECONDS = 30.0
 
 
 class _Rule:
@@ -359,11 +367,15 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._reply_error(200, "InternalError", _INTERNAL_ERROR, resource)
         elif action == "reset-before":
             return self._reset()
+        if not self.server.begin_forward():
+            return self._reset()  # the front is stopping: this request never reaches the server
         try:
             response = self._forward(body, trailers)
         except (OSError, http.client.HTTPException) as error:
             self._close_upstream()
             return self._reply_error(502, "BadGateway", f"upstream failed: {error}", resource)
+        finally:
+            self.server.end_forward()
         if action in ("500-after", "reset-after"):
             try:
                 response.read()
@@ -576,7 +588,33 @@ class FrontServer(http.server.ThreadingHTTPServer):
     def __init__(self, port: int, upstream_url: str, plan: FaultPlan) -> None:
         self.upstream = _loopback_address(upstream_url)
         self.plan = plan
+        #: Requests sent upstream and not yet answered; once stopping, none is sent.
+        self.forwarding = 0
+        self.stopping = False
+        self.answered = threading.Condition()
         super().__init__((LOOPBACK, port), _Handler)
+
+    def begin_forward(self) -> bool:
+        """May a request go upstream now? Not once the front is stopping."""
+        with self.answered:
+            if self.stopping:
+                return False
+            self.forwarding += 1
+            return True
+
+    def end_forward(self) -> None:
+        with self.answered:
+            self.forwarding -= 1
+            self.answered.notify_all()
+
+    def drain(self, timeout: float) -> None:
+        """Stop: no request goes upstream any more (what had not got onto the server is
+        lost, as with a dead client), and wait until the server has answered every
+        request already sent to it (it acts on them whether or not anyone reads the
+        answer). Then the one who stopped the front knows the server is quiet."""
+        with self.answered:
+            self.stopping = True
+            self.answered.wait_for(lambda: self.forwarding == 0, timeout)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind would resolve the host name (socket.getfqdn): no lookups.
@@ -603,6 +641,7 @@ def serve(upstream_url: str, port: int, seed: int, latency_ms: float, parent_pid
     try:
         server.serve_forever(poll_interval=0.1)
     finally:
+        server.drain(DRAIN_SECONDS)
         server.server_close()
 
 

@@ -21,11 +21,12 @@ time (:data:`ROWS`), each run reproducible from its seed.
    (:mod:`.fault_front`) adding a few milliseconds per request, so that kills land
    between requests of every stage; the front is stopped with the job, so requests the
    dead process had not yet got onto the server are lost with it (a request already
-   forwarded completes on the server, as one in flight would on S3; recovery starts
-   ``grace`` seconds later). The phase a kill hit is the last ``PHASE`` line the child
-   printed. Exact kill points instead (``run(..., at_request=n)``): the job waits at the
-   phase until a ``delay`` rule on the phase's n-th S3 request is armed, and is killed
-   the moment that request is held.
+   forwarded completes on the server, as one in flight would on S3; stopping the front
+   waits for those answers, so recovery starts with the server quiet:
+   :meth:`.fault_front.FrontServer.drain`). The phase a kill hit is the last ``PHASE``
+   line the child printed. Exact kill points instead (``run(..., at_request=n)``): the
+   job waits at the phase until a ``delay`` rule on the phase's n-th S3 request is
+   armed, and is killed the moment that request is held.
 4. Recovery runs in a fresh process (``recover`` command) with a new committer for the
    same destination and job id: ``commit_job()`` (``all_committed_tasks=True``: the
    recovering process did not set the job up, so it says that the committed tasks are
@@ -1029,7 +1030,6 @@ class KillHarness:
         workdir: str | None = None,
         *,
         keep: bool = False,
-        grace: float = 0.5,
         timeout: float = 120.0,
         credentials: tuple[str, str] = CREDENTIALS,
     ):
@@ -1037,7 +1037,6 @@ class KillHarness:
         self.credentials = credentials
         self.workdir = workdir or tempfile.mkdtemp(prefix="magicfs-kill-")
         self.keep = keep
-        self.grace = grace
         self.timeout = timeout
         self.client = s3_boto3_client(upstream_url, credentials)
         self.calibrations: dict[tuple, dict[str, float]] = {}
@@ -1292,9 +1291,10 @@ class KillHarness:
                     child.process.wait(delay)
             child.kill()
             if front is not None:
-                front.stop()  # what the dead process had not got onto the server is lost
+                # What the dead process had not got onto the server is lost; what it had
+                # is answered before stop() returns (the front drains).
+                front.stop()
                 front = None
-            time.sleep(self.grace)
             result.phase = child.phase
             self._check_magicfs(child, result)
             if not reached:
