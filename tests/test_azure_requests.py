@@ -278,7 +278,10 @@ def test_writers_whose_checks_overlap_share_them(azurite_logged, abfs_logged, lo
     TASK_FILES.settle(committer.job_id, task.attempt_id)
     log = requests_of(azurite_logged, logged_container, since)
 
-    assert 1 <= len(writer_records(log, "BlockBlob_Upload")) <= 20
+    # Shared, both: fewer record saves than files (a save per file is what no sharing
+    # makes; runs here made 14) and at most half the checks of a check per writer's
+    # marker and record (40; runs here made 16).
+    assert 1 <= len(writer_records(log, "BlockBlob_Upload")) < 20
     assert 2 <= job_checks(log) <= 20
     committer.commit_job([committer.commit_task(task)])
     assert len(published(azurite_logged, logged_container)) == 20

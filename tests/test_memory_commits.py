@@ -92,7 +92,9 @@ def test_tasks_committing_at_once_list_no_attempt_and_share_their_job_checks(tar
     listings = [key for op, key in calls.made if op == "ListObjectsV2"]
     signals = job.deferred.split(job.layout.job_signals_prefix)[1]
     assert set(listings) == {signals}  # never a task's attempts
-    assert 1 <= len(listings) <= len(tasks)
+    # Shared: fewer listings than tasks (a listing per task is what no sharing makes;
+    # runs here made 2 to 4 for the 8 tasks on moto and RGW).
+    assert 1 <= len(listings) < len(tasks)
     assert sorted(k for op, k in calls.made if op == "PutObject") == sorted(
         job.deferred.split(m.record)[1] for m in messages
     )
