@@ -343,10 +343,28 @@ def check_single_path_method(store: Store, fs: Any, method: str, tmp_path: Path)
     assert after == after_plain
 
 
-@pytest.mark.parametrize("method", sorted(MULTI))
+@pytest.mark.parametrize("method", sorted(set(MULTI) - {"mv"}))
 def test_multi_path_methods_expand_patterns_as_the_store(
     store: Store, installed: None, method: str, tmp_path: Path
 ) -> None:
+    check_multi_path_method(store, method, tmp_path)
+
+
+@pytest.fixture(params=[p for p in STORES if p != "gcs"])
+def mv_store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    """Not GCS: gcsfs's own ``mv`` waits half a minute for each name it cannot move, and
+    on a plain path magicfs calls it as it is (its task view moves by
+    :mod:`magicfs.stores.gcs_moves`)."""
+    return make_store(request, request.param, tmp_path)
+
+
+def test_mv_expands_patterns_as_the_store(mv_store: Store, installed: None, tmp_path: Path) -> None:
+    check_multi_path_method(mv_store, "mv", tmp_path)
+
+
+def check_multi_path_method(store: Store, method: str, tmp_path: Path) -> None:
+    """``method`` on every target name, as a pattern, through magicfs's installed class
+    and the plain filesystem: the same outcome, the same objects after each call."""
     plain, magic = sides(store, magic_fs(store, "installed"), tmp_path)
     operation = MULTI[method]
     for name in TARGETS:
