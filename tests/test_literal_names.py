@@ -1,4 +1,4 @@
-"""Names are taken literally (issue #52): a single-path method of magicfs's filesystems
+"""Names are taken literally: a single-path method of magicfs's filesystems
 acts on the one name it is given, whatever characters the name holds, on every store.
 
 ``rm_file`` through magicfs was ``rm``, which expands fsspec's glob characters:
@@ -67,7 +67,7 @@ def content(name: str) -> bytes:
 
 @dataclass
 class Store:
-    """One store: how to build its own filesystem, and a fresh directory on it."""
+    """One store: its own filesystem, its options, and a fresh directory on it."""
 
     kind: str
     protocol: str
@@ -176,8 +176,9 @@ def installed() -> Iterator[None]:
 def magic_fs(store: Store, flavour: str) -> MagicFileSystem:
     """The filesystem a user of magicfs has on ``store``: ``installed``, what
     ``fsspec.filesystem(protocol)`` builds after ``magicfs.install()`` (the ``installed``
-    fixture); ``wrapper``, a
-    ``MagicFileSystem`` made around the store's own filesystem."""
+    fixture); ``wrapper``, a ``MagicFileSystem`` made around the store's filesystem. Both
+    call the same (cached) filesystem of the store as the plain side: what differs
+    between the sides is magicfs alone."""
     if flavour == "wrapper":
         return MagicFileSystem(fs=store.fs)
     fs = fsspec.filesystem(store.protocol, **store.options)
@@ -282,8 +283,8 @@ def outcome(operation: Callable[..., Any], side: Side, *names: str) -> tuple[str
 
 
 def sides(store: Store, fs: Any, tmp_path: Path) -> tuple[Side, Side]:
-    """The plain side (a fresh filesystem of the store) and magicfs's, each with its
-    directory holding every name, and a local directory."""
+    """The plain side (the store's filesystem) and magicfs's (``fs``), each with its
+    directory holding every name and a source to copy from, and a local directory."""
     made = []
     for label, side_fs in (("plain", store.fs), ("magic", fs)):
         local = tmp_path / label
@@ -376,12 +377,13 @@ def check_multi_path_method(store: Store, method: str, tmp_path: Path) -> None:
     assert after == after_plain
 
 
-def test_rm_file_deletes_the_named_object_only_as_in_the_issue(
+def test_rm_file_deletes_the_named_object_only_as_first_reported(
     store: Store, installed: None
 ) -> None:
-    """The issue's own steps: after ``install()``, ``rm_file`` of ``a[1].txt``, ``b*.txt``
-    and ``c?.txt`` deletes those three objects and keeps ``a1.txt``, ``bx.txt``, ``cz.txt``."""
-    directory = f"{store.root}/issue"
+    """The data loss as first reported: after ``install()``, ``rm_file`` of ``a[1].txt``,
+    ``b*.txt`` and ``c?.txt`` deletes those three objects and keeps ``a1.txt``, ``bx.txt``
+    and ``cz.txt``."""
+    directory = store.root  # the bucket itself on S3, as first reported
     store.populate(directory, ["a[1].txt", "a1.txt", "b*.txt", "bx.txt", "c?.txt", "cz.txt"])
     fs = magic_fs(store, "installed")
     for name in ["a[1].txt", "b*.txt", "c?.txt"]:

@@ -365,10 +365,10 @@ class MagicFileSystem(ChainedFileSystem):
         """Delete the one file named ``path``, its name taken literally.
 
         Never through :meth:`rm`: ``rm`` takes patterns (``[``, ``]``, ``*``, ``?`` are
-        fsspec's glob characters), so ``rm_file("bkt/a[1].txt")`` deleted ``a1.txt``
-        instead, and ``rm_file("bkt/b*.txt")`` every name the pattern matched (issue
-        #52). A plain path is the wrapped filesystem's own ``rm_file``; a task path the
-        view's, which deletes exactly that task file.
+        fsspec's glob characters): when it was, ``rm_file("bkt/a[1].txt")`` deleted
+        ``a1.txt`` instead, and ``rm_file("bkt/b*.txt")`` every name the pattern matched
+        (CHANGELOG). A plain path is the wrapped filesystem's own ``rm_file``; a task path
+        the view's, which deletes exactly that task file.
         """
         if not self._task(path):
             return self.fs.rm_file(path)

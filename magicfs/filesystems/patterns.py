@@ -7,7 +7,7 @@ there yet (an S3 writer's marker is on its way, an unmarked job has none until t
 closes), so the views match the pattern against their registry too, with fsspec's own
 translation of a pattern (:func:`fsspec.utils.glob_translate`): the same names match.
 
-Single-path methods never come here: their names are literal (issue #52).
+Single-path methods never come here: their names are literal.
 """
 
 from __future__ import annotations
