@@ -395,6 +395,7 @@ def test_rm_file_deletes_the_named_object_only_as_first_reported(
 
 TASK_STORES = [
     "moto",
+    "moto-marked",  # intent markers at every task file (a destination shared with others)
     pytest.param("rgw", marks=pytest.mark.rgw),
     pytest.param("seaweed", marks=pytest.mark.seaweed),
     "azure",
@@ -454,10 +455,12 @@ def task_side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TaskSi
         raw = committer.store_fs
         store = Store(kind, "mem-deferred", {}, bucket, f"mem-deferred://{bucket}", raw)
     else:
-        store = make_store(request, kind.removesuffix("-block-list"), tmp_path)
+        store = make_store(request, kind.partition("-")[0], tmp_path)
         options: dict[str, Any] = {"fs": store.fs}
         if kind.startswith("azure"):
             options["committer"] = "block-list" if kind.endswith("block-list") else "manifest"
+        if kind.endswith("-marked"):
+            options["intent_markers"] = "always"
         committer = magicfs.committer_for(f"{store.url}/out", **options)
     committer.setup_job()
     task = committer.task_attempt(0)
