@@ -448,7 +448,18 @@ class TaskSide:
 
 @pytest.fixture(params=TASK_STORES)
 def task_side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TaskSide]:
-    kind = request.param
+    yield from task_side_on(request, request.param, tmp_path)
+
+
+@pytest.fixture(params=["moto", "azure-block-list", "mem-deferred"])
+def deferred_task_side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TaskSide]:
+    """A task on each kind of deferred store (S3 uploads, Azure blocks, in-process)."""
+    yield from task_side_on(request, request.param, tmp_path)
+
+
+def task_side_on(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> Iterator[TaskSide]:
+    """A :class:`TaskSide` on the store ``kind``, every name written in the task and in
+    the plain directory; the job aborted afterwards unless the test committed it."""
     if kind == "mem-deferred":
         bucket = f"t-{uuid.uuid4().hex}"
         committer = magicfs.committer_for(f"mem-deferred://{bucket}/out")
@@ -483,6 +494,19 @@ def task_side(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[TaskSi
         committer.abort_job()
     except Exception:  # the test committed the job
         committer.cleanup_job()
+
+
+def test_rm_file_of_a_deferred_task_path_names_one_file(deferred_task_side: TaskSide) -> None:
+    """``rm_file`` of a name the task has no file at, or of a directory of task files,
+    raises and deletes nothing: ``rm(path, recursive=True)`` deletes a directory."""
+    ts = deferred_task_side
+    ts.fs.pipe_file(ts.task.path("dir/x.txt"), b"below")
+    with pytest.raises(FileNotFoundError):
+        ts.fs.rm_file(ts.task.path("[a].txt"))  # no such file; as a pattern: a.txt
+    with pytest.raises(IsADirectoryError, match=r"rm\(path, recursive=True\)"):
+        ts.fs.rm_file(ts.task.path("dir"))
+    expected = {name: content(name) for name in NAMES} | {"dir/x.txt": b"below"}
+    assert ts.published() == expected
 
 
 #: Operations on task paths: the task-path contract's rows for names (reads of a deferred
