@@ -383,7 +383,10 @@ def test_rm_file_deletes_the_named_object_only_as_first_reported(
     """The data loss as first reported: after ``install()``, ``rm_file`` of ``a[1].txt``,
     ``b*.txt`` and ``c?.txt`` deletes those three objects and keeps ``a1.txt``, ``bx.txt``
     and ``cz.txt``."""
-    directory = store.root  # the bucket itself on S3, as first reported
+    # The bucket itself on S3, as first reported. Elsewhere a directory: adlfs's own
+    # pipe_file of "a[1].txt" at a container's top level writes the blob, then raises a
+    # ValueError (it parses "[1]" in a URL as an IPv6 host), with or without magicfs.
+    directory = store.root if store.protocol == "s3" else f"{store.root}/issue"
     store.populate(directory, ["a[1].txt", "a1.txt", "b*.txt", "bx.txt", "c?.txt", "cz.txt"])
     fs = magic_fs(store, "installed")
     for name in ["a[1].txt", "b*.txt", "c?.txt"]:
