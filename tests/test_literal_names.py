@@ -385,7 +385,8 @@ def test_rm_file_deletes_the_named_object_only_as_first_reported(
     and ``cz.txt``."""
     # The bucket itself on S3, as first reported. Elsewhere a directory: adlfs's own
     # pipe_file of "a[1].txt" at a container's top level writes the blob, then raises a
-    # ValueError (it parses "[1]" in a URL as an IPv6 host), with or without magicfs.
+    # ValueError ("'1' does not appear to be an IPv4 or IPv6 address"), with or without
+    # magicfs.
     directory = store.root if store.protocol == "s3" else f"{store.root}/issue"
     store.populate(directory, ["a[1].txt", "a1.txt", "b*.txt", "bx.txt", "c?.txt", "cz.txt"])
     fs = magic_fs(store, "installed")
