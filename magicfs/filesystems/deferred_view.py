@@ -34,6 +34,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable
+from glob import has_magic
 from typing import Any, cast
 
 from ..errors import DeferredFileError
@@ -42,6 +43,7 @@ from ..names import PENDING_SUFFIX
 from ..paths import MagicPath, final_destination, is_deferred_write, parse_magic_path
 from ..records import SinglePendingCommit
 from ..stores.deferred_writer import DeferredWriter, DeferredWrites
+from .patterns import known_matches
 
 _COPY_CHUNK = 8 << 20
 
@@ -163,12 +165,22 @@ class DeferredTaskView:
 
         Files this process has just written count even if their marker is still on its
         way (:meth:`task_view`): a recursive ``rm`` must not miss one and let it commit.
+
+        A path with glob characters is a pattern, as for every fsspec ``rm``; it names
+        the task files the task sees (:meth:`ls`): their markers, the records standing
+        for files with no marker, and this process's files, matched by fsspec's own
+        translation of the pattern (:mod:`.patterns`). A name without them is taken as
+        it is.
         """
         try:
             expanded = set(self.fs.expand_path(paths, recursive=recursive, maxdepth=maxdepth))
         except FileNotFoundError:
             expanded = set()
         for path in paths:
+            if has_magic(path):
+                expanded |= self._unmarked_matches(path)
+                expanded |= {f.path for f in known_matches(self.registry, path, recursive)}
+                continue
             if self.registry.get(path.rstrip("/")) is not None:
                 expanded.add(path.rstrip("/"))
             if recursive:
@@ -176,6 +188,34 @@ class DeferredTaskView:
         if not expanded:
             raise FileNotFoundError(paths[0] if len(paths) == 1 else paths)
         self.rm_files(sorted(expanded))
+
+    def _unmarked_matches(self, pattern: str) -> set[str]:
+        """The files with no marker (an unmarked job's closed files) that ``pattern``
+        names: their records match ``pattern`` followed by the records' suffix."""
+        if pattern.rstrip("/").endswith("**") or pattern.endswith("/"):
+            return set()  # "**" already matched the records; "x/" names directories only
+        records = self.fs.glob(pattern + PENDING_SUFFIX)
+        files = {r.removesuffix(PENDING_SUFFIX) for r in records}
+        return {f for f in files if is_deferred_write(f)}
+
+    def rm_file(self, path: str) -> None:
+        """Delete the one task file named ``path`` (its name taken literally): what it
+        staged, its marker and its record, and nothing else.
+
+        Not through :meth:`rm`, which expands glob characters in names. A name that is
+        no task file raises ``FileNotFoundError`` (as :meth:`rm` did for it), a task
+        directory ``IsADirectoryError``: ``rm(path, recursive=True)`` deletes those.
+        """
+        if not is_deferred_write(path):  # a record, or no file of a task
+            self.fs.rm_file(path)
+            return
+        if self.info(path).get("type") != "file":
+            raise IsADirectoryError(
+                f"{self.url(path)}: not deleted: it is a directory of task files, and "
+                "rm_file deletes one file; rm(path, recursive=True) deletes it and every "
+                "file below it"
+            )
+        self.rm_files([path])
 
     def rm_files(self, paths: list[str]) -> None:
         """Delete task files: throw away what they staged, delete their markers and records."""

@@ -15,7 +15,14 @@ Two rules:
 
 Compound operations on task paths (``copy``, ``get``, ``put``, ``glob``, ``walk``,
 ``cat``, ``exists``...) run fsspec's own logic over this class's leaf methods, so their
-semantics (trailing slashes, globs, recursion) are fsspec's, on every store. Where a
+semantics (trailing slashes, globs, recursion) are fsspec's, on every store.
+
+Names are taken literally by every single-path method (``rm_file``, ``cat_file``,
+``pipe_file``, ``put_file``, ``get_file``, ``cp_file``, ``info``, ``exists``, ``open``,
+``touch``...): none is implemented through a method that takes patterns (``rm``,
+``copy``, ``get``, ``put``, ``expand_path``), where ``[1]``, ``*`` or ``?`` in a name would
+select other files. Those multi-path methods expand patterns as fsspec and the wrapped
+filesystem do. ``tests/test_literal_names.py`` holds both, on every store. Where a
 task file cannot be a source (S3: no bytes before job commit) the whole operation is
 refused before anything is written. The README's table "Operations on task paths"
 states the result of every operation on each store; ``tests/helpers/task_paths.py``
@@ -354,8 +361,18 @@ class MagicFileSystem(ChainedFileSystem):
         paths = [self._inner(p) for p in (path if isinstance(path, list) else [path])]
         self.view.rm(paths, recursive=recursive, maxdepth=maxdepth)
 
-    def rm_file(self, path: str) -> None:
-        self.rm(path)
+    def rm_file(self, path: str) -> Any:
+        """Delete the one file named ``path``, its name taken literally.
+
+        Never through :meth:`rm`: ``rm`` takes patterns (``[``, ``]``, ``*``, ``?`` are
+        fsspec's glob characters): when it was, ``rm_file("bkt/a[1].txt")`` deleted
+        ``a1.txt`` instead, and ``rm_file("bkt/b*.txt")`` every name the pattern matched
+        (CHANGELOG). A plain path is the wrapped filesystem's own ``rm_file``; a task path
+        the view's, which deletes exactly that task file.
+        """
+        if not self._task(path):
+            return self.fs.rm_file(path)
+        self.view.rm_file(self._inner(path))
 
     delete = rm
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from glob import has_magic
 from typing import Any, cast
 
 from ..errors import TaskNotActiveError, UnsupportedTaskOperation
@@ -24,6 +25,7 @@ from ..layouts.manifest import AttemptRoute, route_for
 from ..paths import split_magic_path
 from ..stores.gcs_moves import object_moves
 from ..task_files import TASK_FILES, TaskFile, TaskFiles
+from .patterns import known_matches
 from .tracked import TrackedWrite
 
 
@@ -146,16 +148,34 @@ class RoutedTaskView:
         self.fs.touch(routed, truncate=truncate, **kwargs)
 
     def rm(self, paths: list[str], recursive: bool = False, maxdepth: int | None = None) -> None:
-        """The store's own ``rm`` on the routed paths; open writers below them are stopped."""
+        """The store's own ``rm`` on the routed paths (patterns expanded by the store, as
+        on a plain path); open writers of the files it names are stopped."""
         routed = [self.into(p) for p in paths]
         for path in routed:
-            below = [f for f in self.registry.under(path.rstrip("/") + "/") if f.is_open]
-            exact = self.registry.get(path)
-            for entry in [*([exact] if exact else []), *below]:
-                self.registry.discarded(entry.path)
-                if entry.writer is not None:
-                    entry.writer.supersede("the file was deleted")
+            if has_magic(path):
+                for entry in known_matches(self.registry, path, recursive=True):
+                    self._stop_writers(entry.path, below=False)
+            else:
+                self._stop_writers(path, below=True)
         self.fs.rm(routed, recursive=recursive, maxdepth=maxdepth)
+
+    def rm_file(self, path: str) -> None:
+        """The store's own ``rm_file`` on the routed path, its name taken literally (not
+        through :meth:`rm`, which expands glob characters); a writer still open on that
+        one file is stopped."""
+        routed = self.into(path)
+        self._stop_writers(routed, below=False)
+        self.fs.rm_file(routed)
+
+    def _stop_writers(self, routed: str, *, below: bool) -> None:
+        """Forget the task file ``routed`` (and, ``below``, the open ones under it) and stop
+        their writers: a deleted file must not come back when its writer closes."""
+        under = [f for f in self.registry.under(routed.rstrip("/") + "/") if f.is_open]
+        exact = self.registry.get(routed)
+        for entry in [*([exact] if exact else []), *(under if below else [])]:
+            self.registry.discarded(entry.path)
+            if entry.writer is not None:
+                entry.writer.supersede("the file was deleted")
 
     # -- reads and listings -------------------------------------------------------------------
 
