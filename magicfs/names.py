@@ -62,6 +62,11 @@ UNMARKED_FILE = "_magicfs_unmarked"
 #: ``__magicfs_jobs/<destination key>/<job id>.json`` (:mod:`magicfs.layouts.job_index`).
 JOB_INDEX = "__magicfs_jobs"
 JOB_INDEX_SUFFIX = ".json"
+#: A destination's claims, ``<destination>/_magicfs/claims/<name>``: a create-only record
+#: naming the one job that holds it (:mod:`magicfs.stores.claims`). ``fail``: the claim a
+#: ``conflict_mode="fail"`` job holds while it commits.
+CLAIMS_DIR = "_magicfs/claims"
+FAIL_CLAIM = "fail"
 
 
 def journal_page(number: int) -> str:

@@ -377,10 +377,12 @@ class OutputCommitter(CommitterHooks):
                 self.url,
             )
             self.clean_up(None, None)
+            self.release_claim()
             return
         if journal is not None:
             undone = Recovery(self, keeper).roll_back(journal, force)
         self.clean_up(None, None)
+        self.release_claim()  # a fail-mode job's, once nothing of it is visible
         log.info(
             "job %s: aborted in %.2fs%s",
             self.job_id,
@@ -410,6 +412,7 @@ class OutputCommitter(CommitterHooks):
         with self._ending_job():
             self.end_job()
             self.clean_up(None, None)
+            self.release_claim()  # a committed job killed before it released its claim
 
     # -- what the committers' job hooks share ----------------------------------------------------
 
