@@ -47,7 +47,9 @@ Decisions shared by all committers:
   committers cannot recognise a committed one: their zero-byte ``_SUCCESS`` names no job.
 * **Conflict modes** (``conflict_mode``): ``append`` (default) adds files, replacing
   same-named ones; ``fail`` refuses a destination that already holds visible data
-  (checked at job setup and again just before anything is made visible); ``replace``
+  (checked at job setup and again just before anything is made visible, once the job
+  has claimed the destination: of fail-mode jobs committing there at once exactly one
+  gets past the check, :mod:`magicfs.stores.claims`); ``replace``
   deletes the destination's visible data at job commit, after every task's record has
   loaded and validated, just before the new files are made visible. Replace is not
   atomic: readers see an empty destination for the moment in between. ``file-v2``, whose

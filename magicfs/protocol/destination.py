@@ -15,7 +15,9 @@ Reads go through the store's own fsspec filesystem, on purpose: ``ls`` of the
 destination, ``isdir`` and ``find`` of its visible entries (``replace``), a ranged
 ``cat_file`` of ``_SUCCESS`` (which job committed there). They are the reader's view,
 the one the conflict modes and a job id's reuse are about, through the filesystem a
-reader uses. This is the one place the committers read the store's filesystem directly
+reader uses. The claim is written, read and deleted through the same filesystem: it
+is between the jobs that write there, not a record of one job's. This is the one place
+the committers use the store's filesystem directly
 (with recovery's listing of the destination in ``replace`` mode,
 :meth:`~magicfs.protocol.recovery.Recovery.old_data_deleted`); their records — markers,
 task records, the journal, ``_SUCCESS``'s write — go through the deferred store's adapter
