@@ -67,6 +67,10 @@ JOB_INDEX_SUFFIX = ".json"
 #: ``conflict_mode="fail"`` job holds while it commits.
 CLAIMS_DIR = "_magicfs/claims"
 FAIL_CLAIM = "fail"
+#: At the top of a bucket: ``_magicfs/claims/create/<SHA-256 of a key>``, held by the one
+#: job publishing a create-only (``"xb"``) file at that key
+#: (:mod:`magicfs.stores.s3.create_claims`).
+CREATE_CLAIMS_DIR = "_magicfs/claims/create"
 
 
 def journal_page(number: int) -> str:
