@@ -83,36 +83,26 @@ def race_store(request: Any, tmp_path: Any) -> Iterator[RaceStore]:
     name = request.param
     if name in ("moto", "rgw", "seaweed"):
         yield s3_race_store(request)
-    elif name == "azurite":
+        return
+    options: dict[str, Any] = {}
+    if name == "azurite":
         fs = request.getfixturevalue("abfs")
-        container = request.getfixturevalue("azure_container")
-        yield RaceStore(
-            name,
-            fs,
-            f"abfs://{container}",
-            lambda dest: magicfs.committer_for(
-                dest, committer="block-list", fs=fs, conflict_mode="fail", threads=2
-            ),
-        )
+        root = f"abfs://{request.getfixturevalue('azure_container')}"
+        options = {"committer": "block-list", "fs": fs}
     elif name == "gcs":
         # fake-gcs-server: gcp-storage-emulator ignores ifGenerationMatch=0 (it replaces
         # the object), so no create-only write is exclusive there.
         fs = request.getfixturevalue("fake_gcs")
-        bucket = request.getfixturevalue("fake_gcs_bucket")
-        yield RaceStore(
-            name,
-            fs,
-            f"gs://{bucket}",
-            lambda dest: magicfs.committer_for(dest, fs=fs, conflict_mode="fail", threads=2),
-        )
+        root = f"gs://{request.getfixturevalue('fake_gcs_bucket')}"
+        options = {"fs": fs}
     else:
         fs = magicfs.committer_for(f"file://{tmp_path}/x").store_fs
-        yield RaceStore(
-            name,
-            fs,
-            f"file://{tmp_path}",
-            lambda dest: magicfs.committer_for(dest, conflict_mode="fail", threads=2),
-        )
+        root = f"file://{tmp_path}"
+
+    def make(dest: str) -> Any:
+        return magicfs.committer_for(dest, conflict_mode="fail", threads=2, **options)
+
+    yield RaceStore(name, fs, root, make)
 
 
 def race(store: RaceStore, dest: str, jobs: int) -> tuple[list[Any], list[BaseException | None]]:
