@@ -62,6 +62,15 @@ UNMARKED_FILE = "_magicfs_unmarked"
 #: ``__magicfs_jobs/<destination key>/<job id>.json`` (:mod:`magicfs.layouts.job_index`).
 JOB_INDEX = "__magicfs_jobs"
 JOB_INDEX_SUFFIX = ".json"
+#: A destination's claims, ``<destination>/_magicfs/claims/<name>``: a create-only record
+#: naming the one job that holds it (:mod:`magicfs.stores.claims`). ``fail``: the claim a
+#: ``conflict_mode="fail"`` job holds while it commits.
+CLAIMS_DIR = "_magicfs/claims"
+FAIL_CLAIM = "fail"
+#: At the top of a bucket: ``_magicfs/claims/create/<SHA-256 of a key>``, held by the one
+#: job publishing a create-only (``"xb"``) file at that key
+#: (:mod:`magicfs.stores.s3.create_claims`).
+CREATE_CLAIMS_DIR = "_magicfs/claims/create"
 
 
 def journal_page(number: int) -> str:

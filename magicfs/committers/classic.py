@@ -147,6 +147,10 @@ class FileOutputCommitter(OutputCommitter):
         self.store.delete_file(self.job_marker)
         return was_active
 
+    def claims_destination(self) -> bool:
+        """v2's tasks have published before job commit: nothing left to claim."""
+        return self.algorithm != 2 and super().claims_destination()
+
     def check_no_conflict(self, stage: str) -> None:
         """``fail`` mode; v2 checks at job setup only (see the class docstring)."""
         if self.algorithm == 2 and stage != "job setup":

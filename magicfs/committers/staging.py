@@ -224,6 +224,11 @@ class StagingCommitter(OutputCommitter):
 
     # -- job ------------------------------------------------------------------------------------
 
+    def claims_destination(self) -> bool:
+        """The partitioned committer's conflicts are each partition's, checked at task
+        commit: it does not claim the whole destination."""
+        return not self.partitioned and super().claims_destination()
+
     def check_no_conflict(self, stage: str) -> None:
         """``fail``: the whole destination (directory); each partition at task commit
         (partitioned, :meth:`_check_partitions_absent`)."""

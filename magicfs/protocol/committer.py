@@ -47,7 +47,9 @@ Decisions shared by all committers:
   committers cannot recognise a committed one: their zero-byte ``_SUCCESS`` names no job.
 * **Conflict modes** (``conflict_mode``): ``append`` (default) adds files, replacing
   same-named ones; ``fail`` refuses a destination that already holds visible data
-  (checked at job setup and again just before anything is made visible); ``replace``
+  (checked at job setup and again just before anything is made visible, once the job
+  has claimed the destination: of fail-mode jobs committing there at once exactly one
+  gets past the check, :mod:`magicfs.stores.claims`); ``replace``
   deletes the destination's visible data at job commit, after every task's record has
   loaded and validated, just before the new files are made visible. Replace is not
   atomic: readers see an empty destination for the moment in between. ``file-v2``, whose
@@ -377,10 +379,12 @@ class OutputCommitter(CommitterHooks):
                 self.url,
             )
             self.clean_up(None, None)
+            self.release_claim()
             return
         if journal is not None:
             undone = Recovery(self, keeper).roll_back(journal, force)
         self.clean_up(None, None)
+        self.release_claim()  # a fail-mode job's, once nothing of it is visible
         log.info(
             "job %s: aborted in %.2fs%s",
             self.job_id,
@@ -410,6 +414,7 @@ class OutputCommitter(CommitterHooks):
         with self._ending_job():
             self.end_job()
             self.clean_up(None, None)
+            self.release_claim()  # a committed job killed before it released its claim
 
     # -- what the committers' job hooks share ----------------------------------------------------
 

@@ -173,6 +173,29 @@ class CommitterHooks(CommitterOptions, ABC):
         if self.conflict_mode == "fail":
             self.destination.refuse_visible_data(stage)
 
+    def claims_destination(self) -> bool:
+        """Whether job commit claims the destination before its ``fail``-mode check, so
+        that of jobs racing for it exactly one publishes (:mod:`magicfs.stores.claims`).
+        ``fail`` mode, where the check at job commit is the destination's (not file-v2,
+        whose tasks publish first, nor the partitioned staging committer, which checks
+        each partition)."""
+        return self.conflict_mode == "fail"
+
+    def take_claim(self) -> None:
+        """Claim the destination for this job, or refuse naming the job that holds it."""
+        destination = self.destination
+        holder = destination.fail_claim().take(self.job_id, self.url)
+        if holder is not None:
+            destination.refuse_claimed(self.job_id, holder, self.rollback_command(holder.job_id))
+
+    def release_claim(self) -> bool:
+        """Release the destination's claim if this job holds it (a committed, aborted or
+        rolled-back job, in any process); whether it did. Another job's is kept.
+
+        Whatever this committer's ``conflict_mode``: the process that finishes or rolls
+        back a job (``magicfs jobs``) need not know the mode it ran with (one read)."""
+        return self.destination.fail_claim().release(self.job_id)
+
     def end_job(self, check: bool = True) -> bool:
         """End the job (no writer or task may join it any more).
 

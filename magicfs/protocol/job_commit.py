@@ -3,6 +3,11 @@
     end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
             -> success -> cleanup
 
+In ``fail`` mode, stage *conflict* first claims the destination for the job
+(:mod:`magicfs.stores.claims`), then checks it for data; the claim is released once
+``_SUCCESS`` is saved (or when the commit is rolled back), so of fail-mode jobs racing
+for one destination exactly one publishes.
+
 The clean-up's listings (``list_for_clean_up``) start once ``_SUCCESS`` is saved and run
 while the journal is saved as ``committed``: the job's outputs are complete by then.
 
@@ -109,9 +114,13 @@ class JobCommit:
                 if self.journal.phase == "committed":
                     self._ended()
                     return self._finish_clean_up(self.journal)
+            # A commit another process began (its journal says its mode, not our options).
+            resumed_fail = self.journal is not None and self.journal.conflict_mode == "fail"
             published, filenames = self._make_visible(was_active)
             loaded = self.loaded
             assert loaded is not None
+            if c.claims_destination() or resumed_fail:
+                release_claim(c)  # its files and _SUCCESS are visible: the next job may check
             c.stats.increment("committer_jobs_completed")
             if c.cleanup != "off":  # its listings run while the journal is saved
                 published.listed = c.list_for_clean_up()
@@ -284,6 +293,8 @@ class JobCommit:
         """Stages conflict and journal of a first commit (a resumed one has both)."""
         c = self.committer
         with self.stages("conflict"):
+            if c.claims_destination():  # before the check: two jobs must not both pass it
+                c.take_claim()
             c.check_no_conflict("job commit")
             doomed = c.plan_replace(loaded) if c.conflict_mode == "replace" else []
         if self.keeper is not None:
@@ -297,6 +308,7 @@ class JobCommit:
         """A commit that got as far as ``_SUCCESS``: only its clean-up is left to do."""
         c = self.committer
         log.info("job %s: already committed; finishing its clean-up", c.job_id)
+        release_claim(c)  # a driver killed before it released the claim
         result = journal.result
         summary = summarise(
             c,
@@ -332,6 +344,24 @@ def _ending_result(c: CommitterHooks, ending: concurrent.futures.Future[bool], a
             stage="end_job",
             recoverable=True,
         ) from failure
+
+
+def release_claim(committer: CommitterHooks) -> None:
+    """Release a committed job's claim on its destination (``fail`` mode). A failure is
+    logged, not raised: the job is committed; the claim left names it, and
+    ``cleanup_job()`` or ``abort_job()`` of the job, from any process, releases it."""
+    try:
+        committer.release_claim()
+    except Exception as e:
+        log.warning(
+            "job %s: committed, but its claim on %s could not be released (%s: %s): later "
+            "conflict_mode='fail' jobs are refused until it is; release it with %s",
+            committer.job_id,
+            committer.url,
+            type(e).__name__,
+            e,
+            f"magicfs jobs cleanup --job {committer.job_id} {committer.url}",
+        )
 
 
 def clean_up_committed(

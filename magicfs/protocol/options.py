@@ -157,6 +157,7 @@ class CommitterOptions:
         choice += " --messages FILE" if messages else ""
         return f"magicfs jobs recover{choice} --job {self.job_id} {self.url}"
 
-    def rollback_command(self) -> str:
-        """The command line that rolls this job's interrupted commit back."""
-        return f"magicfs jobs rollback --job {self.job_id} {self.url}"
+    def rollback_command(self, job_id: str | None = None) -> str:
+        """The command line that rolls this job's interrupted commit back (``job_id``:
+        another job's at the same destination)."""
+        return f"magicfs jobs rollback --job {job_id or self.job_id} {self.url}"

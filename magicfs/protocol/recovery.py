@@ -192,6 +192,7 @@ class Recovery:
         try:
             undone = c.unpublish(loaded) if journal is not None and loaded is not None else 0
             c.clean_up(None, None)
+            c.release_claim()  # rolled back: the next fail-mode job may commit
         except Exception as e:
             log.error("%s; rolling back failed too: %s", what, e)
             return JobCommitError(

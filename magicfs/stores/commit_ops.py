@@ -29,6 +29,7 @@ from ..parallel import loop_map
 from ..progress import batches, progress_bar
 from ..records import SinglePendingCommit
 from ..statistics import IOStatisticsStore
+from .create_only import is_create_only
 from .deferred import DeferredStore
 
 log = logging.getLogger("magicfs.s3.commit")
@@ -143,7 +144,12 @@ class CommitOperations:
                     self.store.delete(ours)
                     self.stats.increment("committer_commits_reverted", len(ours))
                     deleted += len(ours)
+                create_only = [commit for commit in batch if is_create_only(commit)]
+                list(pool.map(self._rolled_back, create_only))  # their claims, once deleted
         return deleted
+
+    def _rolled_back(self, commit: SinglePendingCommit) -> None:
+        self.store.run_background(self.store.arolled_back(commit)).result()
 
     def abort(self, commits: Iterable[SinglePendingCommit]) -> int:
         """Discard what the commits left pending (concurrently); what is gone is fine."""

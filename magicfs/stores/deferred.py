@@ -158,6 +158,10 @@ class DeferredStore(Protocol):
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         """Delete the destinations of ``commits`` (published by this job); how many."""
 
+    async def arolled_back(self, commit: SinglePendingCommit) -> None:
+        """A create-only commit of this job was rolled back, published or not: release
+        what publishing it holds (S3: the file's claim, :mod:`.s3.create_claims`)."""
+
     async def adiscard(self, writes: Sequence[PendingWrite]) -> int:
         """Throw pending writes away where the store can
         (:attr:`DeferredCapabilities.discards_pending`); how many were discarded. Writes
@@ -202,6 +206,9 @@ class DeferredStoreBase:
 
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         raise NotImplementedError
+
+    async def arolled_back(self, commit: SinglePendingCommit) -> None:
+        """Nothing held beyond the publish itself (every store but S3)."""
 
     async def adelete_records(self, paths: Sequence[str]) -> int:
         raise NotImplementedError

@@ -10,6 +10,7 @@ which its task commit refused) goes too.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -62,7 +63,9 @@ def cleanup(context: StageContext) -> CleanupOutcome:
             # Files written to the task's magic paths *around* magicfs (not routed).
             store.delete_tree(layout.magic_dir)
             if not any(True for _ in _children(context, layout.temp_root)):
-                store.delete_tree(layout.temp_root)
+                # Another job's clean-up at the same destination may delete it first.
+                with contextlib.suppress(FileNotFoundError):
+                    store.delete_tree(layout.temp_root)
         except OSError as e:
             return CleanupOutcome(Outcome.FAILURE, error=e)
     outcome = Outcome.PARALLEL_DELETE if attempt_dirs else Outcome.DELETED

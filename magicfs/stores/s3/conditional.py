@@ -35,10 +35,14 @@ more per ``xb`` file on such a store. It leaves a race window: an object created
 someone else between the HEAD and the write (a few milliseconds, one round trip) is
 still replaced. Only a store that honours the condition closes it.
 
-Nothing else in magicfs relies on a conditional write: the job marker, the records,
-the journal and ``_SUCCESS`` are written by the one process that owns them (the
-driver, or the task attempt) and replacing them is intended; the zombie check reads
-the job marker (HEAD) after the upload exists and does not write.
+Where ``PutObject``'s condition is honoured, a job also claims each create-only name
+with a conditional ``PutObject`` before completing it (:mod:`.create_claims`), which
+closes the HEAD's window and SeaweedFS's non-atomic completions between jobs; a
+``conflict_mode="fail"`` job claims its destination the same way
+(:mod:`magicfs.stores.claims`). Nothing else in magicfs relies on a conditional write:
+the job marker, the records, the journal and ``_SUCCESS`` are written by the one process
+that owns them (the driver, or the task attempt) and replacing them is intended; the
+zombie check reads the job marker (HEAD) after the upload exists and does not write.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@
   destination where it does not (learned by a probe, once per process and bucket, the
   first time a job commits such a file: :mod:`.conditional`, which states the costs and
   the HEAD's race window). Either way an existing object fails the job, naming the file.
+  Where ``PutObject``'s condition is honoured, the job first claims the file's name (a
+  conditional PUT under ``_magicfs/claims/create/``, deleted once the file is complete:
+  :mod:`.create_claims`), so of jobs racing for one name exactly one publishes even where
+  the completion's check is not atomic (SeaweedFS) or not made (RGW: the HEAD).
 * **checksums** recorded by the writer are checked before anything is published and
   passed to the completion, for the store to verify (:mod:`.checksums`).
 * **published?** that same test (one HEAD), which roll-back uses: it needs nothing but
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from typing import Any, TypeVar
@@ -38,7 +43,7 @@ from ..deferred import (
     PendingWrite,
     protocols,
 )
-from . import checksums
+from . import checksums, create_claims
 from .conditional import aconditional_support
 from .failures import FAILURES
 from .job_hooks import S3CommitOptions, S3JobHooks
@@ -153,12 +158,44 @@ class S3Deferred(DeferredStoreBase):
         checksums.check_record(commit, source)
 
     async def apublish(self, commit: SinglePendingCommit) -> None:
-        if_none_match = False
-        if is_create_only(commit):
-            asked = await self._acreate_only(commit)
-            if asked is None:
-                return  # completed by an earlier attempt of this job commit
-            if_none_match = asked
+        if not is_create_only(commit):
+            return await self._acomplete(commit, False)
+        support = await aconditional_support(self.store, commit.bucket, self.scratch_dir())
+        if not support.put:  # no atomic PutObject either: the store's own check is all
+            return await self._apublish_create_only(commit)
+        bucket, key = commit.bucket, commit.destination_key
+        holder = await create_claims.atake(self.store, bucket, key, self.job_id)
+        if holder is not None:
+            raise self._claimed(commit, holder)
+        try:
+            await self._apublish_create_only(commit)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the failure says more; roll-back retries
+                await create_claims.arelease(self.store, bucket, key, self.job_id)
+            raise
+        await create_claims.arelease(self.store, bucket, key, self.job_id)
+
+    async def _apublish_create_only(self, commit: SinglePendingCommit) -> None:
+        asked = await self._acreate_only(commit)
+        if asked is None:
+            return  # completed by an earlier attempt of this job commit
+        await self._acomplete(commit, asked)
+
+    async def arolled_back(self, commit: SinglePendingCommit) -> None:
+        """The create-only file's claim goes, if this job holds it (a job killed between
+        its claim and its delete: :mod:`.create_claims`). One GET."""
+        await create_claims.arelease(self.store, commit.bucket, commit.destination_key, self.job_id)
+
+    def _claimed(self, commit: SinglePendingCommit, holder: str) -> FileExistsError:
+        claim = f"s3://{commit.bucket}/{create_claims.claim_key(commit.destination_key)}"
+        return FileExistsError(
+            f"{self.url(commit.destination)} is being created by job {holder} at this "
+            f"moment and the file was opened 'xb' (create only): that job holds its claim "
+            f"({claim}), so this job may not publish it. If that job is dead, roll it back "
+            f"(magicfs jobs rollback --job {holder} DEST), which releases the claim"
+        )
+
+    async def _acomplete(self, commit: SinglePendingCommit, if_none_match: bool) -> None:
         try:
             reply = await self.store.acomplete_upload(
                 commit.bucket,
