@@ -7,6 +7,8 @@ Fetches the sdist of the *installed* s3fs release (``pip download --no-binary :a
 Python twice, first as they are, then with ``-p s3fs_suite_plugin`` (``s3fs.S3FileSystem``
 resolved to the class ``magicfs.install()`` registers), prints both counts and every test
 that passed on s3fs and not through magicfs, and exits 1 if there is one (0 otherwise).
+Each side's pytest output is kept beside the sources (``report-s3fs.log``,
+``report-magicfs.log``).
 ``tests/test_s3fs_suite.py`` runs it in the suite.
 
 s3fs's tests start their own moto servers on fixed ports (127.0.0.1:5555 and :5556,
@@ -43,6 +45,8 @@ REPO = HERE.parent.parent
 S3FS_PORTS = (5555, 5556)
 LOCK = Path(tempfile.gettempdir()) / "magicfs-s3fs-suite.lock"
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "magicfs-s3fs-sdist"
+#: Seconds one of s3fs's tests may take (its slowest took 140 s on a machine under heavy load).
+TEST_TIMEOUT = 600
 
 
 @dataclass
@@ -112,6 +116,8 @@ def run_side(sources: Path, name: str, plugin: bool, pytest_args: list[str]) -> 
     command = [sys.executable, "-m", "pytest", "s3fs/tests", "-q", "-p", "no:cacheprovider"]
     command += ["--rootdir", str(sources), "--confcutdir", str(sources)]
     command += ["--junitxml", str(report), "-o", "junit_family=xunit1", *pytest_args]
+    # a test that hangs fails (pytest-timeout, from the test extra), on both sides alike
+    command += ["--timeout", str(TEST_TIMEOUT)]
     env = dict(os.environ)
     # s3fs and its tests from the sdist (the installed release's own files, as s3fs's
     # developers run them: its wheel ships no tests); the plugin and magicfs from this
@@ -120,8 +126,8 @@ def run_side(sources: Path, name: str, plugin: bool, pytest_args: list[str]) -> 
     if plugin:
         command += ["-p", "s3fs_suite_plugin"]
     start = time.monotonic()
-    with exclusive_ports():
-        subprocess.run(command, cwd=sources, env=env, stdout=subprocess.DEVNULL)
+    with exclusive_ports(), (sources / f"report-{name}.log").open("w") as log:
+        subprocess.run(command, cwd=sources, env=env, stdout=log, stderr=subprocess.STDOUT)
     return Side(name, read_outcomes(report), time.monotonic() - start)
 
 
