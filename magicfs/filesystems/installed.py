@@ -39,6 +39,7 @@ not on the file the task is writing.
 from __future__ import annotations
 
 import functools
+import importlib
 import inspect
 import threading
 from typing import Any
@@ -49,6 +50,7 @@ from fsspec.asyn import AsyncFileSystem, async_gen_wrapper, sync_wrapper
 from ..errors import UnsupportedTaskOperation
 from ..stores.registry import store_keywords
 from .magic import _COMPOSED, _PASSED, MagicFileSystem, names_task_path
+from .originals import unwrapped_class
 
 #: ``MagicFileSystem``'s own keywords (attributes of the same names) ...
 GENERIC_OPTIONS = (
@@ -173,13 +175,22 @@ def _store(self: Any) -> fsspec.AbstractFileSystem:
 
 
 def _reduce(self: Any) -> Any:
-    # By the class it stands for, so it unpickles where install() never ran (Spark's
-    # executors, a process pool): the same options make the same kind of filesystem.
-    return _rebuild, (type(self).wrapped_class, self.storage_args, self.storage_options)
+    # By the name of the class it stands for, so it unpickles where install() never ran
+    # (Spark's executors, a process pool): the same options make the same kind of
+    # filesystem. A name, not the class: where that name was rebound to the installed
+    # class (``s3fs.S3FileSystem = fsspec.get_filesystem_class("s3")``), pickle refuses
+    # the class object ("not the same object as s3fs.core.S3FileSystem").
+    original = type(self).wrapped_class
+    name = f"{original.__module__}:{original.__qualname__}"
+    return _rebuild, (name, self.storage_args, self.storage_options)
 
 
-def _rebuild(original: type, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
-    return installed_class(original)(*args, **options)
+def _rebuild(name: str, args: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    module, _, qualname = name.partition(":")
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part)
+    return installed_class(unwrapped_class(found))(*args, **options)
 
 
 def _routed(original: type, name: str) -> Any:
