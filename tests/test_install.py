@@ -286,3 +286,19 @@ def test_task_paths_on_azure_and_gcs_go_to_the_attempt_directory(
         f"{rename_root}/out/_SUCCESS",
         f"{rename_root}/out/x.csv",
     ]
+
+
+def test_pickles_where_s3fs_names_the_installed_class(installed, s3_options, monkeypatch):
+    """s3fs's own suite run through install() rebinds ``s3fs.S3FileSystem`` (and
+    ``s3fs.core``'s) to the installed class; pickling must not need the old binding."""
+    import s3fs
+    import s3fs.core
+
+    kind = fsspec.get_filesystem_class("s3")
+    monkeypatch.setattr(s3fs, "S3FileSystem", kind)
+    monkeypatch.setattr(s3fs.core, "S3FileSystem", kind)
+    fs = kind(**s3_options)
+    assert pickle.loads(pickle.dumps(fs)) is fs
+    fresh = kind(skip_instance_cache=True, **s3_options)
+    back = pickle.loads(pickle.dumps(fresh))
+    assert type(back) is kind and back.storage_options == fresh.storage_options
