@@ -113,11 +113,6 @@ def installed_class(original: type) -> type:
         return found
 
 
-def is_installed(fs: Any) -> bool:
-    """Is ``fs`` (an instance) of a class :func:`installed_class` made?"""
-    return type(fs) in _classes.values()
-
-
 def _subclass(original: type) -> type:
     namespace: dict[str, Any] = {
         "__module__": __name__,
