@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Callable
 from typing import Any, cast
 
 import fsspec
@@ -229,9 +230,7 @@ class MagicFileSystem(ChainedFileSystem):
 
     def _task(self, path: Any) -> bool:
         """Does ``path`` (or any of a list) name a task path?"""
-        if isinstance(path, (list, tuple)):
-            return any(self._task(p) for p in path)
-        return isinstance(path, str) and is_magic_path(self._inner(path))
+        return names_task_path(path, self._inner)
 
     def _refuse_outside_tasks(self, path: Any, operation: str) -> None:
         """Refuse a write under :attr:`job_root` that is not on a task path (see the class)."""
@@ -439,6 +438,19 @@ class MagicFileSystem(ChainedFileSystem):
             return
         sources = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
         self.view.check_sources([self._inner(p) for p in sources], operation)
+
+
+def names_task_path(path: Any, inner: Callable[[str], str]) -> bool:
+    """Does ``path`` (a path, or any of a list or of a dict's keys) name a task path, once
+    ``inner`` has turned it into the store's own name for it? The store's root (``""``,
+    ``"/"``, ``"s3://"``: the bucket listing on S3) never does; nor does anything that is
+    not a string (fsspec's own code then decides, as for any path)."""
+    if isinstance(path, (list, tuple, dict)):
+        return any(names_task_path(p, inner) for p in path)
+    if not isinstance(path, str):
+        return False
+    name = inner(path)
+    return bool(name.strip("/")) and is_magic_path(name)
 
 
 def _composed(name: str) -> Any:

@@ -1,11 +1,10 @@
 """The stores' own filesystem classes, whatever ``magicfs.install()`` registered over them.
 
-``install()`` registers a magic-aware wrapper in place of a store's class (``s3`` and
-others), so that ``fsspec.filesystem("s3")`` builds a ``MagicFileSystem``. magicfs's own
-machinery must never get that wrapper where it needs the *store*: the wrapper hides the
-store's capabilities (it has no multipart API of its own), so a committer built on it
-would pick the wrong protocol (the manifest committer on S3, copying every byte), and a
-``MagicFileSystem`` around it would route task paths as on a rename store. Everything in
+``install()`` registers a magic-aware subclass in place of a store's class (``s3`` and
+others), whose task paths go to a ``MagicFileSystem``. magicfs's own machinery must
+never get that class where it needs the *store*: its task paths are not the store's own
+(a committer's records and markers sit at task paths), and a ``MagicFileSystem`` around
+it would route every task path twice. Everything in
 magicfs that builds or judges a store goes through :func:`store_class`,
 :func:`store_filesystem` or :func:`unwrapped`, so ``install()`` called before or after a
 job is set up changes nothing about how the job commits.
@@ -33,18 +32,19 @@ def store_filesystem(protocol: str, **options: Any) -> fsspec.AbstractFileSystem
 
 
 def unwrapped(fs: Any) -> Any:
-    """``fs`` itself, or the store inside it when it is an installed wrapper.
+    """``fs`` itself, or, for an instance of an installed class, the private store instance
+    its task paths are written through (``magicfs_store``, :mod:`.installed`).
 
-    Installed wrappers are recognised by their ``wrapped_class`` attribute (set by
-    :mod:`.install`); a ``MagicFileSystem`` made on purpose is left as it is.
+    Installed classes are recognised by their ``wrapped_class`` attribute (set by
+    :mod:`.installed`); a ``MagicFileSystem`` made on purpose is left as it is.
     """
-    while getattr(fs, "wrapped_class", None) is not None and hasattr(fs, "fs"):
-        fs = fs.fs
+    if getattr(type(fs), "wrapped_class", None) is not None:
+        return fs.magicfs_store
     return fs
 
 
 def unwrapped_class(cls: Any) -> Any:
-    """A filesystem class, or the class an installed wrapper class stands for."""
+    """A filesystem class, or the class an installed class stands for."""
     while getattr(cls, "wrapped_class", None) is not None:
         cls = cls.wrapped_class
     return cls
