@@ -21,6 +21,9 @@ TOX = configparser.ConfigParser(interpolation=None)
 TOX.read(ROOT / "tox.ini")
 #: The extras the lowest run installs (tests/environments.sh: ``.[test-core]``).
 LOWEST_EXTRAS = ("demo", "test-core")
+#: Pinned in the lowest run though not a requirement of magicfs: moto's boto3, at the
+#: release of the lowest aiobotocore's botocore (else pip tries every newer boto3 first).
+NOT_REQUIRED = {"boto3"}
 
 
 def requirements(*extras: str) -> list[Requirement]:
@@ -47,7 +50,7 @@ def test_the_lowest_run_pins_each_requirement_at_its_lower_bound():
         expected[requirement.name.lower()] = bound
     pins = lowest_constraints()
     # The same releases; pip's constraints need every part (2.19 is 2.19.0).
-    assert set(pins) == set(expected)
+    assert set(pins) - NOT_REQUIRED == set(expected)
     for name, bound in expected.items():
         assert Requirement(f"{name}=={pins[name]}").specifier.contains(bound), name
 
