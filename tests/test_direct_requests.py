@@ -470,3 +470,75 @@ def test_a_writers_parts_go_the_direct_way_signed_with_the_hash_it_computed(s3_s
     parts = [blob[: 8 << 20], blob[8 << 20 : 16 << 20], blob[16 << 20 :]]
     assert sorted(seen) == sorted((hashlib.sha256(p).hexdigest(), False) for p in parts)
     assert committer.store_fs.cat_file(f"{bucket}/out/big.bin") == blob
+
+
+class _RenamedSigner:
+    """The client's request signer with ``_signature_version`` renamed, as a botocore
+    release could: everything else is the signer's own (the client signs through the
+    handler it registered, bound to the signer itself)."""
+
+    def __init__(self, signer: Any) -> None:
+        self._signer = signer
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_signature_version":
+            raise AttributeError(name)
+        return getattr(self._signer, name)
+
+
+def _without_user_agent_flag(client: Any) -> None:
+    """``_convert_to_request_dict`` without its ``set_user_agent_header`` parameter (the
+    client never passes it; the direct way does)."""
+    original = client._convert_to_request_dict
+
+    async def changed(api_params, operation_model, endpoint_url, context, headers):
+        return await original(
+            api_params=api_params,
+            operation_model=operation_model,
+            endpoint_url=endpoint_url,
+            context=context,
+            headers=headers,
+        )
+
+    client._convert_to_request_dict = changed
+
+
+def _renamed_signer_attribute(client: Any) -> None:
+    client._request_signer = _RenamedSigner(client._request_signer)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_without_user_agent_flag, _renamed_signer_attribute],
+    ids=["a-parameter-removed", "an-attribute-renamed"],
+)
+def test_a_changed_internal_sends_requests_the_clients_way(s3_server, bucket, change, caplog):
+    """An internal of the client that is there but not as the direct way expects (another
+    signature, an attribute renamed) is not the store's answer: the request is sent the
+    client's way, once on the wire, and succeeds; the client's later requests go the
+    client's way too, and one warning names the versions."""
+    store = new_store(s3_server.storage_options)
+    client = store.run(store.fs.get_s3(bucket))
+    change(client)
+    wire = Wire(store.fs)
+    with caplog.at_level("WARNING", logger="magicfs.s3.direct"):
+        store.run(store.acall("put_object", Bucket=bucket, Key="k", Body=b"data"))
+        answer = store.run(store.acall("head_object", Bucket=bucket, Key="k"))
+    assert store.direct.sent == 0
+    assert [(method, url.rsplit("/", 1)[1]) for method, url, _, _ in wire.sent] == [
+        ("PUT", "k"),
+        ("HEAD", "k"),
+    ]
+    assert answer["ContentLength"] == 4
+    assert s3_server.boto3_client().get_object(Bucket=bucket, Key="k")["Body"].read() == b"data"
+    warnings = [r.getMessage() for r in caplog.records if r.name == "magicfs.s3.direct"]
+    assert len(warnings) == 1
+    assert f"botocore {botocore.__version__}" in warnings[0]
+
+
+def test_an_unchanged_client_goes_the_direct_way(s3_server, bucket):
+    """The counterpart of the test above: the same requests on an untouched client go the
+    direct way (so the test above sees the change, not a client that was never direct)."""
+    store = new_store(s3_server.storage_options)
+    via_direct(store, "put_object", Bucket=bucket, Key="k", Body=b"data")
+    via_direct(store, "head_object", Bucket=bucket, Key="k")

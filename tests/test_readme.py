@@ -74,14 +74,36 @@ def engine(code: str) -> str:
     return re.search(r"^import magicfs(?:\.(\w+))?$", code, re.M)[1] or "pandas"
 
 
-#: What each block prints (the Spark block prints nothing: its partitions are its output).
+#: What each block prints: what it committed, or read back.
 PRINTED = {
     "pandas": r"3 files, \d+ bytes\n\{2023: 3, 2024: 3, 2025: 3\}\n",
-    "spark": r"",
+    "spark": r"3 rows in 3 partitions\n",
     "dask": r"\d+ files from 4 partitions\n",
     "ray": r"\d+ files from \d+ write tasks\n",
     "duckdb": r"3 files from one COPY, visible at once\n",
 }
+
+
+def test_the_readme_is_at_most_250_lines():
+    assert len(README.splitlines()) <= 250
+
+
+#: The extras each block needs, as its heading names them.
+EXTRAS = {
+    "pandas": "`demo`",
+    "spark": "`demo,spark`",
+    "dask": "`demo,dask`",
+    "ray": "`demo,ray`",
+    "duckdb": "`demo,duckdb`",
+}
+
+
+def test_each_quick_start_names_the_extras_it_needs():
+    for line, code in python_blocks():
+        heading = README[: README.index(f"```python\n{code}")].rstrip().rsplit("\n\n", 1)[1]
+        assert f"extra{'s' if ',' in EXTRAS[engine(code)] else ''} {EXTRAS[engine(code)]}" in (
+            heading
+        ), f"README.md:{line}: {heading}"
 
 
 def test_the_readme_has_one_example_per_engine():

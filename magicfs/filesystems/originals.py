@@ -20,10 +20,26 @@ import fsspec
 ORIGINALS: dict[str, type] = {}
 
 
+#: protocol -> the magicfs extra that installs its fsspec filesystem.
+EXTRAS = {"abfs": "azure", "abfss": "azure", "az": "azure", "gs": "gcs", "gcs": "gcs"}
+
+
 def store_class(protocol: str) -> type:
-    """The store's own filesystem class for ``protocol`` (never an installed wrapper)."""
+    """The store's own filesystem class for ``protocol`` (never an installed wrapper).
+
+    A store whose package is missing fails with fsspec's ImportError plus the magicfs
+    extra that installs it (``pip install 'magicfs[azure]'``).
+    """
     found = ORIGINALS.get(protocol)
-    return found if found is not None else cast(type, fsspec.get_filesystem_class(protocol))
+    if found is not None:
+        return found
+    try:
+        return cast(type, fsspec.get_filesystem_class(protocol))
+    except ImportError as e:
+        extra = EXTRAS.get(protocol)
+        if not extra:
+            raise
+        raise ImportError(f"{e}: pip install 'magicfs[{extra}]'") from e
 
 
 def store_filesystem(protocol: str, **options: Any) -> fsspec.AbstractFileSystem:

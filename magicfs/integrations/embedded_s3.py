@@ -57,6 +57,7 @@ import urllib.request
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
+from .extras import SERVER_MODULES, require
 from .local_server import (
     ACCESS_KEY,
     LOOPBACK,
@@ -452,13 +453,7 @@ def serve(
 
 def _require_moto() -> None:
     """Say which extra to install before a server fails to start without moto."""
-    import importlib.util
-
-    if importlib.util.find_spec("moto") is None:
-        raise ModuleNotFoundError(
-            "the embedded S3 server runs moto, which is not installed: pip install 'magicfs[demo]'",
-            name="moto",
-        )
+    require("demo", SERVER_MODULES, "the embedded S3 server (moto)")
 
 
 def _make_server(port: int, latency_ms: float, copy_mb_per_s: float, buckets: Iterable[str]) -> Any:

@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 
+from ..extras import DEMO_MODULES, require
 from . import inspect_record, jobs, server, success, uploads
 from .common import EXIT_FAILED, CliError, configure_logging, scrub
 
@@ -66,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "demo":
+        try:
+            require("demo", DEMO_MODULES, "magicfs demo")
+        except ModuleNotFoundError as e:
+            print(f"magicfs: {e}", file=sys.stderr)
+            return EXIT_FAILED
         from ..demo import run_demo
 
         return run_demo(keep=args.keep)

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import fsspec
 
-from ...filesystems.originals import store_class
+from ...filesystems.originals import EXTRAS, store_class
 from ...stores.deferred import take
 from ...stores.failures import Failure
 from ...stores.operator_view import OperatorView
@@ -218,7 +218,9 @@ def open_fs(url: str, args: argparse.Namespace) -> tuple[Any, str]:
         log.debug("opening %s with storage options %s", url, redact(options))
         fs, path = fsspec.core.url_to_fs(url, **options)
     except ImportError as e:
-        raise CliError(f"{url}: the filesystem for this URL is not installed ({e})") from None
+        extra = EXTRAS.get(fsspec.core.split_protocol(url)[0] or "")
+        hint = f": pip install 'magicfs[{extra}]'" if extra else ""
+        raise CliError(f"{url}: the filesystem for this URL is not installed ({e}){hint}") from None
     except (ValueError, TypeError) as e:
         raise CliError(f"{url}: cannot open: {e}", EXIT_USAGE) from None
     log.debug("%s is %s path %r", url, type(fs).__name__, path)

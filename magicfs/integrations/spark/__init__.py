@@ -7,6 +7,13 @@
 Needs the ``spark`` extra (``pip install 'magicfs[spark]'``).
 """
 
+try:
+    import pyspark.sql.datasource  # noqa: F401  (Spark 4's Python data source API)
+except ImportError as missing:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"magicfs.spark needs PySpark 4 ({missing}): pip install 'magicfs[spark]'"
+    ) from missing
+
 from ..engines import PartitionTask
 from .datasource import MagicfsCommitMessage, MagicfsDataSource, MagicfsWriter, register
 from .partitions import partition_task, write_partitions

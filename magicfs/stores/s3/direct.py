@@ -65,7 +65,11 @@ What it leaves out, and so when a request goes the client's way instead:
   client's, built once.
 
 Where the installed botocore or aiobotocore lacks one of the internals used here, every
-request goes the client's way (:meth:`DirectRequests.send` returns ``None``).
+request goes the client's way (:meth:`DirectRequests.send` returns ``None``); so does
+every request of a client whose internal here was changed (a different signature or
+result: a ``TypeError`` or ``AttributeError`` inside the direct way, never a store's
+answer), from the first such request on, which is sent again the client's way, with
+one warning naming the botocore and aiobotocore versions.
 """
 
 from __future__ import annotations
@@ -128,6 +132,15 @@ INTERNALS = (
 )
 #: The client's endpoint's internals used here.
 ENDPOINT_INTERNALS = ("_do_get_response", "prepare_request", "_needs_retry")
+
+
+def _version(package: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(unknown)"
 
 
 def _served_body(body: Any) -> bool:
@@ -201,9 +214,23 @@ class DirectRequests:
         body = params.get("Body")
         if body is not None and not _served_body(body):
             return None
-        kwargs = fs._get_s3_method_kwargs(getattr(client, method), **params)
         try:
+            kwargs = fs._get_s3_method_kwargs(getattr(client, method), **params)
             return await self._send(client, state, operation, kwargs)
+        except (TypeError, AttributeError) as changed:
+            # Not an answer of the store's: an internal here whose signature or result
+            # changed (or an event handler's bug, which the client's way raises again).
+            # This client's requests go the client's way from now on.
+            self._clients[client] = None
+            log.warning(
+                "S3 requests go the client's way: botocore %s / aiobotocore %s differ "
+                "from what magicfs's direct way expects (%s: %s)",
+                _version("botocore"),
+                _version("aiobotocore"),
+                type(changed).__name__,
+                changed,
+            )
+            return None
         except Exception as error:  # a final answer, or an event handler's: as s3fs raises it
             from s3fs.core import S3_RETRYABLE_ERRORS
             from s3fs.errors import translate_boto_error
@@ -225,7 +252,10 @@ class DirectRequests:
         if all(hasattr(client, name) for name in INTERNALS) and all(
             hasattr(endpoint, name) for name in ENDPOINT_INTERNALS
         ):
-            state = _Client(user_agent=client._user_agent_creator.to_string())
+            try:
+                state = _Client(user_agent=str(client._user_agent_creator.to_string()))
+            except (TypeError, AttributeError):  # changed: the client's way
+                state = None
         self._clients[client] = state
         return state
 
