@@ -250,6 +250,32 @@ def test_compression_option_for_csv_json_and_parquet(spark, tmp_path):
         assert rows == 100, fmt
 
 
+def test_unpartitioned_parquet_is_one_file_per_task_with_whole_row_groups(spark, tmp_path):
+    """Spark hands a Python writer 10,000-row Arrow batches; the file must not be 10,000-row
+    row groups (Spark's own writer closes its row groups at 128 MiB), and a task given no
+    rows writes no file."""
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "out"
+    sales(spark, 50_000, 2).write.format("magicfs").mode("append").save(f"file://{out}")
+    files = sorted(out.glob("*.parquet"))
+    assert len(files) == 2
+    for path in files:
+        metadata = pq.read_metadata(path)
+        assert (metadata.num_rows, metadata.num_row_groups) == (25_000, 1)
+        assert metadata.row_group(0).column(0).compression == "SNAPPY"  # Spark's default
+    table = pq.read_table(out, columns=["id", "year", "amount"])
+    assert sorted(table.column("id").to_pylist()) == list(range(50_000))
+    few = tmp_path / "few"
+    sales(spark, 10, 4).where("id < 2").write.format("magicfs").mode("append").option(
+        "compression", "zstd"
+    ).save(f"file://{few}")
+    files = sorted(few.glob("*.parquet"))
+    assert len(files) == 1  # three tasks had no rows
+    assert pq.read_metadata(files[0]).row_group(0).column(0).compression == "ZSTD"
+    assert pq.read_table(files[0]).column("id").to_pylist() == [0, 1]
+
+
 def test_readme_recipe_runs_without_pyspark_python(tmp_path):
     """The README's recipe from its venv, PYSPARK_PYTHON unset and no venv on PATH: Spark's
     default ``python3`` has no magicfs, so magicfs points a local master's workers at
