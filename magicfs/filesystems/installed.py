@@ -45,7 +45,8 @@ import threading
 from typing import Any
 
 import fsspec
-from fsspec.asyn import AsyncFileSystem, async_gen_wrapper, sync_wrapper
+import fsspec.asyn
+from fsspec.asyn import AsyncFileSystem, sync_wrapper
 
 from ..errors import UnsupportedTaskOperation
 from ..stores.registry import store_keywords
@@ -224,8 +225,11 @@ def _plain(fs: Any, original: type, name: str) -> Any:
         coroutine = getattr(fs, "_" + name, None)
         if inspect.iscoroutinefunction(coroutine):
             return sync_wrapper(coroutine, obj=fs)
-        if inspect.isasyncgenfunction(coroutine):
-            return async_gen_wrapper(coroutine, obj=fs)
+        # fsspec mirrors async generators only from 2026.6 (``async_gen_wrapper``);
+        # an older fsspec leaves such a method to the class, as the fall-through does.
+        generators = getattr(fsspec.asyn, "async_gen_wrapper", None)
+        if generators is not None and inspect.isasyncgenfunction(coroutine):
+            return generators(coroutine, obj=fs)
     return own.__get__(fs, type(fs))
 
 
