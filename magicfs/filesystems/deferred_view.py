@@ -272,7 +272,8 @@ class DeferredTaskView:
         if found.get("type") != "file":
             return found
         size = self._recorded_length(path) or 0
-        return {**found, "name": path, "size": size, **({"Size": size} if "Size" in found else {})}
+        named = _named({**found, "name": path, **({"Key": path} if "Key" in found else {})})
+        return {**named, "size": size, **({"Size": size} if "Size" in found else {})}
 
     def _stored_info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         """What the store has at task path ``path``: its marker (this version's name, then
