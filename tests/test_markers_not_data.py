@@ -174,12 +174,18 @@ def write(job: Any, task: Any, relative: str, data: bytes) -> None:
         f.write(data)
 
 
-def committed_job(dest: Dest) -> None:
-    """A job that commits ``year=2023/part-0.parquet`` (2 rows)."""
+def started(dest: Dest) -> tuple[Any, Any]:
+    """A job set up on ``dest``, and its task 0's attempt, set up."""
     job = dest.new_job()
     job.setup_job()
     task = job.task_attempt(0)
     job.setup_task(task)
+    return job, task
+
+
+def committed_job(dest: Dest) -> None:
+    """A job that commits ``year=2023/part-0.parquet`` (2 rows)."""
+    job, task = started(dest)
     write(job, task, "year=2023/part-0.parquet", parquet(2023, 2))
     job.commit_job([job.commit_task(task)])
 
@@ -195,10 +201,7 @@ class Running:
 
 
 def running_job(dest: Dest) -> Running:
-    job = dest.new_job()
-    job.setup_job()
-    first = job.task_attempt(0)
-    job.setup_task(first)
+    job, first = started(dest)
     write(job, first, "year=2024/part-0.parquet", parquet(2024, 3))
     write(job, first, "year=2024/part-1.parquet", parquet(2024, 4))
     messages = [job.commit_task(first)]
@@ -328,10 +331,7 @@ DEFERRED = [
 
 @pytest.mark.parametrize("dest", DEFERRED, indirect=True)
 def test_earlier_versions_markers_are_listed_and_committed(dest: Dest) -> None:
-    job = dest.new_job()
-    job.setup_job()
-    task = job.task_attempt(0)
-    job.setup_task(task)
+    job, task = started(dest)
     data = parquet(2024, 3)
     write(job, task, "year=2024/part-0.parquet", data)
     write(job, task, "part-1.parquet", parquet(2024, 4))
@@ -372,10 +372,7 @@ def test_a_killed_writers_upload_is_swept_by_its_earlier_versions_marker(
     store = "s3" if dest.store == "moto" else dest.store
     client = store_fixture(request, store, "client")
     bucket = store_fixture(request, store, "bucket")
-    job = dest.new_job()
-    job.setup_job()
-    task = job.task_attempt(0)
-    job.setup_task(task)
+    job, task = started(dest)
     write(job, task, "a.parquet", parquet(2024, 2))
     message = job.commit_task(task)
     other = job.task_attempt(1)
@@ -391,10 +388,7 @@ def test_a_killed_writers_upload_is_swept_by_its_earlier_versions_marker(
 
 @pytest.mark.parametrize("dest", ["file", "memory", "gcs"], indirect=True)
 def test_task_files_staged_by_earlier_versions_commit_at_their_names(dest: Dest) -> None:
-    job = dest.new_job()
-    job.setup_job()
-    task = job.task_attempt(0)
-    job.setup_task(task)
+    job, task = started(dest)
     write(job, task, "year=2024/part-0.parquet", parquet(2024, 3))
     TASK_FILES.settle()
     staged = [p for p in dest.everything() if p.endswith(STAGED_SUFFIX)]
