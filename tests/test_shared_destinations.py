@@ -32,6 +32,7 @@ from helpers.cli import run_cli
 
 from magicfs.committers.magic_layout import MagicCommitter, MagicLayoutCommitter
 from magicfs.errors import CommitFailedError
+from magicfs.names import MARKER_SUFFIX
 from magicfs.paths import marker_path
 from magicfs.task_files import TASK_FILES
 
@@ -518,7 +519,7 @@ def test_task_commit_finds_the_unmarked_files_of_another_process_by_their_record
     tree = objects(rgw_client, rgw_bucket, f"out/__magic_job-{job.job_id}/")
     file = task.path("a.csv").split("/", 1)[1]
     # not the process that set up the attempt: that writer kept its marker
-    assert [k for k in tree if "/__base/" in k] == [file, f"{file}.pending"]
+    assert [k for k in tree if "/__base/" in k] == [file + MARKER_SUFFIX, f"{file}.pending"]
     elsewhere = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
     assert not elsewhere.store_hooks.unmarked  # it learns the mode from the tree
     message = elsewhere.commit_task(elsewhere.task_attempt(0))
