@@ -50,6 +50,18 @@ ABORTED_SUFFIX = ".aborted"
 #: job check it makes anyway lists the job marker's name, which these share
 #: (``magicfs.committers.magic_layout``).
 TOUCHED_DIR = "_magicfs_job.touched"
+#: A deferred task file's intent marker, ``<task path>.magicfs-marker`` beside the path
+#: it stands for (S3, Azure block lists, the in-process store): named so that no glob
+#: of data (``dest/**/*.parquet``) matches it while the job runs. Earlier versions put
+#: it at the task path itself; readers of a job's tree still take such a file for its
+#: marker (:func:`magicfs.paths.marked_file`).
+MARKER_SUFFIX = ".magicfs-marker"
+#: Added to every path element a task writes below its attempt's working directory on
+#: a rename store (``tasks/<attempt>/year=1.magicfs-task/p.parquet.magicfs-task``; the
+#: manifest's ``dest`` names the file without it): no glob of the destination's data or
+#: partition directories reaches the files a running job stages there
+#: (:class:`magicfs.layouts.manifest.AttemptRoute`).
+STAGED_SUFFIX = ".magicfs-task"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.
 JOURNAL_FILE = "_magicfs_commit.json"
 #: Its delete pages beside it: ``_magicfs_commit.deletes-<5-digit page number>.json``.

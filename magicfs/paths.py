@@ -27,14 +27,16 @@ decoded or normalised, so spaces and unicode survive unchanged (HADOOP-17112).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from .names import (
     BASE,
     JOB_DIR_PREFIX,
     MAGIC,
     MAGIC_JOB_PREFIX,
+    MARKER_SUFFIX,
     PENDING_SUFFIX,
     PENDINGSET_SUFFIX,
     TASKS_DIR,
@@ -42,6 +44,8 @@ from .names import (
 )
 
 RECORD_SUFFIXES = (PENDING_SUFFIX, PENDINGSET_SUFFIX)
+
+T = TypeVar("T")
 
 _FORBIDDEN_ELEMENTS = {"", ".", ".."}
 
@@ -245,6 +249,31 @@ def is_deferred_write(path: str) -> bool:
     return is_magic_path(path) and not is_record_file(path)
 
 
+def marker_path(path: str) -> str:
+    """The intent marker of deferred task file ``path``: ``<path>.magicfs-marker``
+    (:data:`~magicfs.names.MARKER_SUFFIX`), so that no glob of data matches it."""
+    return path + MARKER_SUFFIX
+
+
+def marked_file(path: str) -> str | None:
+    """The task file a file found in a job's magic tree is the marker of, or ``None``
+    (records, and paths outside a magic tree).
+
+    ``<file>.magicfs-marker`` is this version's marker of ``<file>``; earlier versions
+    put the marker at the task path itself, so any other file that is a deferred write
+    (:func:`is_deferred_write`) is its own marker: trees they wrote are still read."""
+    if path.endswith(MARKER_SUFFIX):
+        file = path[: -len(MARKER_SUFFIX)]
+        return file if is_deferred_write(file) else None
+    return path if is_deferred_write(path) else None
+
+
+def task_names(listing: Mapping[str, T]) -> dict[str, T]:
+    """A listing of a magic tree with each marker under the name of the file it stands
+    for (:func:`marked_file`); records and everything else keep their names."""
+    return {marked_file(path) or path: value for path, value in listing.items()}
+
+
 def marked_destinations(listing: Iterable[str]) -> set[str]:
     """The destinations named by the markers and ``.pending`` records among ``listing``
     (paths in a job's magic tree, as a listing of it gives them): each such file's
@@ -252,8 +281,10 @@ def marked_destinations(listing: Iterable[str]) -> set[str]:
     name no file (a directory marker, say) name none."""
     found = set()
     for path in listing:
-        file = path.removesuffix(PENDING_SUFFIX)
-        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
+        if path.endswith(PENDINGSET_SUFFIX):
+            continue
+        file = marked_file(path.removesuffix(PENDING_SUFFIX))
+        if file is None:
             continue
         try:
             found.add(final_destination(file))

@@ -42,6 +42,7 @@ from magicfs.errors import (
     InvalidCommitData,
     JobNotActiveError,
 )
+from magicfs.names import STAGED_SUFFIX
 from magicfs.records import (
     MANIFEST_COMMITTER_CLASS,
     EntryStatus,
@@ -250,12 +251,13 @@ def test_rename_whose_reply_was_lost_is_recovered(store):
     if operation == "cp_file":  # the copy was made, the delete of the source was lost
         store.fs.fail(
             "rm_file",
-            when=lambda path: "/tasks/" in path and path.endswith("/a"),
+            when=lambda path: "/tasks/" in path and path.endswith("/a" + STAGED_SUFFIX),
             after=True,
             times=1,
         )
     else:  # the rename happened, its reply was lost
-        store.fs.fail("mv", when=lambda source, dest: source.endswith("/a"), after=True, times=1)
+        staged = "/a" + STAGED_SUFFIX
+        store.fs.fail("mv", when=lambda source, dest: source.endswith(staged), after=True, times=1)
     summary = committer.commit_job(messages)
     assert store.visible() == ["a", "b"]
     assert summary.counters["commit_file_rename_recovered"] == 1

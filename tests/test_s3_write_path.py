@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from magicfs import MagicFileSystem
 from magicfs.errors import JobNotActiveError
+from magicfs.names import MARKER_SUFFIX
 from magicfs.stores.s3 import checksums
 from magicfs.stores.s3.body import PartBody
 from magicfs.stores.s3.tracking import META_JOB_ID, META_TASK_ATTEMPT, META_WRITER
@@ -444,7 +445,7 @@ sys.stdin.read()
         writer.wait()
     uploads = pending_uploads(s3_client, bucket)
     assert [u["Key"] for u in uploads] == ["out/killed.bin"]
-    marker_key = magic_file(bucket, "killed.bin").split("/", 1)[1]
+    marker_key = magic_file(bucket, "killed.bin").split("/", 1)[1] + MARKER_SUFFIX
     marker = s3_client.head_object(Bucket=bucket, Key=marker_key)
     assert marker["ContentLength"] == 0
     assert marker["Metadata"][META_JOB_ID] == "1" and META_WRITER in marker["Metadata"]
@@ -502,7 +503,7 @@ def test_in_memory_mode_writes_the_marker_but_no_pending(s3, s3_client, bucket, 
         f.write(b"12345")
     TASK_FILES.settle()  # a task attempt's close finishes in the background
     assert request_log.counts() == {"PutObject": 1, "CreateMultipartUpload": 1, "UploadPart": 1}
-    marker = path.split("/", 1)[1]
+    marker = path.split("/", 1)[1] + MARKER_SUFFIX
     assert object_keys(s3_client, bucket) == [marker]  # the intent marker: no .pending
     assert s3_client.head_object(Bucket=bucket, Key=marker)["Metadata"][META_TASK_ATTEMPT] == (
         "attempt_m_0"

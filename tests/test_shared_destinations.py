@@ -32,6 +32,8 @@ from helpers.cli import run_cli
 
 from magicfs.committers.magic_layout import MagicCommitter, MagicLayoutCommitter
 from magicfs.errors import CommitFailedError
+from magicfs.names import MARKER_SUFFIX
+from magicfs.paths import marker_path
 from magicfs.task_files import TASK_FILES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -200,7 +202,7 @@ def test_a_job_sharing_its_destination_keeps_its_markers(rgw_s3, rgw_client, rgw
     calls.clear()
     write(second, task, "b.csv")
     TASK_FILES.settle()
-    marker = second.deferred.split(task.path("b.csv"))[1]
+    marker = second.deferred.split(marker_path(task.path("b.csv")))[1]
     assert calls.made[:2] == [("PutObject", marker), ("CreateMultipartUpload", "out/b.csv")]
     second.commit_job([second.commit_task(task)])
     first.commit_job([committed_task(first, 0, "a.csv")])
@@ -474,7 +476,7 @@ def test_hidden_names_are_never_swept_by_snapshot_and_keep_their_markers(
     calls = Calls(rgw_s3)
     write(job, task, "_meta/kept.csv")
     TASK_FILES.settle()
-    marker = ("PutObject", job.deferred.split(task.path("_meta/kept.csv"))[1])
+    marker = ("PutObject", job.deferred.split(marker_path(task.path("_meta/kept.csv")))[1])
     assert calls.made.index(marker) < calls.made.index(
         ("CreateMultipartUpload", "out/_meta/kept.csv")
     )
@@ -498,7 +500,9 @@ def test_the_mode_survives_resume(rgw_s3, rgw_client, rgw_bucket):
     assert resumed.storage_options["magic"]["intent_markers"] is False
     calls = Calls(rgw_s3)
     message = committed_task(resumed, 0, "a.csv")
-    assert not any(op == "PutObject" and key.endswith("__base/a.csv") for op, key in calls.made)
+    assert not any(
+        op == "PutObject" and key.endswith("__base/a.csv.magicfs-marker") for op, key in calls.made
+    )
     resumed.commit_job([message])
     assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/a.csv"]
 
@@ -515,7 +519,7 @@ def test_task_commit_finds_the_unmarked_files_of_another_process_by_their_record
     tree = objects(rgw_client, rgw_bucket, f"out/__magic_job-{job.job_id}/")
     file = task.path("a.csv").split("/", 1)[1]
     # not the process that set up the attempt: that writer kept its marker
-    assert [k for k in tree if "/__base/" in k] == [file, f"{file}.pending"]
+    assert [k for k in tree if "/__base/" in k] == [file + MARKER_SUFFIX, f"{file}.pending"]
     elsewhere = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
     assert not elsewhere.store_hooks.unmarked  # it learns the mode from the tree
     message = elsewhere.commit_task(elsewhere.task_attempt(0))
@@ -535,7 +539,7 @@ def test_create_only_files_keep_their_marker_and_are_refused_across_writers(
     job.setup_task(task)
     calls = Calls(rgw_s3)
     first = job.fs.open(task.path("once.csv"), "xb")
-    marker = ("PutObject", job.deferred.split(task.path("once.csv"))[1])
+    marker = ("PutObject", job.deferred.split(marker_path(task.path("once.csv")))[1])
     assert calls.made.index(marker) < calls.made.index(("CreateMultipartUpload", "out/once.csv"))
     spec = tmp_path / "second.pkl"
     spec.write_bytes(pickle.dumps((job, task.path("once.csv"), "xb", None)))

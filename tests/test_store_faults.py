@@ -174,7 +174,9 @@ def test_exclusive_create_whose_marker_reply_was_lost(faults_front, s3_client, b
     committer.setup_job()
     task = committer.task_attempt(0)
     committer.setup_task(task)
-    faults_front.add_rule("PutObject", "reset-after", key=r"__base/x\.csv$", count=1)
+    faults_front.add_rule(
+        "PutObject", "reset-after", key=r"__base/x\.csv\.magicfs-marker$", count=1
+    )
     with committer.fs.open(task.path("x.csv"), "xb") as f:
         f.write(b"exclusive")
     assert faults_front.stats()["PutObject"]["faults"]["reset-after"] == 1

@@ -123,6 +123,7 @@ from ..names import (
     UNMARKED_FILE,
 )
 from ..parallel import loop_map
+from ..paths import marked_file
 from ..protocol.attempts import Messages, carried_records
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
 from ..protocol.hooks import TaskCommit
@@ -422,7 +423,7 @@ class MagicLayoutCommitter(OutputCommitter):
         data = pendingset.to_bytes()
         save_task_record(self, task, pendingset, data, task_record=found.others_committed)
         if not keeps_records:
-            drop_attempt_records(self, task, sorted(found.files))
+            drop_attempt_records(self, task, found.stored)
         size = pendingset.total_bytes
         return task_committed(
             self, task, attempt_record, len(commits), size, commit.start, "committed", data
@@ -438,8 +439,8 @@ class MagicLayoutCommitter(OutputCommitter):
         listing = sorted(found.files)
         if found.saved:  # an abort after its commit
             discard_committed(self, self._saved(self.layout.attempt_pendingset(task.attempt_id)))
-        kept = self.store_hooks.discard_attempt(task.attempt_id, files, listing)
-        records = [p for p in listing if p not in kept]
+        kept = set(self.store_hooks.discard_attempt(task.attempt_id, files, listing))
+        records = [p for p in found.stored if (marked_file(p) or p) not in kept]
         records += [
             self.layout.attempt_pendingset(task.attempt_id),
             self.layout.started_marker(task.attempt_id),

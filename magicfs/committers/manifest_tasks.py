@@ -1,12 +1,14 @@
 """Task commit: scan the attempt's working directory into a manifest and save it.
 
-One listing finds every file (source, destination, size, etag if the store has one)
-and directory. Each destination directory's current state is probed — only where its
-parent exists, as in Hadoop — so job commit knows what to create. The manifest is
-saved twice, each time to a temporary name renamed into place (Hadoop's protocol):
-as ``tasks/<attempt>-manifest.json`` (this exact attempt, named by the task commit
-message) and as ``manifests/<task id>-manifest.json`` (the last committed attempt of
-the task wins). Saving is retried ``save_attempts`` times (MAPREDUCE-7474).
+One listing finds every file (source, destination, size, etag if the store has one) and
+directory; a file's destination is its path below the attempt's directory with the
+staged names' suffix dropped (:func:`magicfs.layouts.manifest.unstaged`). Each
+destination directory's current state is probed — only where its parent exists, as in
+Hadoop — so job commit knows what to create. The manifest is saved twice, each time to a
+temporary name renamed into place (Hadoop's protocol): as
+``tasks/<attempt>-manifest.json`` (this exact attempt, named by the task commit message)
+and as ``manifests/<task id>-manifest.json`` (the last committed attempt of the task
+wins). Saving is retried ``save_attempts`` times (MAPREDUCE-7474).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 
-from ..layouts.manifest import ManifestJobLayout
+from ..layouts.manifest import ManifestJobLayout, unstaged
 from ..paths import join
 from ..protocol.attempts import TaskAttempt
 from ..records import DirEntry, EntryStatus, FileEntry, IOStatisticsSnapshot, TaskManifest
@@ -34,7 +36,7 @@ def build_manifest(
     files: list[FileEntry] = []
     directories: set[str] = set()
     for path, info in sorted(found.items()):
-        relative = path[len(attempt_dir) + 1 :]
+        relative = unstaged(path[len(attempt_dir) + 1 :])
         if info.get("type") == "directory":
             directories.add(relative)
             continue

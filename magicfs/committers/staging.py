@@ -65,7 +65,7 @@ from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitErro
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..filesystems.originals import store_filesystem
-from ..layouts.manifest import ManifestJobLayout
+from ..layouts.manifest import ManifestJobLayout, unstaged
 from ..names import PENDINGSET_SUFFIX
 from ..paths import join
 from ..protocol.active_jobs import ACTIVE_JOBS
@@ -329,7 +329,9 @@ class StagingCommitter(OutputCommitter):
         shutil.rmtree(self.local_attempt_dir(task.attempt_id), ignore_errors=True)
 
     def _local_files(self, task: TaskAttempt) -> list[tuple[str, str]]:
-        """(local path, relative path) of every file, skipping hidden names (``_x``, ``.x``)."""
+        """(local path, relative path) of every file, skipping hidden names (``_x``, ``.x``);
+        the relative path is the task's name for it (:func:`~magicfs.layouts.manifest.unstaged`:
+        the task view stages every name with a suffix)."""
         top = self.local_attempt_dir(task.attempt_id)
         found = []
         for root, directories, names in os.walk(top):
@@ -337,7 +339,8 @@ class StagingCommitter(OutputCommitter):
             for name in sorted(names):
                 if not name.startswith(("_", ".")):
                     path = os.path.join(root, name)
-                    found.append((path, os.path.relpath(path, top).replace(os.sep, "/")))
+                    relative = os.path.relpath(path, top).replace(os.sep, "/")
+                    found.append((path, unstaged(relative)))
         return found
 
     def _destination_key(self, relative: str) -> str:

@@ -5,7 +5,9 @@ store); what differs per store is its write side (:class:`~magicfs.stores.deferr
 DeferredWrites`, declared once in :mod:`magicfs.stores.registry`). A file written under a
 task path exists, until job commit, only as data staged against its final name (an
 unfinished multipart upload on S3, uncommitted blocks on Azure), recorded by a
-zero-byte marker at the task path and, once closed, a ``.pending`` record next to it
+zero-byte marker beside the task path (``<path>.magicfs-marker``, a name no glob of data
+matches; earlier versions' markers at the path itself are still read) and, once closed,
+a ``.pending`` record next to it
 (:mod:`magicfs.stores.deferred_writer`; an unmarked S3 job's files have no marker, only
 the record: :mod:`magicfs.stores.s3.tracking`). What each filesystem operation does with such a
 file follows from that:
@@ -20,7 +22,8 @@ file follows from that:
 * **deletes** (``rm``) throw away what the file staged (where the store can: S3 aborts
   the upload; Azure cannot delete staged blocks alone) and delete the marker and the
   record: the file is gone, and task commit will not see it;
-* **info and listings** show the task's files as files (the records are hidden), with
+* **info and listings** show the task's files as files under their own names (markers
+  shown as the files they stand for, records hidden), with
   the bytes written as their size where known: always in ``info()`` (from this
   process's registry or the ``.pending``), in listings for files this process wrote
   (other files list with the marker's size, 0, as Hadoop's do).
@@ -39,13 +42,32 @@ from typing import Any, cast
 
 from ..errors import DeferredFileError
 from ..layouts.magic import job_marker_for
-from ..names import PENDING_SUFFIX
-from ..paths import MagicPath, final_destination, is_deferred_write, parse_magic_path
+from ..names import MARKER_SUFFIX, PENDING_SUFFIX
+from ..paths import (
+    MagicPath,
+    final_destination,
+    is_deferred_write,
+    marked_file,
+    marker_path,
+    parse_magic_path,
+)
 from ..records import SinglePendingCommit
 from ..stores.deferred_writer import DeferredWriter, DeferredWrites
 from .patterns import known_matches
 
 _COPY_CHUNK = 8 << 20
+
+#: The store's methods that :meth:`DeferredTaskView.call` asks of a task file's marker.
+_MARKER_METHODS = frozenset({"created", "modified", "checksum", "ukey"})
+
+
+def _named(entry: dict[str, Any]) -> dict[str, Any]:
+    """A listing entry under the name of the task file it is the marker of (if it is)."""
+    name = entry["name"]
+    file = marked_file(name.rstrip("/")) if entry.get("type") == "file" else None
+    if file is None or file == name:
+        return entry
+    return {**entry, "name": file, **({"Key": file} if "Key" in entry else {})}
 
 
 class DeferredTaskView:
@@ -81,6 +103,11 @@ class DeferredTaskView:
         self, path: str, magic_path: MagicPath, mode: str, block_size: int | None
     ) -> DeferredWriter:
         """The store's deferred writer for task file ``path`` (``mode`` ``wb``/``xb``)."""
+        if path.endswith(MARKER_SUFFIX):
+            raise ValueError(
+                f"{self.url(path)}: names ending in {MARKER_SUFFIX!r} are reserved under a "
+                "magic path for the intent markers of task files: give the file another name"
+            )
         job_marker = job_marker_for(magic_path) if self.check_job_active else None
         part_size = block_size or self.writes.options.part_size
         return self.writes.writer(path, magic_path, mode, part_size, job_marker)
@@ -256,7 +283,13 @@ class DeferredTaskView:
         return path
 
     def call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        """Any other single-path method: the store's own, on the marker or record."""
+        """Any other single-path method: the store's own, on the marker or record (a
+        task file's dates and keys are its marker's, where it has one)."""
+        if method in _MARKER_METHODS and is_deferred_write(path):
+            try:
+                return getattr(self.fs, method)(marker_path(path), *args, **kwargs)
+            except FileNotFoundError:
+                pass  # no marker: a directory, an unmarked job's file, an earlier version's
         return getattr(self.fs, method)(path, *args, **kwargs)
 
     # -- info and listings ----------------------------------------------------------------------
@@ -270,7 +303,7 @@ class DeferredTaskView:
         if self.registry.under(path.rstrip("/") + "/"):  # files just written here
             return {"name": path.rstrip("/"), "size": 0, "type": "directory"}
         try:
-            found = cast(dict[str, Any], self.fs.info(path, **kwargs))  # a marker, or a directory
+            found = self._stored_info(path, **kwargs)  # a marker, or a directory
         except FileNotFoundError:
             length = self._recorded_length(path)  # no marker: an unmarked job's closed file
             if length is None:
@@ -279,7 +312,16 @@ class DeferredTaskView:
         if found.get("type") != "file":
             return found
         size = self._recorded_length(path) or 0
-        return {**found, "size": size, **({"Size": size} if "Size" in found else {})}
+        named = _named({**found, "name": path, **({"Key": path} if "Key" in found else {})})
+        return {**named, "size": size, **({"Size": size} if "Size" in found else {})}
+
+    def _stored_info(self, path: str, **kwargs: Any) -> dict[str, Any]:
+        """What the store has at task path ``path``: its marker (this version's name, then
+        the earlier versions' at the path itself), or a directory."""
+        try:
+            return cast(dict[str, Any], self.fs.info(marker_path(path), **kwargs))
+        except FileNotFoundError:
+            return cast(dict[str, Any], self.fs.info(path, **kwargs))
 
     def exists(self, path: str) -> bool:
         try:
@@ -340,8 +382,9 @@ class DeferredTaskView:
         return sorted(entries)
 
     def task_view(self, entries: Iterable[dict[str, Any]], under: str | None = None) -> list[Any]:
-        """Listing entries as the task sees them: records hidden, sizes of files written here."""
-        entries = list(entries)
+        """Listing entries as the task sees them: each marker under its file's name
+        (:func:`~magicfs.paths.marked_file`), records hidden, sizes of files written here."""
+        entries = list({e["name"]: e for e in map(_named, entries)}.values())
         names = {e["name"] for e in entries}
         shown = []
         for entry in entries:

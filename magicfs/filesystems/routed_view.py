@@ -76,7 +76,7 @@ class RoutedTaskView:
             return self.fs.open(routed, mode, **kwargs)
         if "a" in mode and not self.appends:
             raise UnsupportedTaskOperation(
-                f"{self.fs.unstrip_protocol(routed)}: append ('ab') is not supported on task "
+                f"{self.fs.unstrip_protocol(path)}: append ('ab') is not supported on task "
                 f"paths of this store ({type(self.fs).__name__} cannot append to an object it "
                 "wrote: it fails or silently replaces the file): write the whole file in one go"
             )

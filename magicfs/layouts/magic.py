@@ -10,7 +10,9 @@
         job-<job>/<NN>/                                  job attempt dir, NN = app attempt
             <task id>.pendingset                         last committed attempt of a task
                                                          (only once two attempts committed)
-            tasks/<task attempt id>/__base/<relative>    where a task attempt writes
+            tasks/<task attempt id>/__base/<relative>    where a task attempt writes: each
+                                                         file's marker (<relative>.magicfs-
+                                                         marker) and .pending record
             tasks/<task attempt id>.aborted              aborted by another process than
                                                          the one that set it up
             tasks/<task attempt id>.started              (earlier versions: set up, not
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from ..names import (
@@ -56,7 +58,7 @@ from ..names import (
     TASKS_DIR,
     TOUCHED_DIR,
 )
-from ..paths import MagicPath, join, touched_marker
+from ..paths import MagicPath, join, task_names, touched_marker
 
 T = TypeVar("T")
 
@@ -166,11 +168,12 @@ class MagicJobLayout:
             self.started_marker(attempt_id) in listed,
             own in listed,
             self.aborted_marker(attempt_id) in listed,
-            {p: v for p, v in listed.items() if p.startswith(directory)},
+            task_names({p: v for p, v in listed.items() if p.startswith(directory)}),
             any(
                 p != own and p.startswith(prefix) and _is_attempt_record(p[len(prefix) :])
                 for p in listed
             ),
+            sorted(p for p in listed if p.startswith(directory)),
         )
 
     def chosen_records(self, task_records: list[str], attempt_records: list[str]) -> list[str]:
@@ -199,8 +202,13 @@ class AttemptRecords(Generic[T]):
     started: bool  # its started marker
     saved: bool  # its own pendingset
     aborted: bool  # its aborted marker
-    files: dict[str, T]  # its directory's entries, as listed (with what the listing gave)
+    #: Its directory's entries (with what the listing gave), each marker under the name
+    #: of the file it stands for (:func:`~magicfs.paths.task_names`): the attempt's files.
+    files: dict[str, T]
     others_committed: bool = False  # another attempt of its task has a record
+    #: Its directory's entries under their names on the store (markers and records):
+    #: what deleting the attempt's records deletes.
+    stored: list[str] = field(default_factory=list)
 
 
 def _is_attempt_record(rest: str) -> bool:

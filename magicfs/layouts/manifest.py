@@ -6,6 +6,7 @@ Hadoop's layout (its code, not its stale docs)::
         _magicfs_job.json                            the job is active (see magicfs.layouts.magic)
         <NN>/                                        job attempt dir, NN = app attempt
             tasks/<attempt>/<relative files>         a task attempt's working directory
+                                                     (names staged: see below)
             tasks/<attempt>.started                  the attempt was set up (and not aborted)
             tasks/<attempt>-manifest.json            that attempt's own committed manifest
             manifests/<task id>-manifest.json        last committed attempt of each task
@@ -18,15 +19,25 @@ On a rename store nothing can be deferred, so :class:`~magicfs.MagicFileSystem` 
 such a path to the attempt's working directory instead::
 
     dest/__magic_job-7/job-7/00/tasks/a_0/__base/year=2024/p.parquet
-        -> dest/_temporary/7/00/tasks/a_0/year=2024/p.parquet
+        -> dest/_temporary/7/00/tasks/a_0/year=2024.magicfs-task/p.parquet.magicfs-task
 
 Below ``__base`` the tree is kept; a path without ``__base`` keeps only its file name,
-exactly as its final destination on S3 would. Magic paths that name no task attempt
+exactly as its final destination on S3 would. Each element below the attempt's
+directory carries :data:`~magicfs.names.STAGED_SUFFIX` (:func:`staged_names`): while
+the job runs, a reader globbing the destination for its data (``dest/**/*.parquet``, as
+DuckDB, polars and fsspec do, or ``dest/**/year=2024/*``) finds none of the files it
+stages, which Hadoop's own layout (real names under ``_temporary``) would show. The
+task sees its files under its own names (:meth:`AttemptRoute.back`), its manifest's
+``dest`` names each file's final path without the suffix (and ``source`` the staged
+file: Hadoop's classes rename what the manifest says), and job commit's rename drops
+it. An attempt directory written without the suffixes (by an earlier version, or by
+Hadoop's tasks) is read as it is. Magic paths that name no task attempt
 (``dest/__magic/x``, or the magic directory itself) cannot be mapped and are refused.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..names import (
@@ -36,6 +47,7 @@ from ..names import (
     MAGIC_JOB_PREFIX,
     MANIFEST_SUFFIX,
     MANIFESTS_DIR,
+    STAGED_SUFFIX,
     STARTED_SUFFIX,
     TASKS_DIR,
     TEMPORARY,
@@ -142,7 +154,7 @@ class AttemptRoute:
             relative = (below[-1],)  # as on S3: without __base only the file name survives
         else:
             relative = ()
-        routed = join(self.attempt_dir, *relative)
+        routed = join(self.attempt_dir, *staged_names(relative))
         return routed + trail if relative or trail else routed
 
     def back(self, path: str) -> str:
@@ -150,8 +162,23 @@ class AttemptRoute:
         if path.rstrip("/") == self.attempt_dir:
             return self.work_path + path[len(self.attempt_dir) :]
         if path.startswith(self.attempt_dir + "/"):
-            return self.work_path + path[len(self.attempt_dir) :]
+            return self.work_path + "/" + unstaged(path[len(self.attempt_dir) + 1 :])
         return path
+
+
+def staged_names(relative: Iterable[str]) -> list[str]:
+    """The names a task's path elements get in its attempt's working directory: each
+    with :data:`~magicfs.names.STAGED_SUFFIX`, so that no glob of the destination's data
+    (``dest/**/*.parquet``, ``dest/**/year=2024/*``) reaches a file a running job stages."""
+    return [name + STAGED_SUFFIX for name in relative]
+
+
+def unstaged(relative: str) -> str:
+    """A path below an attempt's working directory (``/``-separated, relative) as the task
+    named it: :func:`staged_names` undone element by element. Elements without the suffix
+    (files an earlier version, or a writer other than magicfs, put there) keep their names;
+    a trailing ``/`` is kept."""
+    return "/".join(name.removesuffix(STAGED_SUFFIX) for name in relative.split("/"))
 
 
 def route_for(path: str) -> AttemptRoute | None:

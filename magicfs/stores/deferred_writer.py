@@ -11,7 +11,7 @@ supply ``_initiate_upload`` and ``_upload_chunk``):
    register the file (:mod:`magicfs.task_files`): an earlier writer of the same path is
    superseded (a file of it still closing is waited for, then thrown away), an earlier
    closed file of it is dropped (:meth:`FileHooks.adrop`). Then, in the background,
-   :meth:`FileHooks.abegin` (the marker at the task path, and whatever the store must
+   :meth:`FileHooks.abegin` (the marker beside the task path, and whatever the store must
    create first) and, once it is done, the job check (:meth:`FileHooks.ajob_active`).
    ``open()`` returns at once; ``xb`` waits for the begin, so a second writer of the
    path gets ``FileExistsError`` from ``open()`` itself (how each store guarantees it:
@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import JobNotActiveError, TaskNotActiveError
-from ..paths import MagicPath, split_magic_path, touched_marker
+from ..paths import MagicPath, marked_file, marker_path, split_magic_path, touched_marker
 from ..records import SinglePendingCommit
 from ..task_files import TASK_FILES, TaskFile, TaskFiles, attempt_set_up_here
 from .job_check import start_waiting_checks
@@ -258,7 +258,8 @@ class FileHooks(Protocol):
         """Start ``call`` on the store's IO loop."""
 
     async def abegin(self) -> None:
-        """Put the marker at the task path (and create what the parts need). For ``xb``,
+        """Put the marker beside the task path (:func:`~magicfs.paths.marker_path`; and
+        create what the parts need). For ``xb``,
         raise ``FileExistsError`` if another writer has opened the path."""
 
     async def ajob_active(self) -> bool:
@@ -705,6 +706,14 @@ class DeferredWritesBase:
                 markers.add(marker)
         for marker in sorted(markers):
             self.put_marker(marker)
+
+    @staticmethod
+    def with_markers(paths: list[str]) -> list[str]:
+        """``paths`` (task files, markers, records) and the marker of each task file
+        among them (:func:`~magicfs.paths.marker_path`): a store's :meth:`delete` deletes
+        them all, so deleting a task file by its name deletes its marker too."""
+        markers = [marker_path(p) for p in paths if marked_file(p) == p]
+        return sorted({*paths, *markers})
 
     def touched_marker(self, magic_path: MagicPath) -> str | None:
         """The touched marker of ``magic_path``'s task where this process must save it

@@ -58,9 +58,9 @@ from typing import Any, Protocol
 from tqdm import tqdm
 
 from ...layouts.magic import MagicJobLayout, check_job_id
-from ...names import PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
+from ...names import UNMARKED_FILE
 from ...parallel import loop_map
-from ...paths import final_destination, is_deferred_write
+from ...paths import marked_destinations
 from ...progress import batches, progress_bar
 from ...stores.operator_view import OperatorView, Owner, Pending
 from ...stores.registry import DEFERRED_STORES, deferred_store_for, operator_view_for
@@ -436,16 +436,7 @@ def _fill_job_keys(view: OperatorView, selection: Selection, job: str, keys: Key
 
 def tree_keys(view: OperatorView, listing: Iterable[str]) -> set[str]:
     """Destination keys named by the markers and ``.pending`` records among ``listing``."""
-    keys = set()
-    for path in listing:
-        file = path.removesuffix(PENDING_SUFFIX)
-        if path.endswith(PENDINGSET_SUFFIX) or not is_deferred_write(file):
-            continue
-        try:
-            keys.add(view.split(final_destination(file))[1])
-        except ValueError:  # not a file path (a directory marker, say)
-            continue
-    return keys
+    return {view.split(destination)[1] for destination in marked_destinations(listing)}
 
 
 # -- requests, a bounded number in flight (magicfs.parallel) ---------------------------

@@ -59,7 +59,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ...errors import JobNotActiveError
-from ...paths import MagicPath, pending_path
+from ...paths import MagicPath, marker_path, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import STORE_KEY
 from ...statistics import IOStatisticsSnapshot
@@ -142,7 +142,8 @@ class BlockListWrites(DeferredWritesBase):
         return 0
 
     def delete(self, paths: list[str]) -> None:
-        self.blocks.run(self.blocks.delete_many([p for p in paths if self.blocks.split(p)[1]]))
+        doomed = [p for p in self.with_markers(paths) if self.blocks.split(p)[1]]
+        self.blocks.run(self.blocks.delete_many(doomed))
 
 
 class BlockFileHooks:
@@ -165,7 +166,9 @@ class BlockFileHooks:
         self.url = blocks.url(path)
         self.mode = mode
         self.path = path
-        self.container, self.marker_blob = blocks.split(path)
+        self.container, self.file_blob = blocks.split(path)
+        #: The marker's blob, beside the file's (:func:`~magicfs.paths.marker_path`).
+        self.marker_blob = blocks.split(marker_path(path))[1]
         destination_container, self.blob = blocks.split(magic_path.destination)
         assert destination_container == self.container
         self.job_marker = job_marker
@@ -204,7 +207,7 @@ class BlockFileHooks:
                         f"{self.url}: another writer has already opened this path ('xb')"
                     ) from None
         self.marker_written = True
-        self.blocks.fs.invalidate_cache(self.path)
+        self.blocks.fs.invalidate_cache(marker_path(self.path))
 
     async def ajob_active(self) -> bool:
         """One Get Blob Properties of the job marker, shared by overlapping writers."""
@@ -287,7 +290,7 @@ class BlockFileHooks:
         if self.records is not None:
             await self.records.add(self.path, record)
             return
-        await self.blocks.put(self.container, pending_path(self.marker_blob), record.to_bytes())
+        await self.blocks.put(self.container, pending_path(self.file_blob), record.to_bytes())
 
     async def adiscard(self, saved: bool) -> None:
         """Delete the marker (and the record); staged blocks stay invisible until they expire."""
@@ -295,7 +298,7 @@ class BlockFileHooks:
         if saved and self.records is not None:
             await self._aunrecord()
         elif saved and not self.in_memory:
-            doomed.append(pending_path(self.marker_blob))
+            doomed.append(pending_path(self.file_blob))
         await self.blocks.delete_many([f"{self.container}/{blob}" for blob in doomed])
         self.marker_written = False
 
@@ -317,5 +320,5 @@ class BlockFileHooks:
         if self.records is not None:
             await self._aunrecord()
             return
-        await self.blocks.delete(self.container, pending_path(self.marker_blob))
+        await self.blocks.delete(self.container, pending_path(self.file_blob))
         self.blocks.fs.invalidate_cache(pending_path(self.path))

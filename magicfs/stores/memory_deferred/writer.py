@@ -1,8 +1,8 @@
 """The in-process store's hooks of the deferred writer (:mod:`magicfs.stores.deferred_writer`).
 
-* **begin**: a zero-byte marker at the task path (for ``xb``, checked and written under
-  the filesystem's lock: a second writer of the path gets ``FileExistsError`` from
-  ``open()``), then an upload against the final path.
+* **begin**: a zero-byte marker beside the task path, ``<path>.magicfs-marker`` (for
+  ``xb``, checked and written under the filesystem's lock: a second writer of the path
+  gets ``FileExistsError`` from ``open()``), then an upload against the final path.
 * **job check**: does the job marker exist?
 * **stage**: the part kept in process memory; its id names the upload and the number.
 * **record**: ``<path>.pending`` (``extraData["magicfs.store"]`` ``mem-deferred``; an
@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import fsspec.asyn
 
 from ...errors import InvalidCommitData
-from ...paths import MagicPath, pending_path
+from ...paths import MagicPath, marker_path, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import STORE_KEY
 from ...statistics import IOStatisticsSnapshot
@@ -95,7 +95,7 @@ class MemoryWrites(DeferredWritesBase):
         return sum(self.fs.discard(commit.upload_id) for commit in known)
 
     def delete(self, paths: list[str]) -> None:
-        for path in paths:
+        for path in self.with_markers(paths):
             if self.fs.isfile(path):
                 self.fs.rm_file(path)
 
@@ -130,7 +130,7 @@ class MemoryFileHooks:
 
     async def abegin(self) -> None:
         try:
-            self.fs.put_marker(self.path, create_only="x" in self.mode)
+            self.fs.put_marker(marker_path(self.path), create_only="x" in self.mode)
         except FileExistsError:
             raise FileExistsError(
                 f"{self.url}: another writer has already opened this path ('xb')"
@@ -168,7 +168,7 @@ class MemoryFileHooks:
     async def adiscard(self, saved: bool) -> None:
         if self.upload_id is not None:
             self.fs.discard(self.upload_id)
-        doomed = [self.path] if self.marker_written else []
+        doomed = [marker_path(self.path)] if self.marker_written else []
         if saved and not self.in_memory:
             doomed.append(pending_path(self.path))
         for path in doomed:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import CommitFailedError, InvalidCommitData
 from ...names import PENDING_SUFFIX, UNMARKED_FILE
-from ...paths import is_deferred_write
+from ...paths import is_deferred_write, marker_path
 from ...records import SinglePendingCommit
 from ...statistics import FOREIGN_UPLOADS_ABORTED
 from ...task_files import TaskFile
@@ -271,7 +271,7 @@ class S3JobHooks(DeferredJobHooks):
         if not markers:
             return
         deferred = self.job.deferred
-        heads = {m: deferred.run_background(deferred.arecord_info(m)) for m in markers}
+        heads = {m: deferred.run_background(_amarker_info(deferred, m)) for m in markers}
         around, unclosed = [], []
         for marker, head in heads.items():
             info = head.result()
@@ -428,3 +428,13 @@ def _marker_of(record: str) -> str:
 def _wrote_marker(commit: SinglePendingCommit) -> bool:
     """Did the file's writer put an intent marker? (its record's own counter says)"""
     return commit.iostatistics.counters.get(MARKER_PUT_COUNTER, 1) != 0
+
+
+async def _amarker_info(deferred: Any, file: str) -> dict[str, Any] | None:
+    """What is stored for task file ``file``: its marker (this version's name beside it,
+    then the earlier versions' at the path itself: a plain object written there around
+    magicfs is found so), or ``None``."""
+    info: dict[str, Any] | None = await deferred.arecord_info(marker_path(file))
+    if info is None:
+        info = await deferred.arecord_info(file)
+    return info

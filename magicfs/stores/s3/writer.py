@@ -3,10 +3,11 @@
 The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
 (``s3://bkt/out/__magic_job-7/.../__base/a.csv`` -> ``out/a.csv``) its steps are:
 
-* **begin**: PUT the zero-byte **intent marker** at the magic path (job, attempt, writer
-  nonce; see :mod:`.tracking`), *then* CreateMultipartUpload for ``out/a.csv``. In an
-  *unmarked* job (``intent_markers=False``: the committer found no other job covering
-  the destination, :mod:`.tracking`) only ``xb`` files, files under a hidden name
+* **begin**: PUT the zero-byte **intent marker** beside the magic path,
+  ``<path>.magicfs-marker`` (job, attempt, writer nonce; see :mod:`.tracking`),
+  *then* CreateMultipartUpload for ``out/a.csv``. In an *unmarked* job
+  (``intent_markers=False``: the committer found no other job covering the
+  destination, :mod:`.tracking`) only ``xb`` files, files under a hidden name
   (``_x/``, ``.x``) and writers in a process that did not set up their task attempt
   (:func:`magicfs.task_files.attempt_set_up_here`: a task commit must see a file another
   process opened and never closed) put a marker; the others go straight to the create,
@@ -51,7 +52,7 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ...paths import MagicPath, pending_path
+from ...paths import MagicPath, marker_path, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
 from ...task_files import attempt_set_up_here
@@ -174,7 +175,7 @@ class S3Writes(DeferredWritesBase):
 
     def delete(self, paths: list[str]) -> None:
         by_bucket: dict[str, list[str]] = {}
-        for path in paths:
+        for path in self.with_markers(paths):
             bucket, key = self.store.split(path)
             if key:
                 by_bucket.setdefault(bucket, []).append(key)
@@ -211,7 +212,9 @@ class S3FileHooks:
         self.store = store
         self.url = f"s3://{path}"
         self.mode = mode
-        self.bucket, self.marker_key = store.split(path)
+        self.bucket, self.file_key = store.split(path)
+        #: The intent marker's key, beside the file's (:func:`~magicfs.paths.marker_path`).
+        self.marker_key = store.split(marker_path(path))[1]
         destination_bucket, self.destination_key = store.split(magic_path.destination)
         assert destination_bucket == self.bucket
         self.job_id, self.attempt_id = magic_path.job_id, magic_path.task_attempt_id
@@ -296,7 +299,7 @@ class S3FileHooks:
         the conditional PUT to meet, but once closed it has its ``.pending`` (one HEAD; a
         ``wb`` file still open, or closed in ``in_memory`` mode, is caught at task commit:
         the path then has a marker of another process, :mod:`.job_hooks`)."""
-        record = pending_path(self.marker_key)
+        record = pending_path(self.file_key)
         if await self.store.ahead_object(self.bucket, record) is None:
             return
         if self.marker_written:
@@ -380,7 +383,7 @@ class S3FileHooks:
 
     async def asave(self, record: SinglePendingCommit) -> None:
         if not self.in_memory:
-            key = pending_path(self.marker_key)
+            key = pending_path(self.file_key)
             await self.store.aput_object(self.bucket, key, record.to_bytes())
 
     async def adiscard(self, saved: bool) -> None:
@@ -391,7 +394,7 @@ class S3FileHooks:
         finally:
             doomed = [self.marker_key] if self.marker_written else []
             if saved and not self.in_memory:
-                doomed.append(pending_path(self.marker_key))
+                doomed.append(pending_path(self.file_key))
             if doomed:
                 await self.store.adelete_objects(self.bucket, doomed)
             self.marker_written = False
@@ -399,7 +402,7 @@ class S3FileHooks:
     async def adrop(self, commit: SinglePendingCommit) -> None:
         """An earlier file of this path closed here: abort its upload, delete its record."""
         await self.store.aabort_upload(commit.bucket, commit.destination_key, commit.upload_id)
-        doomed = [] if self.in_memory else [pending_path(self.marker_key)]
+        doomed = [] if self.in_memory else [pending_path(self.file_key)]
         if not self.intent_marker:  # the earlier file's marker (xb, say) is not this file's
             doomed.append(self.marker_key)
         if doomed:
