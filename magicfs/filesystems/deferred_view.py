@@ -200,12 +200,14 @@ class DeferredTaskView:
         it is.
         """
         try:
-            expanded = set(self.fs.expand_path(paths, recursive=recursive, maxdepth=maxdepth))
+            found = self.fs.expand_path(paths, recursive=recursive, maxdepth=maxdepth)
         except FileNotFoundError:
-            expanded = set()
+            found = []
+        # A marker stands for its file (``<file>.magicfs-marker``): the file is what goes.
+        expanded = {marked_file(p) or p if p.endswith(MARKER_SUFFIX) else p for p in found}
         for path in paths:
             if has_magic(path):
-                expanded |= self._unmarked_matches(path)
+                expanded |= self._suffixed_matches(path)
                 expanded |= {f.path for f in known_matches(self.registry, path, recursive)}
                 continue
             if self.registry.get(path.rstrip("/")) is not None:
@@ -216,13 +218,16 @@ class DeferredTaskView:
             raise FileNotFoundError(paths[0] if len(paths) == 1 else paths)
         self.rm_files(sorted(expanded))
 
-    def _unmarked_matches(self, pattern: str) -> set[str]:
-        """The files with no marker (an unmarked job's closed files) that ``pattern``
-        names: their records match ``pattern`` followed by the records' suffix."""
+    def _suffixed_matches(self, pattern: str) -> set[str]:
+        """The task files ``pattern`` names through what stands for them on the store:
+        a marker (``<file>.magicfs-marker``), or, for a file with no marker (an unmarked
+        job's closed file), its record (``<file>.pending``). Neither name matches a
+        pattern of the file's own name, so each is globbed with its suffix."""
         if pattern.rstrip("/").endswith("**") or pattern.endswith("/"):
-            return set()  # "**" already matched the records; "x/" names directories only
-        records = self.fs.glob(pattern + PENDING_SUFFIX)
-        files = {r.removesuffix(PENDING_SUFFIX) for r in records}
+            return set()  # "**" already matched them; "x/" names directories only
+        files: set[str] = set()
+        for suffix in (MARKER_SUFFIX, PENDING_SUFFIX):
+            files |= {p.removesuffix(suffix) for p in self.fs.glob(pattern + suffix)}
         return {f for f in files if is_deferred_write(f)}
 
     def rm_file(self, path: str) -> None:
