@@ -26,6 +26,7 @@ from .filesystems import MagicFileSystem
 from .filesystems.install import install, uninstall
 from .integrations.job import JobWriter, write_job
 from .integrations.local_s3 import local_s3
+from .readers import Snapshot, snapshot
 
 __version__ = "0.1.0"
 
@@ -37,6 +38,7 @@ __all__ = [
     "MagicFileSystem",
     "ManifestCommitter",
     "OutputCommitter",
+    "Snapshot",
     "TaskAttempt",
     "TaskCommitMessage",
     "committer_for",
@@ -45,6 +47,7 @@ __all__ = [
     "local_s3",
     "paths",
     "records",
+    "snapshot",
     "uninstall",
     "write_job",
 ]

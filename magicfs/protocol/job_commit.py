@@ -3,6 +3,9 @@
     end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
             -> success -> cleanup
 
+``success`` writes the job commit record (:mod:`.commit_record`: what readers of whole
+jobs read) and then ``_SUCCESS``.
+
 The clean-up's listings (``list_for_clean_up``) start once ``_SUCCESS`` is saved and run
 while the journal is saved as ``committed``: the job's outputs are complete by then.
 
@@ -85,6 +88,7 @@ class JobCommit:
         #: Set up in this process: the only one that may list without saying so.
         self.set_up_here = ACTIVE_JOBS.set_up_here(committer.job_id, committer.url)
         self.journal_read = False  # read before the job ends (a listing not meant)
+        self.resumed = False  # the commit resumes from its journal
         self.start = time.monotonic()
         self.stages = StageTimer(committer.stats)
         self.keeper = committer.journal_keeper()
@@ -221,6 +225,7 @@ class JobCommit:
                 loaded = self._load(was_active)
                 with self.stages("validate"):
                     c.validate_records(loaded)
+                self.resumed = self.journal is not None
                 if self.journal is None:
                     self._conflict_and_journal(loaded)
                 self._ended()
@@ -230,6 +235,8 @@ class JobCommit:
                 with self.stages("publish"):
                     published = c.publish(loaded)
                 with self.stages("success"):
+                    # before _SUCCESS: what readers of whole jobs read
+                    self.recovery.record.publish(loaded, resuming=self.resumed)
                     rows = total_rows(self.messages)
                     filenames = c.save_success(loaded, published, self.start, rows)
             return published, filenames

@@ -30,6 +30,7 @@ import time
 from ..errors import JobCommitError
 from ..records.journal import CommitJournal
 from .attempts import Messages
+from .commit_record import CommitRecord
 from .hooks import CommitterHooks, Loaded
 from .journal import JournalKeeper
 
@@ -42,6 +43,8 @@ class Recovery:
     def __init__(self, committer: CommitterHooks, keeper: JournalKeeper | None):
         self.committer = committer
         self.keeper = keeper
+        #: The job's commit record (written by job commit's ``success`` stage).
+        self.record = CommitRecord(committer)
 
     def new_journal(self, loaded: Loaded, doomed: list[str]) -> CommitJournal:
         """The journal of a commit about to start (``doomed``: old files to delete first)."""
@@ -190,7 +193,10 @@ class Recovery:
                 recoverable=True,
             )
         try:
-            undone = c.unpublish(loaded) if journal is not None and loaded is not None else 0
+            undone = 0
+            if journal is not None and loaded is not None:
+                self._withdraw(loaded, journal)  # before a file of it goes again
+                undone = c.unpublish(loaded)
             c.clean_up(None, None)
         except Exception as e:
             log.error("%s; rolling back failed too: %s", what, e)
@@ -202,6 +208,12 @@ class Recovery:
                 recoverable=True,
             )
         return self._aborted(what, stage, undone)
+
+    def _withdraw(self, loaded: Loaded, journal: CommitJournal) -> None:
+        """A commit rolled back: its job commit record goes first, if its committer
+        writes one (so no reader resolves a file about to be deleted)."""
+        if self.committer.committed_files(loaded) is not None:
+            self.record.withdraw(since=journal.created)
 
     def _aborted(self, what: str, stage: str, undone: int) -> JobCommitError:
         """The error of a failed commit that was aborted (and, where possible, rolled back)."""
@@ -242,6 +254,7 @@ class Recovery:
             )
         loaded = c.load_records(journal.records)
         try:
+            self._withdraw(loaded, journal)
             return c.unpublish(loaded)
         finally:
             loaded.discard()
