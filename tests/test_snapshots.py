@@ -253,3 +253,85 @@ def test_resolving_costs_requests_per_job_not_per_file(faults_front, bucket):
     assert len(snap.paths()) == 450
     requests = {op: entry["requests"] for op, entry in faults_front.stats().items()}
     assert requests == {"ListObjectsV2": 1, "GetObject": 6}
+
+
+@pytest.mark.parametrize("kind", ["s3", "local"])
+def test_replace_keeps_the_old_files_until_the_new_snapshot_is_recorded(request, kind, tmp_path):
+    """Held at the write of its record's head, a replace job has published its files and
+    deleted nothing: a reader of the old snapshot reads it whole; once the record is
+    written the old files go, before ``commit_job()`` returns."""
+    store = _store(request, kind, tmp_path)
+    store.job({"old/1.csv": b"o1\n", "old/2.csv": b"o2\n"})
+    reached, release = threading.Event(), threading.Event()
+
+    def hold(path: str, *_: Any) -> bool:
+        if is_head(path):
+            reached.set()
+            assert release.wait(60), "the test never released the commit"
+        return False
+
+    fs = faulty(store.fs)
+    fs.fail("pipe_file", when=hold)
+    writer = threading.Thread(
+        target=lambda: store.job({"new/1.csv": b"n1\n"}, fs=fs, conflict_mode="replace")
+    )
+    writer.start()
+    try:
+        assert reached.wait(60), "the commit never reached its record"
+        assert store.listed() == {"old/1.csv", "old/2.csv", "new/1.csv"}
+        assert store.snapshot() == {"old/1.csv": b"o1\n", "old/2.csv": b"o2\n"}
+    finally:
+        release.set()
+        writer.join(60)
+    assert store.listed() == {"new/1.csv"}
+    assert store.snapshot() == {"new/1.csv": b"n1\n"}
+
+
+def test_replace_retention_keeps_the_old_files_that_long_after_the_record(tmp_path):
+    """The first old file is deleted no sooner than ``replace_retention`` after the new
+    record's head was written (both seen by the store's filesystem as they happen)."""
+    import time
+
+    import fsspec
+
+    store = Store(f"file://{tmp_path}/out", {}, fsspec.filesystem("file"))
+    store.job({"old.csv": b"o\n"})
+    fs = faulty(store.fs)
+    seen: dict[str, float] = {}
+
+    def note(name: str, path: str) -> bool:
+        seen.setdefault(name, time.monotonic())
+        return False
+
+    fs.fail("pipe_file", when=lambda path, *_: is_head(path) and note("head", path))
+    fs.fail("rm_file", when=lambda path, *_: path.endswith("/old.csv") and note("old", path))
+    store.job({"new.csv": b"n\n"}, fs=fs, conflict_mode="replace", replace_retention=1.5)
+    assert seen["old"] - seen["head"] >= 1.5
+    assert store.listed() == {"new.csv"}
+
+
+def test_replace_reusing_an_old_name_deletes_the_old_files_first(tmp_path):
+    """A new file under an old file's name replaces it in place when published, so no
+    reader of the old snapshot could be kept whole: the old files go first, as before,
+    and the snapshot is the new job's."""
+    import fsspec
+
+    store = Store(f"file://{tmp_path}/out", {}, fsspec.filesystem("file"))
+    store.job({"same.csv": b"old\n", "other.csv": b"old\n"})
+    store.job({"same.csv": b"new\n"}, conflict_mode="replace")
+    assert store.snapshot() == {"same.csv": b"new\n"}
+    assert store.listed() == {"same.csv"}
+
+
+def test_a_replace_that_fails_at_its_record_keeps_the_old_data_and_snapshot(tmp_path):
+    import fsspec
+
+    store = Store(f"file://{tmp_path}/out", {}, fsspec.filesystem("file"))
+    store.job({"old.csv": b"old\n"})
+    fs = faulty(store.fs)
+    fs.fail("pipe_file", when=lambda path, *_: is_head(path))
+    with pytest.raises(JobCommitError, match="stage success") as failed:
+        store.job({"new.csv": b"new\n"}, fs=fs, conflict_mode="replace")
+    assert "nothing of it is visible" in str(failed.value)
+    assert store.listed() == {"old.csv"}
+    assert store.snapshot() == {"old.csv": b"old\n"}

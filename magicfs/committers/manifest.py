@@ -307,6 +307,9 @@ class ManifestCommitter(OutputCommitter):
             validate_output(context, manifests)
         return Published(renamed.files, renamed.bytes, list(renamed.first_destinations))
 
+    def removed_old_files(self) -> None:
+        self._remove_emptied_directories()
+
     def _remove_emptied_directories(self) -> int:
         """``replace`` on a local disk: remove the old data's directories left empty.
 

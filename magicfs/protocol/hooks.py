@@ -210,6 +210,10 @@ class CommitterHooks(CommitterOptions, ABC):
     def delete_files(self, paths: list[str]) -> None:
         """Delete ``paths`` (missing ones are fine)."""
 
+    def removed_old_files(self) -> None:  # optional hook
+        """``replace`` mode: the old files are deleted (after the new ones were
+        published and recorded); tidy what they leave (a local disk's empty directories)."""
+
     @abstractmethod
     def publish(self, loaded: Loaded) -> Published:
         """Make every file visible; idempotent (files already visible count as done)."""

@@ -20,8 +20,13 @@ def object_keys(client, bucket: str, prefix: str = "") -> list[str]:
 
 
 def visible_keys(client, bucket: str, prefix: str = "") -> list[str]:
-    """Object keys outside any magic directory: what a reader of the output sees."""
-    return [k for k in object_keys(client, bucket, prefix) if "/__magic" not in f"/{k}"]
+    """Object keys outside any magic directory and the destinations' job commit records
+    (``_magicfs/``): the output and its ``_SUCCESS``, what a reader of the output sees."""
+    return [
+        k
+        for k in object_keys(client, bucket, prefix)
+        if "/__magic" not in f"/{k}" and "/_magicfs/" not in f"/{k}"
+    ]
 
 
 def complete_from_pending(client, pending_json: bytes | str) -> None:
