@@ -120,6 +120,22 @@ class Snapshot:
         """Every file's URL (for readers given a URL list and ``storage_options``)."""
         return [cast(str, self.fs.unstrip_protocol(path)) for path in self]
 
+    def dataset(self, format: str = "parquet", **options: Any) -> Any:
+        """A ``pyarrow.dataset.Dataset`` of exactly these files, Hive-style partition
+        columns (``year=2024/``) read from their paths below the destination; ``options``
+        go to ``pyarrow.dataset.dataset`` (needs pyarrow). What polars
+        (``pl.scan_pyarrow_dataset``) and DuckDB (``con.from_arrow``) read too."""
+        import pyarrow.dataset
+
+        options.setdefault("partitioning", "hive")
+        return pyarrow.dataset.dataset(
+            self.paths(),
+            filesystem=self.fs,
+            format=format,
+            partition_base_dir=self.path,
+            **options,
+        )
+
 
 def snapshot(
     dest: str,
@@ -177,8 +193,8 @@ def _listed_heads(fs: fsspec.AbstractFileSystem, path: str) -> list[str]:
         url = fs.unstrip_protocol(path)
         raise NoSnapshotError(
             f"{url}: no job commit record under {fs.unstrip_protocol(directory)}/, so no "
-            "snapshot of committed jobs: no job has committed there with magicfs 0.2 or "
-            "later (the records are written by every job commit since). Commit a job "
+            "snapshot of committed jobs: no job has committed there since magicfs began "
+            "writing them (every job commit does, but the classic committers'). Commit a job "
             "there (a conflict_mode='replace' job makes the snapshot exact from then on), "
             "or read it with a plain listing, which may show a commit half done"
         )

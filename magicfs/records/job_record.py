@@ -25,7 +25,9 @@ one raises :class:`~magicfs.errors.InvalidCommitData` naming the object and the 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Self
@@ -36,10 +38,11 @@ from ..errors import InvalidCommitData
 from ..names import JOB_FILE_LIST_SUFFIX, JOB_RECORD_SUFFIX, JOB_RECORDS_DIR
 from ..paths import join
 from ._base import Record, _display, now_millis
-from ._fields import MAX_STRING, FieldReader, parse_document
+from ._fields import MAX_STRING, FieldReader
 
 JOB_RECORD_NAME = "magicfs/JobCommitRecord"
 MODES = ("append", "replace")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Longest line accepted in a file list (a path of MAX_STRING characters and its size).
 _MAX_LINE = MAX_STRING + 64
 
@@ -149,13 +152,18 @@ def write_file_list(
 
 
 def read_file_list(fs: AbstractFileSystem, path: str) -> Iterator[CommittedFile]:
-    """The files a list names, streamed; each line checked (a bad one names its line)."""
+    """The files a list names, streamed; each line checked (a bad one names its line).
+
+    Lines are parsed :data:`_BATCH` at a time as one JSON array (a million lines must
+    not cost a million parser calls); a batch that fails is parsed line by line to name
+    the culprit."""
     source = _display(fs, path)
     with fs.open(path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as packed:
         number = 0
         try:
-            for number, line in enumerate(packed, 1):
-                yield _entry(line, source, number)
+            while batch := list(itertools.islice(packed, _BATCH)):
+                yield from _entries(batch, source, number)
+                number += len(batch)
         except (OSError, EOFError) as e:  # a truncated or corrupt gzip stream
             if isinstance(e, FileNotFoundError):
                 raise
@@ -164,15 +172,60 @@ def read_file_list(fs: AbstractFileSystem, path: str) -> Iterator[CommittedFile]
             ) from None
 
 
-def _entry(line: bytes, source: str, number: int) -> CommittedFile:
-    where = f"{source} (line {number})"
+#: Lines of a file list parsed at a time.
+_BATCH = 1000
+
+
+def _entries(lines: list[bytes], source: str, before: int) -> Iterator[CommittedFile]:
+    """The entries of ``lines`` (lines ``before + 1`` on), checked."""
+    try:
+        if any(len(line) > _MAX_LINE or not line.endswith(b"\n") for line in lines):
+            raise ValueError("a long or unterminated line")
+        parsed = json.loads(b"[" + b",".join(lines) + b"]")
+        if len(parsed) != len(lines):
+            raise ValueError("a line holds more than one value")
+    except ValueError:  # find the line at fault, and say what is wrong with it
+        for number, line in enumerate(lines, before + 1):
+            _entry(_parse(line, source, number), source, number)
+        raise InvalidCommitData(source, None, "malformed JSON lines") from None
+    for number, data in enumerate(parsed, before + 1):
+        yield _entry(data, source, number)
+
+
+def _parse(line: bytes, source: str, number: int) -> Any:
     if len(line) > _MAX_LINE:
-        raise InvalidCommitData(where, None, f"line is longer than {_MAX_LINE} bytes")
-    reader = FieldReader(parse_document(line, where, _MAX_LINE), where)
-    relative = reader.string("p", nonempty=True) or ""
-    if relative.startswith("/") or ".." in relative.split("/") or "//" in relative:
-        reader.fail("p", f"must be a path inside the destination, found {relative!r}")
-    return CommittedFile(relative, reader.integer("s", minimum=0))
+        raise _refusal(source, number, None, f"line is longer than {_MAX_LINE} bytes")
+    if not line.endswith(b"\n"):
+        raise _refusal(source, number, None, "the last line is cut short (no newline)")
+    try:
+        return json.loads(line)
+    except ValueError as e:
+        raise _refusal(source, number, None, f"malformed JSON line: {e}") from None
+
+
+def _refusal(source: str, number: int, field: str | None, problem: str) -> InvalidCommitData:
+    return InvalidCommitData(f"{source} (line {number})", field, problem)
+
+
+def _entry(data: Any, source: str, number: int) -> CommittedFile:
+    """One parsed line, checked (type checks: a million lines must not cost a million
+    strict parses); any problem is refused naming the line."""
+    if not isinstance(data, dict):
+        raise _refusal(source, number, None, "expected a JSON object")
+    relative, size = data.get("p"), data.get("s")
+    if not isinstance(relative, str) or not relative:
+        raise _refusal(source, number, "p", "must be a non-empty string")
+    if (
+        relative.startswith("/")
+        or "//" in relative
+        or ".." in relative.split("/")
+        or _CONTROL.search(relative)
+    ):
+        problem = f"must be a path inside the destination, found {relative!r}"
+        raise _refusal(source, number, "p", problem)
+    if type(size) is not int or size < 0:
+        raise _refusal(source, number, "s", f"must be an integer >= 0, found {size!r}")
+    return CommittedFile(relative, size)
 
 
 def _json_string(text: str) -> bytes:
