@@ -79,9 +79,7 @@ def write_records(fs: Any, dest: str, files: int, jobs: int) -> None:
                 tag = "shared" if i < shared else f"job{n}"
                 yield CommittedFile(f"year={2000 + i % 25}/part-{tag}-{i:07d}.parquet", 4096)
 
-        count, size = write_file_list(
-            fs, join(directory, file_list_name(number, job_id)), names()
-        )
+        count, size = write_file_list(fs, join(directory, file_list_name(number, job_id)), names())
         JobRecord(job_id, "append", count, size, file_list_name(number, job_id)).save(
             fs, join(directory, head_name(number, job_id))
         )
@@ -146,7 +144,8 @@ def main() -> None:
     finally:
         if server is not None:
             server.__exit__(None, None, None)
-    print(f"this process's own peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB")
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+    print(f"this process's own peak RSS: {own} MB")
     print(f"finished {time.strftime('%Y-%m-%d %H:%M:%S')}")
 
 

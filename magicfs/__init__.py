@@ -2,7 +2,8 @@
 
 The Python counterpart of Hadoop's S3A "magic" committer and manifest committer, for
 fsspec, pandas, pyarrow, PySpark, Dask and Ray: files written by a job's tasks stay
-invisible until the job commits, then all appear at their final names at once.
+invisible until the job commits, then appear at their final names; :func:`snapshot`
+gives readers the files of exactly the jobs whose commit finished.
 
 Start with :func:`write_job` (scripts and notebooks), :func:`committer_for` (the
 protocol step by step, for engines), :mod:`magicfs.spark`, :mod:`magicfs.dask` or
