@@ -335,3 +335,36 @@ def test_a_replace_that_fails_at_its_record_keeps_the_old_data_and_snapshot(tmp_
     assert "nothing of it is visible" in str(failed.value)
     assert store.listed() == {"old.csv"}
     assert store.snapshot() == {"old.csv": b"old\n"}
+
+
+def test_a_replace_stopped_while_deleting_the_old_files_is_finished_by_a_retry(tmp_path):
+    """The old files fail to go after the new record is written: the job is committed
+    for snapshot readers (the new one), not rolled back (old files are going), and has no
+    ``_SUCCESS``; ``commit_job()`` again from another committer of the job finishes it."""
+    import fsspec
+
+    store = Store(f"file://{tmp_path}/out", {}, fsspec.filesystem("file"))
+    store.job({"old/1.csv": b"o1\n", "old/2.csv": b"o2\n"})
+    fs = faulty(store.fs)
+    fs.fail("rm_file", when=lambda path, *_: path.endswith("/old/2.csv"))
+    committer = magicfs.committer_for(store.url, fs=fs, conflict_mode="replace")
+    committer.setup_job()
+    task = committer.task_attempt(0)
+    committer.setup_task(task)
+    with committer.fs.open(task.path("new.csv"), "wb") as out:
+        out.write(b"new\n")
+    message = committer.commit_task(task)
+    with pytest.raises(JobCommitError, match="stage delete_old") as failed:
+        committer.commit_job([message])
+    assert "commit_job() again" in str(failed.value)
+    assert store.snapshot() == {"new.csv": b"new\n"}
+    assert not (tmp_path / "out" / "_SUCCESS").exists()
+    assert "old/2.csv" in store.listed() and "new.csv" in store.listed()
+
+    again = magicfs.committer_for(store.url, job_id=committer.job_id, conflict_mode="replace")
+    summary = again.commit_job([message])
+    assert summary.files == 1
+    assert store.listed() == {"new.csv"}
+    assert (tmp_path / "out" / "_SUCCESS").exists()
+    assert store.snapshot() == {"new.csv": b"new\n"}
+    assert len(magicfs.snapshot(store.url).jobs) == 1

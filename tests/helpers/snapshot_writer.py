@@ -1,10 +1,10 @@
 """Another process committing jobs to one destination, for the snapshot engine tests.
 
-``python snapshot_writer.py URL OPTIONS_JSON PLAN_JSON``: for each ``[mode, number]`` of
+``python snapshot_writer.py URL OPTIONS_JSON PLAN_JSON RETENTION``: for each ``[mode, number]`` of
 the plan, one job (``conflict_mode=mode``) of three tasks, each writing one Parquet file
 of ten rows ``(job=number, row=0..9)`` under a job-unique name; prints ``committed N``
 after each commit. ``replace`` jobs keep the old files ``RETENTION`` seconds
-(``replace_retention``) for the readers of the old snapshot.
+(``replace_retention``) for the readers of the old snapshot: longer than a read takes.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ import pyarrow.parquet as pq
 
 import magicfs
 
-RETENTION = 5.0
 ROWS_PER_FILE = 10
 FILES_PER_JOB = 3
 
 
 def main() -> None:
     url, options, plan = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+    retention = float(sys.argv[4])
     for mode, number in plan:
         with magicfs.write_job(
-            url, storage_options=options, conflict_mode=mode, replace_retention=RETENTION
+            url, storage_options=options, conflict_mode=mode, replace_retention=retention
         ) as job:
             for task_id in range(FILES_PER_JOB):
                 table = pa.table(
