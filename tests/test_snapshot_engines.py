@@ -142,35 +142,3 @@ def test_an_engine_reads_whole_snapshots_while_another_process_commits_on_s3(
 def test_an_engine_reads_whole_snapshots_while_another_process_commits_locally(engine, tmp_path):
     seen = run_race(f"file://{tmp_path}/sales", {}, ENGINES[engine])
     assert len(seen) >= 2
-
-
-@pytest.fixture(scope="module")
-def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("magicfs-snapshot-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
-
-
-@pytest.mark.slow
-def test_spark_reads_whole_snapshots_while_another_process_commits_locally(spark, tmp_path):
-    """Spark's own reader, given the snapshot's URLs (a local destination: Spark here has
-    no S3 connector). A read takes Spark seconds (schema, then the job): the replace
-    keeps the old files 120 s for it (this 2-core machine, loaded, took over 30)."""
-
-    def read_spark(snap: magicfs.Snapshot) -> list[int]:
-        rows = spark.read.parquet(*snap.urls()).select("job").collect()
-        return [row[0] for row in rows]
-
-    seen = run_race(f"file://{tmp_path}/sales", {}, read_spark, retention=120.0)
-    assert len(seen) >= 2
