@@ -130,27 +130,8 @@ def test_the_local_s3_docstring_example_runs():
 
 
 #: A process without moto (the ``demo`` extra not installed): the import fails as it would.
-WITHOUT_MOTO = "import sys; sys.modules['moto'] = None\n"
-
-
-def test_without_moto_local_s3_names_the_extra_to_install():
-    code = WITHOUT_MOTO + "import magicfs; magicfs.local_s3()"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 1
-    assert result.stderr.strip().endswith(
-        "ModuleNotFoundError: the embedded S3 server runs moto, which is not installed: "
-        "pip install 'magicfs[demo]'"
-    )
-
-
-def test_without_moto_magicfs_server_names_the_extra_to_install():
-    code = WITHOUT_MOTO + "from magicfs.integrations.cli import main; sys.exit(main(['server']))"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert result.returncode == 1
-    assert result.stderr == (
-        "magicfs: the embedded S3 server runs moto, which is not installed: "
-        "pip install 'magicfs[demo]'\n"
-    )
+# (Without moto, local_s3() and `magicfs server` name the extra in one line:
+# tests/test_missing_extras.py.)
 
 
 # --- magicfs server ---------------------------------------------------------------------
