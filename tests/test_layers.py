@@ -36,7 +36,6 @@ LAYERS = [
     ("filesystems", ["filesystems/"]),
     ("protocol", ["protocol/"]),
     ("committers", ["committers/"]),
-    ("readers", ["readers/"]),
     (
         "integrations",
         [

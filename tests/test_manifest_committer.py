@@ -22,7 +22,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
-from helpers import job_record
 from helpers.faulty_fs import faulty
 
 import magicfs
@@ -72,7 +71,7 @@ class Store:
             found = self.fs.find(self.root)
         except FileNotFoundError:
             return []
-        return sorted(r for p in found if not job_record(r := p[len(self.root) + 1 :]))
+        return sorted(p[len(self.root) + 1 :] for p in found)
 
     def visible(self) -> list[str]:
         return [f for f in self.files() if not any(e.startswith(("_", ".")) for e in f.split("/"))]
