@@ -278,6 +278,18 @@ def uploads_on_keys(
             yield upload
 
 
+def _log_left(job_id: str, bucket: str, uploads: Iterable[PendingUpload]) -> None:
+    """Say which uploads the sweep leaves to another job whose tree covers them."""
+    for upload in uploads:
+        log.warning(
+            "job %s: leaving upload %s of s3://%s/%s to the other job whose tree covers it",
+            job_id,
+            upload.upload_id,
+            bucket,
+            upload.key,
+        )
+
+
 def sweep_job(
     store: S3Store,
     bucket: str,
@@ -327,14 +339,7 @@ def sweep_job(
     if shared:
         outcome.left_for_other_jobs = [u for u in shared if u.upload_id not in own]
         outcome.foreign_left = {u.upload_id for u in outcome.left_for_other_jobs} & set(foreign)
-        for upload in outcome.left_for_other_jobs:
-            log.warning(
-                "job %s: leaving upload %s of s3://%s/%s to the other job whose tree covers it",
-                job_id,
-                upload.upload_id,
-                bucket,
-                upload.key,
-            )
+        _log_left(job_id, bucket, outcome.left_for_other_jobs)
         left = {u.upload_id for u in outcome.left_for_other_jobs}
         candidates = [u for u in candidates if u.upload_id not in left]
 
