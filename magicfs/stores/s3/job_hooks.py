@@ -52,7 +52,7 @@ from collections.abc import Container, Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import CommitFailedError, InvalidCommitData
-from ...names import PENDING_SUFFIX, UNMARKED_FILE
+from ...names import PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
 from ...paths import is_deferred_write, marker_path
 from ...records import SinglePendingCommit
 from ...statistics import FOREIGN_UPLOADS_ABORTED
@@ -359,18 +359,21 @@ class S3JobHooks(DeferredJobHooks):
         keys = KeySet()
         unmarked = False
         spared: dict[str, PendingUpload] = {}
+        pendingsets: list[str] = []  # one per committed task: kept for the sweep
         try:
             for page in tree:
                 keys.update(tree_keys(self.store, page))
+                pendingsets += [p for p in page if p.endswith(PENDINGSET_SUFFIX)]
                 unmarked = unmarked or self.unmarked_record in page
             listed_uploads: list[PendingUpload] = uploads.result()
             snapshot = None
             if unmarked:  # known from set-up, else read back (another process's commit)
                 snapshot = self.snapshot or self.read_unmarked()
-            aborted = self._sweep(keys, keep, job.progress, listed_uploads, snapshot, spared)
+            sweep = (keys, keep, pendingsets)
+            aborted = self._sweep(*sweep, job.progress, listed_uploads, snapshot, spared)
             if aborted:
                 # An abort racing a part upload can leave the upload alive: look again.
-                self._sweep(keys, keep, False, None, snapshot, spared)
+                self._sweep(*sweep, False, None, snapshot, spared)
         finally:
             keys.discard()
         job.stats.increment("committer_commits_aborted", aborted)
@@ -390,12 +393,23 @@ class S3JobHooks(DeferredJobHooks):
         self,
         keys: KeySet,
         keep: Container[str],
+        pendingsets: list[str],
         progress: bool | None,
         uploads: list[PendingUpload] | None,
         snapshot: UnmarkedRecord | None,
         spared: dict[str, PendingUpload],
     ) -> int:
         job = self.job
+
+        def own_ids(asked: set[str]) -> set[str]:
+            """The upload ids the job's records name on ``asked``. Only a key the tree
+            names can have a ``.pending`` beside its file (the tree is listed again for
+            it); on any other key only a task's ``.pendingset`` can, and those were kept
+            from the clean-up's one listing of the tree."""
+            if any(key in keys for key in asked):
+                return recorded_ids(self.store, job.list_records(job.magic_dir), asked)
+            return recorded_ids(self.store, pendingsets, asked)
+
         outcome = sweep_job(
             self.store,
             job.bucket,
@@ -403,7 +417,7 @@ class S3JobHooks(DeferredJobHooks):
             job.job_id,
             keys,
             keep,
-            lambda shared: recorded_ids(self.store, job.list_records(job.magic_dir), shared),
+            own_ids,
             progress,
             uploads,
             snapshot=snapshot,
