@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 find_python() {
     local name=$1 found candidate
     found=$(command -v "$name" 2>/dev/null || true)
+    # pyenv's shim answers for every version it knows but runs only the selected ones
+    if [ -n "$found" ] && ! "$found" --version >/dev/null 2>&1; then
+        found=""
+    fi
     if [ -z "$found" ]; then
         for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/*/bin/"$name"; do
             if [ -x "$candidate" ]; then found=$candidate; fi
