@@ -80,7 +80,7 @@ PRINTED = {
     "spark": r"3 rows in 3 partitions\n",
     "dask": r"\d+ files from 4 partitions\n",
     "ray": r"\d+ files from \d+ write tasks\n",
-    "duckdb": r"3 files from one COPY, visible at once\n",
+    "duckdb": r"3 files from one COPY, committed as one job\n",
 }
 
 
