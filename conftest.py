@@ -356,6 +356,10 @@ _STORE_MARKERS = ("rgw", "seaweed")
 
 
 def pytest_configure(config) -> None:
+    # keep the module order pytest_collection_modifyitems chose (pytest-xdist >= 3.6 sorts
+    # modules by their number of tests unless told not to)
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     config.addinivalue_line(
         "markers", "rgw: runs on Ceph RGW (set by conftest.py on tests using its rgw_ fixtures)"
     )
@@ -365,9 +369,28 @@ def pytest_configure(config) -> None:
     )
 
 
-def pytest_collection_modifyitems(items) -> None:
+#: Modules that take minutes, longest first: with ``-n 2 --dist loadfile`` they are handed
+#: out first, so that neither worker starts one when the other has nothing left. pytest-xdist
+#: by itself hands modules out by their number of tests, which put s3fs's own suite (one
+#: test, 11 minutes) last, alone, in CI's run of 2026-12-07 (docs/development.md).
+LONGEST_FIRST = ("test_s3fs_suite.py",)
+
+
+def _schedule_key(item, counts: dict[str, int]) -> tuple[int, int]:
+    name = item.path.name
+    rank = LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+    return (rank, -counts[name])
+
+
+def pytest_collection_modifyitems(config, items) -> None:
     """Mark ``rgw`` (``seaweed``) every test that uses an RGW (SeaweedFS) fixture or runs
-    on that store (a parameter id, as ``[magic-rgw]``): ``pytest -m rgw`` runs them."""
+    on that store (a parameter id, as ``[magic-rgw]``): ``pytest -m rgw`` runs them; then
+    order the modules for the workers: ``LONGEST_FIRST``, then by number of tests, as
+    pytest-xdist would (its own reordering is turned off in ``pytest_configure``)."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item.path.name] = counts.get(item.path.name, 0) + 1
+    items.sort(key=lambda item: _schedule_key(item, counts))
     for item in items:
         callspec = getattr(item, "callspec", None)
         ids = callspec.id.split("-") if callspec is not None else []
