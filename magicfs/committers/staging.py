@@ -81,6 +81,7 @@ from ..records import (
     SinglePendingCommit,
     declared_checksums,
 )
+from ..records.job_record import CommittedFile
 from ..stores.capabilities import speaks_s3
 from ..stores.local import TaskLocalFileSystem
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
@@ -429,6 +430,9 @@ class StagingCommitter(OutputCommitter):
 
     def unpublish(self, loaded: Loaded) -> int:
         return self.records.unpublish(loaded)
+
+    def committed_files(self, loaded: Loaded) -> Iterator[CommittedFile] | None:
+        return self.records.committed_files(loaded)
 
     def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:

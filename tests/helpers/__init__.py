@@ -6,6 +6,13 @@ import json
 from collections import Counter
 
 
+def job_record(relative: str) -> bool:
+    """``relative`` (to a destination) is a job commit record, or its directory: kept
+    after every commit by design (``docs/readers.md``), so tests that check nothing else
+    is left leave them out."""
+    return relative == "_magicfs" or relative.startswith("_magicfs/")
+
+
 def pending_uploads(client, bucket: str, prefix: str = "") -> list[dict]:
     """The multipart uploads waiting in ``bucket`` (key, upload id)."""
     response = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix)
@@ -20,8 +27,13 @@ def object_keys(client, bucket: str, prefix: str = "") -> list[str]:
 
 
 def visible_keys(client, bucket: str, prefix: str = "") -> list[str]:
-    """Object keys outside any magic directory: what a reader of the output sees."""
-    return [k for k in object_keys(client, bucket, prefix) if "/__magic" not in f"/{k}"]
+    """Object keys outside any magic directory and the destinations' job commit records
+    (``_magicfs/``): the output and its ``_SUCCESS``, what a reader of the output sees."""
+    return [
+        k
+        for k in object_keys(client, bucket, prefix)
+        if "/__magic" not in f"/{k}" and "/_magicfs/" not in f"/{k}"
+    ]
 
 
 def complete_from_pending(client, pending_json: bytes | str) -> None:
