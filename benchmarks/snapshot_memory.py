@@ -79,7 +79,8 @@ def write_records(fs: Any, dest: str, files: int, jobs: int) -> None:
                 tag = "shared" if i < shared else f"job{n}"
                 yield CommittedFile(f"year={2000 + i % 25}/part-{tag}-{i:07d}.parquet", 4096)
 
-        count, size = write_file_list(fs, join(directory, file_list_name(number, job_id)), names())
+        with fs.open(join(directory, file_list_name(number, job_id)), "wb") as out:
+            count, size = write_file_list(out, names())
         JobRecord(job_id, "append", count, size, file_list_name(number, job_id)).save(
             fs, join(directory, head_name(number, job_id))
         )

@@ -110,11 +110,19 @@ def test_a_job_aborted_by_its_writer_is_not_in_the_snapshot(store):
     assert store.snapshot() == {"kept.csv": b"k\n"}
 
 
+#: Stores where the faulty filesystem sees the write of a head (on S3 magicfs writes it
+#: with its own PUT, past the filesystem: the record's S3 writes are checked by the
+#: engine tests and tests/test_checksums.py's TLS job).
+HELD_KINDS = ["local"]
+
+
 def is_head(path: str) -> bool:
-    return "/_magicfs/jobs/" in path and path.endswith(".json")
+    """A write of a record's head: on a local disk, of the temporary file renamed to it
+    (the head exists only once that is renamed)."""
+    return "/_magicfs/jobs/" in path and path.endswith((".json", ".json.tmp"))
 
 
-@pytest.mark.parametrize("kind", ["s3", "local"])
+@pytest.mark.parametrize("kind", HELD_KINDS)
 def test_a_commit_is_not_in_the_snapshot_until_its_record_is_written(request, kind, tmp_path):
     """A reader during the commit: the plain listing shows the new files already; the
     snapshot shows the jobs committed before it, whole, and nothing of the new one."""
@@ -155,7 +163,7 @@ def _store(request, kind: str, tmp_path) -> Store:
     return Store(f"file://{tmp_path}/out", {}, fsspec.filesystem("file"))
 
 
-@pytest.mark.parametrize("kind", ["s3", "local"])
+@pytest.mark.parametrize("kind", HELD_KINDS)
 def test_a_commit_that_fails_at_its_record_is_rolled_back_and_not_in_the_snapshot(
     request, kind, tmp_path
 ):
@@ -255,7 +263,7 @@ def test_resolving_costs_requests_per_job_not_per_file(faults_front, bucket):
     assert requests == {"ListObjectsV2": 1, "GetObject": 6}
 
 
-@pytest.mark.parametrize("kind", ["s3", "local"])
+@pytest.mark.parametrize("kind", HELD_KINDS)
 def test_replace_keeps_the_old_files_until_the_new_snapshot_is_recorded(request, kind, tmp_path):
     """Held at the write of its record's head, a replace job has published its files and
     deleted nothing: a reader of the old snapshot reads it whole; once the record is

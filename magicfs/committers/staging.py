@@ -245,6 +245,10 @@ class StagingCommitter(OutputCommitter):
     def job_active(self) -> bool:
         return self.wrapped.job_active()
 
+    def record_io(self, keeper: JournalKeeper | None) -> S3Store:
+        """The destination's store: the journal is in the local staging directory."""
+        return self.store
+
     def journal_keeper(self) -> JournalKeeper:
         return JournalKeeper(
             self.wrapped.store, self.wrapped.job_attempt_dir, self.dest, self.job_id

@@ -9,14 +9,18 @@ the head first (:meth:`CommitRecord.withdraw`), before any of its files is delet
 again, so no reader resolves a file that is about to go. A commit that resumes from
 its journal writes both again under the names of its earlier head, if it wrote one.
 
-Written through the store's own fsspec filesystem, the one readers use (as the
-destination's reader view is read, :mod:`.destination`).
+Written through the job's own record writer (its journal's, :class:`.journal.RecordIO`:
+magicfs's requests, with the checksum headers a store needs and a length), each part as
+one object: the file list is spooled locally first (a temporary file past
+:data:`_IN_MEMORY` bytes, about 30 bytes a file compressed), then uploaded whole. Listed
+and deleted through the store's fsspec filesystem, the one readers use.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import tempfile
 from typing import Any
 
 from ..paths import join
@@ -29,16 +33,24 @@ from ..records.job_record import (
     write_file_list,
 )
 from ..stores.capabilities import is_local
+from ..stores.rename import RenameStore
 from .hooks import CommitterHooks, Loaded
+from .journal import RecordIO
 
 log = logging.getLogger("magicfs.committer")
+
+#: A file list up to this size (compressed) is spooled in memory, a longer one on disk.
+_IN_MEMORY = 8 << 20
 
 
 class CommitRecord:
     """The job commit record of ``committer``'s job at its destination."""
 
-    def __init__(self, committer: CommitterHooks):
+    def __init__(self, committer: CommitterHooks, io: RecordIO | None):
         self.committer = committer
+        #: The job's record writer (``None``: a committer without a journal, whose
+        #: tasks' files are not listed, writes no record).
+        self.io = io
         self.directory = records_dir(committer.dest)
         #: The (head, file list) this commit wrote, once written.
         self.written: tuple[str, str] | None = None
@@ -53,7 +65,7 @@ class CommitRecord:
         """
         c = self.committer
         files = c.committed_files(loaded)
-        if files is None:
+        if files is None or self.io is None:
             return None
         fs = c.store_fs
         if is_local(fs):
@@ -66,7 +78,10 @@ class CommitRecord:
             sequence = max((sequence for sequence, _ in listed), default=0) + 1
         head = join(self.directory, head_name(sequence, c.job_id))
         file_list = file_list_name(sequence, c.job_id)
-        count, size = write_file_list(fs, join(self.directory, file_list), files)
+        with tempfile.SpooledTemporaryFile(max_size=_IN_MEMORY) as spool:
+            count, size = write_file_list(spool, files)
+            spool.seek(0)
+            self._put(join(self.directory, file_list), spool.read())
         record = JobRecord(
             job_id=c.job_id,
             mode="replace" if c.conflict_mode == "replace" else "append",
@@ -76,8 +91,19 @@ class CommitRecord:
             committer=c.name,
         )
         self.written = (head, join(self.directory, file_list))
-        record.save(fs, head)
+        self._put(head, record.to_bytes())
+        fs.invalidate_cache(self.directory)  # written past the filesystem's own listings
         return record
+
+    def _put(self, path: str, data: bytes) -> None:
+        """One object, whole: through the job's writer, but on a rename store that is not
+        a local disk (GCS), whose writer adds a temporary name and a rename, one PUT."""
+        assert self.io is not None
+        fs = self.committer.store_fs
+        if isinstance(self.io, RenameStore) and not is_local(fs):
+            fs.pipe_file(path, data)
+        else:
+            self.io.write(path, data)
 
     def withdraw(self, since: int) -> None:
         """Delete this job's record, head first (a rolled-back commit; none is fine).

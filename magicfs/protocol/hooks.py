@@ -37,7 +37,7 @@ from ..statistics import IOStatisticsSnapshot
 from ..stores.capabilities import is_local
 from ..task_files import TaskFile
 from .attempts import Messages, TaskAttempt, TaskCommitMessage
-from .journal import JournalKeeper
+from .journal import JournalKeeper, RecordIO
 from .options import CommitterOptions
 
 
@@ -205,6 +205,11 @@ class CommitterHooks(CommitterOptions, ABC):
         the caller's messages say what to commit).
         """
         return self.job_active() if check else False
+
+    def record_io(self, keeper: JournalKeeper | None) -> RecordIO | None:  # optional hook
+        """What writes the job commit record at the destination: the journal's writer,
+        where the journal lives on the destination's store (``None``: no record)."""
+        return keeper.io if keeper is not None else None
 
     @abstractmethod
     def journal_keeper(self) -> JournalKeeper | None:

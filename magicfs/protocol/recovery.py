@@ -47,7 +47,7 @@ class Recovery:
         self.committer = committer
         self.keeper = keeper
         #: The job's commit record (written by job commit's ``success`` stage).
-        self.record = CommitRecord(committer)
+        self.record = CommitRecord(committer, committer.record_io(keeper))
 
     def new_journal(self, loaded: Loaded, doomed: list[str], after: bool) -> CommitJournal:
         """The journal of a commit about to start (``doomed``: old files to delete,

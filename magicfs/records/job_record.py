@@ -6,8 +6,8 @@ last file is visible and before ``_SUCCESS``, in two objects:
 
 * the **file list**, ``<sequence>-<job id>.files.jsonl.gz``: one JSON object per line,
   ``{"p": <path relative to the destination>, "s": <size in bytes>}``, gzip-compressed.
-  Written and read as a stream, so a 1,000,000-file job is never one document in memory
-  (about 30 bytes a file compressed);
+  Read as a stream, so a 1,000,000-file job is never one document in a reader's memory
+  (about 30 bytes a file compressed); written through a local spool;
 * the **head**, ``<sequence>-<job id>.json`` (:class:`JobRecord`), written last: job id, mode
   (``append`` or ``replace``), commit time, counts and the file list's name. Its
   existence means the commit finished: a reader that finds no head ignores the list
@@ -30,7 +30,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Self
+from typing import IO, Any, ClassVar, NamedTuple, Self
 
 from fsspec import AbstractFileSystem
 
@@ -134,18 +134,18 @@ class JobRecord(Record):
         )
 
 
-def write_file_list(
-    fs: AbstractFileSystem, path: str, files: Iterable[CommittedFile]
-) -> tuple[int, int]:
-    """Stream ``files`` into the file list at ``path``; returns (files, bytes) written.
+def write_file_list(out: IO[bytes], files: Iterable[CommittedFile]) -> tuple[int, int]:
+    """Stream ``files``, gzip-compressed, into ``out``; returns (files, bytes) listed.
 
-    One object, written through the filesystem's own buffered writer (a multipart upload
-    past its block size on object stores), so memory stays flat whatever the count.
+    The caller spools ``out`` locally and uploads it whole, with its length: a PUT
+    streamed without one is refused by some stores (Ceph RGW over TLS:
+    ``MissingContentLength``), and magicfs's own requests carry the checksum headers
+    they need (:mod:`magicfs.protocol.commit_record`).
     """
     count = size = 0
-    with fs.open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+    with gzip.GzipFile(fileobj=out, mode="wb", mtime=0) as packed:
         for entry in files:
-            out.write(b'{"p":%s,"s":%d}\n' % (_json_string(entry.path), entry.size))
+            packed.write(b'{"p":%s,"s":%d}\n' % (_json_string(entry.path), entry.size))
             count += 1
             size += entry.size
     return count, size
