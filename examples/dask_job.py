@@ -1,4 +1,4 @@
-"""Write a Dask DataFrame as one committed job: every partition appears at once, or none.
+"""Write a Dask DataFrame as one committed job: every partition appears, or none.
 
 Runs against an embedded S3 server on 127.0.0.1 with Dask's default (threaded)
 scheduler; the same call runs unchanged under a ``dask.distributed`` Client. Point

@@ -22,7 +22,7 @@ with EmbeddedS3Server() as server:
                     filesystem=job.fs,
                     index=False,
                 )
-    # leaving the block committed the job: every file appeared at once
+    # leaving the block committed the job: every file is at its final name
     print(job.summary.files, "files,", job.summary.bytes, "bytes")
     sales = pd.read_parquet("s3://bkt/sales", storage_options=opts)
     print(sales.groupby("year", observed=True).size().to_dict())

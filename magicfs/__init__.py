@@ -2,7 +2,8 @@
 
 The Python counterpart of Hadoop's S3A "magic" committer and manifest committer, for
 fsspec, pandas, pyarrow, PySpark, Dask and Ray: files written by a job's tasks stay
-invisible until the job commits, then all appear at their final names at once.
+invisible until the job commits, then appear at their final names; :func:`snapshot`
+gives readers the files of exactly the jobs whose commit finished.
 
 Start with :func:`write_job` (scripts and notebooks), :func:`committer_for` (the
 protocol step by step, for engines), :mod:`magicfs.spark`, :mod:`magicfs.dask` or
@@ -26,6 +27,7 @@ from .filesystems import MagicFileSystem
 from .filesystems.install import install, uninstall
 from .integrations.job import JobWriter, write_job
 from .integrations.local_s3 import local_s3
+from .readers import Snapshot, snapshot
 
 __version__ = "0.1.0"
 
@@ -37,6 +39,7 @@ __all__ = [
     "MagicFileSystem",
     "ManifestCommitter",
     "OutputCommitter",
+    "Snapshot",
     "TaskAttempt",
     "TaskCommitMessage",
     "committer_for",
@@ -45,6 +48,7 @@ __all__ = [
     "local_s3",
     "paths",
     "records",
+    "snapshot",
     "uninstall",
     "write_job",
 ]

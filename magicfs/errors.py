@@ -252,3 +252,9 @@ def _rebuild_uploads_left(
     message: str, uploads: list[tuple[str, str, str]], command: str
 ) -> UploadsLeftError:
     return UploadsLeftError(message, uploads=uploads, command=command)
+
+
+class NoSnapshotError(MagicFSError, FileNotFoundError):
+    """A destination has no job commit record to resolve a snapshot from
+    (:func:`magicfs.snapshot`): nothing was committed there by a magicfs that writes
+    them, or it is not a destination at all."""

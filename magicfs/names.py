@@ -88,3 +88,12 @@ CREATE_CLAIMS_DIR = "_magicfs/claims/create"
 def journal_page(number: int) -> str:
     """The name of the commit journal's delete page ``number``."""
     return f"{JOURNAL_PAGE_PREFIX}{number:05d}{JOURNAL_PAGE_SUFFIX}"
+
+
+#: A destination's job commit records (``magicfs.records.job_record``):
+#: ``<dest>/_magicfs/jobs/<sequence>-<job id>.json`` (the head, written last) and
+#: ``<sequence>-<job id>.files.jsonl.gz`` beside it (the job's files). The ``_`` keeps them out of
+#: Spark's, Hive's and pyarrow's data, and out of what ``fail``/``replace`` see as data.
+JOB_RECORDS_DIR = "_magicfs/jobs"
+JOB_RECORD_SUFFIX = ".json"
+JOB_FILE_LIST_SUFFIX = ".files.jsonl.gz"

@@ -37,7 +37,7 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError, ServiceRequestError
 from azure.core.pipeline.policies import AsyncHTTPPolicy
 from azure.storage.blob import BlobServiceClient
-from helpers import as_another_process, tamper_record
+from helpers import as_another_process, data_files, tamper_record
 from helpers.azure_crash_job import content
 from helpers.polling import wait_until
 
@@ -80,7 +80,8 @@ def sdk(server) -> BlobServiceClient:
 def visible_data(reader, container: str) -> dict[str, bytes]:
     """Every published blob of the container outside the job's state, except _SUCCESS."""
     reader.invalidate_cache()
-    names = [p for p in reader.find(container) if not _job_state(p) and not p.endswith("/_SUCCESS")]
+    listed = data_files(reader.find(container))
+    names = [p for p in listed if not _job_state(p) and not p.endswith("/_SUCCESS")]
     return {name: reader.cat_file(name) for name in names}
 
 

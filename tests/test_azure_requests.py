@@ -48,9 +48,14 @@ def reader_for(server) -> adlfs.AzureBlobFileSystem:
 
 
 def published(server, container: str) -> dict[str, bytes]:
-    """Every published blob of the container outside the job's state, but ``_SUCCESS``."""
+    """Every published blob of the container outside the job's state, but ``_SUCCESS``
+    and the job commit records (``_magicfs/``, readers' records, not output)."""
     reader = reader_for(server)
-    names = [p for p in reader.find(container) if not _job_state(p) and not p.endswith("_SUCCESS")]
+    names = [
+        p
+        for p in reader.find(container)
+        if not _job_state(p) and not p.endswith("_SUCCESS") and "/_magicfs/" not in p
+    ]
     return {name.split("/", 1)[1]: reader.cat_file(name) for name in names}
 
 

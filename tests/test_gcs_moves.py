@@ -19,6 +19,7 @@ from collections.abc import Iterator
 
 import gcsfs
 import pytest
+from helpers import data_files
 from helpers.gcs_front import GcsFront
 
 import magicfs
@@ -82,7 +83,7 @@ def moved_files(front: GcsFront, dest: str) -> list[str]:
 def published(fs: gcsfs.GCSFileSystem, root: str) -> dict[str, bytes]:
     """Every file under ``root`` but ``_SUCCESS``, with its bytes; the temporary tree is gone."""
     fs.invalidate_cache()
-    found = sorted(fs.find(root))
+    found = sorted(data_files(fs.find(root)))
     assert f"{root}/_SUCCESS" in found
     assert not any("/_temporary" in path for path in found)
     return {p[len(root) + 1 :]: fs.cat_file(p) for p in found if not p.endswith("/_SUCCESS")}

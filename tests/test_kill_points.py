@@ -111,11 +111,13 @@ def test_abort_after_a_kill_between_success_and_journal_keeps_the_committed_outp
 
 
 def test_abort_in_replace_mode_rolls_back_while_no_old_file_was_deleted(harness):
-    # DeleteObjects: 1 = setup's old _SUCCESS, 2 = the old data (replace mode), held: the
-    # journal says "deleting", nothing is deleted yet (asserted below).
+    # DeleteObjects: 1 = setup's old _SUCCESS, 2 = the old data (replace mode: after the
+    # new files and their job commit record), held: the journal says "replacing", the new
+    # files are all visible and no old one is deleted yet (asserted below).
     spec, expect, pre = killed_at(harness, ("DeleteObjects", {"nth": 2}), conflict_mode="replace")
-    assert pre.journal is not None and pre.journal["phase"] == "deleting"
+    assert pre.journal is not None and pre.journal["phase"] == "replacing"
     assert all(pre.visible.get(name) == sha for name, sha in expect.preexisting.items())
+    assert len(pre.visible) == len(expect.preexisting) + len(complete(expect))
 
     [result] = recover_in_child(spec, ["abort"], 120)
 
@@ -128,12 +130,13 @@ def test_abort_in_replace_mode_rolls_back_while_no_old_file_was_deleted(harness)
 
 
 def test_abort_in_replace_mode_refuses_once_old_data_was_deleted_and_commit_finishes(harness):
-    # Held: the first completion, after the old data was deleted.
+    # Held: the _SUCCESS, after the new files, their record and the old data's deletion.
     spec, expect, pre = killed_at(
-        harness, ("CompleteMultipartUpload", {"count": 1}), conflict_mode="replace"
+        harness, ("PutObject", {"key": r"/_SUCCESS$", "count": 1}), conflict_mode="replace"
     )
-    assert pre.journal is not None and pre.journal["phase"] == "publishing"
+    assert pre.journal is not None and pre.journal["phase"] == "replacing"
     assert not any(name in pre.visible for name in expect.preexisting)
+    assert pre.success_job is None
 
     abort, commit = recover_in_child(spec, ["abort", "commit"], 120)
 

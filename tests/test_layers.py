@@ -36,6 +36,7 @@ LAYERS = [
     ("filesystems", ["filesystems/"]),
     ("protocol", ["protocol/"]),
     ("committers", ["committers/"]),
+    ("readers", ["readers/"]),
     (
         "integrations",
         [

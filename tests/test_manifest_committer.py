@@ -22,6 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
+from helpers import job_record
 from helpers.faulty_fs import faulty
 
 import magicfs
@@ -71,7 +72,7 @@ class Store:
             found = self.fs.find(self.root)
         except FileNotFoundError:
             return []
-        return sorted(p[len(self.root) + 1 :] for p in found)
+        return sorted(r for p in found if not job_record(r := p[len(self.root) + 1 :]))
 
     def visible(self) -> list[str]:
         return [f for f in self.files() if not any(e.startswith(("_", ".")) for e in f.split("/"))]

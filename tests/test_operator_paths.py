@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from helpers import object_keys, pending_uploads
+from helpers import data_files, object_keys, pending_uploads
 from helpers.cli import CliResult, run_cli
 
 import magicfs
@@ -60,7 +60,8 @@ def place(request, tmp_path) -> Place:
         root.mkdir()
 
         def local_files() -> list[str]:
-            return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+            files = (p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+            return sorted(data_files(files))
 
         fs = magicfs.committer_for(f"file://{root}/x").store_fs
         return Place(f"file://{root}", fs, run_cli, local_files)
@@ -68,7 +69,9 @@ def place(request, tmp_path) -> Place:
     bucket = request.getfixturevalue("bucket")
     client = request.getfixturevalue("s3_client")
     fs = request.getfixturevalue("s3")
-    return Place(f"s3://{bucket}", fs, moto_cli(server), lambda: object_keys(client, bucket))
+    return Place(
+        f"s3://{bucket}", fs, moto_cli(server), lambda: data_files(object_keys(client, bucket))
+    )
 
 
 def moto_cli(server) -> Callable[..., CliResult]:
@@ -194,7 +197,8 @@ def _objects(messages: list[TaskCommitMessage], path: pathlib.Path) -> None:
 def test_recover_takes_messages_in_each_shape_a_driver_saves(
     save, s3_server, s3, s3_client, bucket, tmp_path
 ):
-    place = Place(f"s3://{bucket}", s3, moto_cli(s3_server), lambda: object_keys(s3_client, bucket))
+    cli = moto_cli(s3_server)
+    place = Place(f"s3://{bucket}", s3, cli, lambda: data_files(object_keys(s3_client, bucket)))
     job = place.committer("out")
     job.setup_job()
     first = one_task(job, 0, "part-0.csv")
@@ -294,7 +298,7 @@ def test_an_upload_the_job_did_not_start_is_logged_and_counted(s3_place, markers
         (warning,) = foreign_warnings(caplog)
         assert f"job {job.job_id}: aborted multipart upload {tool} of " in warning
         assert f"s3://{bucket}/out/tool/other.bin (initiated {when})" in warning
-    assert object_keys(client, bucket, "out/") == ["out/_SUCCESS", "out/part-0.csv"]
+    assert data_files(object_keys(client, bucket, "out/")) == ["out/_SUCCESS", "out/part-0.csv"]
     for upload_id, key in ((earlier, "out/earlier.bin"), (tool, "out/tool/other.bin")):
         if upload_id in left:
             client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
@@ -325,5 +329,6 @@ def test_the_cli_names_and_counts_the_uploads_a_rollback_took(s3_server, s3_clie
     assert f"aborted multipart upload {tool} of s3://{bucket}/out/tool.bin (initiated {when})" in (
         rolled.stderr
     )
-    assert pending_uploads(s3_client, bucket) == [] and object_keys(s3_client, bucket) == []
+    assert pending_uploads(s3_client, bucket) == []
+    assert data_files(object_keys(s3_client, bucket)) == []
     job.abort_job()  # idempotent; this process forgets the job

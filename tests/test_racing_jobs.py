@@ -31,7 +31,8 @@ from test_recovery import _cli_store_options, local_job, s3_job, store
 
 import magicfs
 from magicfs.errors import JobCommitError
-from magicfs.names import CLAIMS_DIR, FAIL_CLAIM
+from magicfs.names import CLAIMS_DIR, FAIL_CLAIM, JOB_RECORDS_DIR
+from magicfs.records.job_record import file_list_name, head_name
 
 __all__ = ["local_job", "s3_job", "store"]  # fixtures, used by name
 
@@ -163,7 +164,10 @@ def test_of_fail_mode_jobs_racing_for_an_empty_destination_exactly_one_commits(r
             assert "stage conflict" in message and "CommitConflictError" in message
             assert f"job {winner_id}" in message, message  # the claim's holder, or _SUCCESS's
             assert "nothing of it is visible" in message
-        assert every_file(store.fs, dest) == sorted(["_SUCCESS", "same.csv", f"job{winner}.csv"])
+        record = [f"{JOB_RECORDS_DIR}/{name(1, winner_id)}" for name in (head_name, file_list_name)]
+        assert every_file(store.fs, dest) == sorted(
+            ["_SUCCESS", "same.csv", f"job{winner}.csv", *record]  # the losers left no record
+        )
         assert store.fs.cat_file(f"{dest}/same.csv") == f"job {winner}\n".encode()
         success = json.loads(store.fs.cat_file(f"{dest}/_SUCCESS"))
         assert success["jobId"] == winner_id
@@ -248,7 +252,7 @@ def test_a_killed_manifest_holder_is_released_by_abort_job_elsewhere(local_job):
     assert job.contents() == {} and job.left() == []
     commit_one_file(job.dest)
     assert job.contents() == {"new.csv": b"new\n"}
-    assert not (job.root / "_magicfs").exists()  # no empty directories left on a disk
+    assert not (job.root / CLAIMS_DIR).exists()  # no empty directories left on a disk
 
 
 def test_an_append_job_neither_takes_nor_waits_for_the_claim(tmp_path):

@@ -39,7 +39,7 @@ import pandas as pd
 import pytest
 import ray
 import ray.data
-from helpers import pending_uploads
+from helpers import job_record, pending_uploads
 
 import magicfs
 import magicfs.ray
@@ -117,7 +117,7 @@ class Dest:
             found = self.fs.find(self.root)
         except FileNotFoundError:
             return []
-        return sorted(path[len(self.root) + 1 :] for path in found)
+        return sorted(r for p in found if not job_record(r := p[len(self.root) + 1 :]))
 
     def data_files(self) -> list[str]:
         """What readers see: no path element starts with ``_`` or ``.``."""

@@ -123,7 +123,8 @@ def objects(client, bucket: str, prefix: str = "") -> list[str]:
 
 
 def visible(client, bucket: str) -> list[str]:
-    return [k for k in objects(client, bucket) if "__magic_job-" not in k]
+    """Objects outside the jobs' trees and the job commit records (kept by design)."""
+    return [k for k in objects(client, bucket) if "__magic_job-" not in k and "/_magicfs/" not in k]
 
 
 def killed_writer(

@@ -12,7 +12,7 @@ import os
 import sys
 
 import pytest
-from helpers import object_keys, pending_uploads, visible_keys
+from helpers import data_files, object_keys, pending_uploads, visible_keys
 
 import magicfs
 from magicfs.integrations.local_server import CREDENTIALS
@@ -171,9 +171,11 @@ def test_data_source_on_a_rename_store(spark, tmp_path):
         "partitionBy", "year"
     ).save(dest)
     files = sorted(
-        os.path.relpath(os.path.join(root, name), tmp_path / "out")
-        for root, _, names in os.walk(tmp_path / "out")
-        for name in names
+        data_files(
+            os.path.relpath(os.path.join(root, name), tmp_path / "out")
+            for root, _, names in os.walk(tmp_path / "out")
+            for name in names
+        )
     )
     assert files[0] == "_SUCCESS"
     assert all(f.startswith("year=") and f.endswith(".json") for f in files[1:])
@@ -230,7 +232,8 @@ def test_compression_option_for_csv_json_and_parquet(spark, tmp_path):
         sales(spark, 100, 2).write.format("magicfs").mode("append").option("format", fmt).option(
             "compression", codec
         ).option("partitionBy", "year").save(f"file://{out}")
-        files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "_SUCCESS")
+        listed = data_files(out.rglob("*"))
+        files = sorted(p for p in listed if p.is_file() and p.name != "_SUCCESS")
         assert {p.parent.name for p in files} == {"year=2023", "year=2024", "year=2025"}
         if fmt == "parquet":
             assert all(p.suffix == ".parquet" for p in files)

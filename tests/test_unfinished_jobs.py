@@ -92,8 +92,10 @@ def s3_job(s3_options, bucket, tmp_path):
 
 
 def store_state(s3_client, bucket: str) -> tuple[list[str], list[dict]]:
-    """Every object (the job's tree included) and every pending upload."""
-    return object_keys(s3_client, bucket), pending_uploads(s3_client, bucket)
+    """Every object (the job's tree included, the job commit records, which every commit
+    leaves, aside) and every pending upload."""
+    keys = [k for k in object_keys(s3_client, bucket) if "/_magicfs/" not in f"/{k}"]
+    return keys, pending_uploads(s3_client, bucket)
 
 
 def published(s3_client, bucket: str) -> dict[str, bytes]:

@@ -134,6 +134,7 @@ from ..records import (
     PendingSet,
     SinglePendingCommit,
 )
+from ..records.job_record import CommittedFile
 from ..statistics import IOStatisticsStore
 from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
@@ -502,6 +503,9 @@ class MagicLayoutCommitter(OutputCommitter):
 
     def unpublish(self, loaded: Loaded) -> int:
         return self.records.unpublish(loaded)
+
+    def committed_files(self, loaded: Loaded) -> Iterator[CommittedFile] | None:
+        return self.records.committed_files(loaded)
 
     def save_success(
         self, loaded: Loaded, published: Published, start: float, rows: int | None

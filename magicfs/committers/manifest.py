@@ -38,6 +38,7 @@ import getpass
 import logging
 import time
 import traceback
+from collections.abc import Iterator
 from typing import Any, cast
 
 from ..errors import CommitFailedError, JobNotActiveError, NothingToCommitError
@@ -59,6 +60,7 @@ from ..protocol.hooks import TaskCommit
 from ..protocol.journal import JournalKeeper
 from ..protocol.tasks import not_started_error, require_active_job, task_committed
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
+from ..records.job_record import CommittedFile
 from ..stores.capabilities import speaks_s3
 from ..stores.rename import RenameStore
 from ..task_files import TaskFile
@@ -305,6 +307,9 @@ class ManifestCommitter(OutputCommitter):
             validate_output(context, manifests)
         return Published(renamed.files, renamed.bytes, list(renamed.first_destinations))
 
+    def removed_old_files(self) -> None:
+        self._remove_emptied_directories()
+
     def _remove_emptied_directories(self) -> int:
         """``replace`` on a local disk: remove the old data's directories left empty.
 
@@ -327,6 +332,12 @@ class ManifestCommitter(OutputCommitter):
                     parent = parent.rsplit("/", 1)[0]
         ordered = sorted(emptied, key=lambda p: (-p.count("/"), p))
         return sum(self.store.remove_empty_directory(path) for path in ordered)
+
+    def committed_files(self, loaded: Loaded) -> Iterator[CommittedFile]:
+        manifests: LoadedManifests = loaded.payload
+        prefix = len(self.dest) + 1
+        for entry in manifests.entries():
+            yield CommittedFile(self.store.path(entry.dest)[prefix:], entry.size)
 
     def unpublish(self, loaded: Loaded) -> int:
         journal = self.journal_keeper().read()

@@ -39,6 +39,7 @@ from ..records import (
     SuccessData,
     check_checksums_agree,
 )
+from ..records.job_record import CommittedFile
 from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredStore
 from ..stores.spool import CommitSpool
@@ -204,6 +205,13 @@ class PendingsetRecords:
         spool: CommitSpool = loaded.payload
         result = self.operations().complete_all(spool.commits(), spool.files)
         return Published(result.files, result.bytes, payload=spool)
+
+    def committed_files(self, loaded: Loaded) -> Iterator[CommittedFile]:
+        """The files of ``loaded``, relative to the destination (the job commit record)."""
+        spool: CommitSpool = loaded.payload
+        prefix = len(self.dest_key) + 1 if self.dest_key else 0
+        for commit in spool.commits():
+            yield CommittedFile(commit.destination_key[prefix:], commit.length)
 
     def unpublish(self, loaded: Loaded) -> int:
         spool: CommitSpool = loaded.payload

@@ -81,6 +81,7 @@ from ..records import (
     SinglePendingCommit,
     declared_checksums,
 )
+from ..records.job_record import CommittedFile
 from ..stores.capabilities import speaks_s3
 from ..stores.local import TaskLocalFileSystem
 from ..stores.s3.checksums import DEFAULT_ALGORITHM as DEFAULT_CHECKSUM
@@ -243,6 +244,10 @@ class StagingCommitter(OutputCommitter):
 
     def job_active(self) -> bool:
         return self.wrapped.job_active()
+
+    def record_io(self, keeper: JournalKeeper | None) -> S3Store:
+        """The destination's store: the journal is in the local staging directory."""
+        return self.store
 
     def journal_keeper(self) -> JournalKeeper:
         return JournalKeeper(
@@ -429,6 +434,9 @@ class StagingCommitter(OutputCommitter):
 
     def unpublish(self, loaded: Loaded) -> int:
         return self.records.unpublish(loaded)
+
+    def committed_files(self, loaded: Loaded) -> Iterator[CommittedFile] | None:
+        return self.records.committed_files(loaded)
 
     def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:

@@ -412,7 +412,7 @@ def _show_output(fs: Any, files: int, say: Any) -> None:
     from ..records import SuccessData
 
     say(f"\n2. output tree of {DEST}")
-    for path in sorted(fs.find(DEST.removeprefix("s3://")))[:12]:
+    for path in _output(fs)[:12]:
         say(f"   {path:<70} {fs.info(path)['size']:>8,} B")
     if files > 11:
         say(f"   ... {files + 1} objects in all")
@@ -431,6 +431,12 @@ def _show_output(fs: Any, files: int, say: Any) -> None:
     )
 
 
+def _output(fs: Any) -> list[str]:
+    """The job's output and ``_SUCCESS``, sorted: not its commit record (``_magicfs/``,
+    for snapshot readers: ``docs/readers.md``)."""
+    return sorted(p for p in fs.find(DEST.removeprefix("s3://")) if "/_magicfs/" not in p)
+
+
 def _show_contrast(server: EmbeddedS3Server, fs: Any, say: Any) -> None:
     """Step 5: the same files committed by rename, on a server as costly as S3."""
     say("\n5. the same files committed by rename (FileOutputCommitter v1 on S3), for contrast")
@@ -439,7 +445,7 @@ def _show_contrast(server: EmbeddedS3Server, fs: Any, say: Any) -> None:
     say()
     files = {
         path.removeprefix(f"{DEST.removeprefix('s3://')}/"): fs.cat_file(path)
-        for path in sorted(fs.find(DEST.removeprefix("s3://")))
+        for path in _output(fs)
         if not path.endswith("/_SUCCESS")
     }
     _compare(server, files, say)

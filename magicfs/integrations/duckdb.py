@@ -20,7 +20,8 @@ DuckDB (2.0) deletes what it wrote, but a process killed during a ``COPY`` (or a
 failing under that clean-up) leaves part of a dataset, on S3 with multipart uploads
 parked, and ``OVERWRITE`` deletes the old data *before* writing: a ``COPY`` with it that
 fails on a late row leaves neither dataset. Here nothing is visible until the job
-commits, then every file of every ``COPY`` appears at once; a failure leaves nothing and
+commits, then every file of every ``COPY`` appears, whole (readers of whole jobs only:
+:func:`magicfs.snapshot`); a failure leaves nothing and
 ``OVERWRITE`` (the job's ``replace``) deletes the old files only at job commit.
 
 How: DuckDB's Python client writes through any fsspec filesystem registered on a
@@ -540,7 +541,7 @@ def copy_job(
     conflict_mode: str | None = None,
     **committer_options: Any,
 ) -> CopyJob:
-    """A job whose ``COPY`` statements all appear in ``dest`` at once, when it commits.
+    """A job whose ``COPY`` statements all appear in ``dest`` when it commits.
 
     Use it as a ``with`` block and call ``job.copy(query, ...)`` for each ``COPY``.
 

@@ -97,7 +97,7 @@ def write_job(
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> JobWriter:
-    """A job writing many files to ``dest`` that all appear at once when it commits.
+    """A job writing many files to ``dest`` that all appear when it commits.
 
     Use it as a ``with`` block and run each task inside ``job.task(task_id)``. Files a
     task writes under ``task.path(...)`` with ``job.fs`` (or at ``task.url(...)`` with

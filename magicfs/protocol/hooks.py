@@ -26,16 +26,18 @@ from __future__ import annotations
 import concurrent.futures
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, cast
 
 import fsspec
 
+from ..records.job_record import CommittedFile
 from ..statistics import IOStatisticsSnapshot
 from ..stores.capabilities import is_local
 from ..task_files import TaskFile
 from .attempts import Messages, TaskAttempt, TaskCommitMessage
-from .journal import JournalKeeper
+from .journal import JournalKeeper, RecordIO
 from .options import CommitterOptions
 
 
@@ -204,6 +206,11 @@ class CommitterHooks(CommitterOptions, ABC):
         """
         return self.job_active() if check else False
 
+    def record_io(self, keeper: JournalKeeper | None) -> RecordIO | None:  # optional hook
+        """What writes the job commit record at the destination: the journal's writer,
+        where the journal lives on the destination's store (``None``: no record)."""
+        return keeper.io if keeper is not None else None
+
     @abstractmethod
     def journal_keeper(self) -> JournalKeeper | None:
         """Where this job's commit journal lives (``None``: the committer keeps none)."""
@@ -231,6 +238,10 @@ class CommitterHooks(CommitterOptions, ABC):
     def delete_files(self, paths: list[str]) -> None:
         """Delete ``paths`` (missing ones are fine)."""
 
+    def removed_old_files(self) -> None:  # optional hook
+        """``replace`` mode: the old files are deleted (after the new ones were
+        published and recorded); tidy what they leave (a local disk's empty directories)."""
+
     @abstractmethod
     def publish(self, loaded: Loaded) -> Published:
         """Make every file visible; idempotent (files already visible count as done)."""
@@ -238,6 +249,12 @@ class CommitterHooks(CommitterOptions, ABC):
     @abstractmethod
     def unpublish(self, loaded: Loaded) -> int:
         """Roll back: delete every file of ``loaded`` that was made visible; returns how many."""
+
+    def committed_files(self, loaded: Loaded) -> Iterator[CommittedFile] | None:  # optional
+        """The files ``loaded`` publishes, relative to the destination, one at a time: what
+        the job commit record lists (:mod:`.commit_record`). ``None``: this committer
+        writes no record (the classic committers, whose tasks' files are not listed)."""
+        return None
 
     @abstractmethod
     def save_success(

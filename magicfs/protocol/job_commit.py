@@ -1,7 +1,14 @@
 """One job commit, run as named stages (in the manner of Hadoop's manifest committer)::
 
     end_job -> load -> validate -> conflict -> journal -> [delete_old] -> publish
-            -> success -> cleanup
+            -> success (record) -> [delete_old] -> success (_SUCCESS) -> cleanup
+
+``success`` writes the job commit record (:mod:`.commit_record`: what readers of whole
+jobs read) and then ``_SUCCESS``. In ``replace`` mode the old files are deleted between
+the two (``delete_old``, after the committer's ``replace_retention``), so a reader of
+the old snapshot is not pulled from under and ``_SUCCESS`` still means "exactly the new
+data"; only where a new file reuses an old file's name (or the committer writes no
+record) does ``delete_old`` run before ``publish``, as it always did.
 
 In ``fail`` mode, stage *conflict* first claims the destination for the job
 (:mod:`magicfs.stores.claims`), then checks it for data; the claim is released once
@@ -41,8 +48,10 @@ from collections.abc import Callable, Iterator
 from ..errors import JobCommitError, NothingToCommitError
 from ..filesystems.listings import refreshes_listings_of
 from ..parallel import in_background
+from ..paths import join
 from ..records.journal import CommitJournal
 from ..statistics import FOREIGN_UPLOADS_ABORTED, IOStatisticsStore
+from ..stores.spool import KeySet
 from ..task_files import TASK_FILES
 from .active_jobs import ACTIVE_JOBS
 from .attempts import (
@@ -90,6 +99,7 @@ class JobCommit:
         #: Set up in this process: the only one that may list without saying so.
         self.set_up_here = ACTIVE_JOBS.set_up_here(committer.job_id, committer.url)
         self.journal_read = False  # read before the job ends (a listing not meant)
+        self.resumed = False  # the commit resumes from its journal
         self.start = time.monotonic()
         self.stages = StageTimer(committer.stats)
         self.keeper = committer.journal_keeper()
@@ -232,6 +242,7 @@ class JobCommit:
                 loaded = self._load(was_active)
                 with self.stages("validate"):
                     c.validate_records(loaded)
+                self.resumed = self.journal is not None
                 if self.journal is None:
                     self._conflict_and_journal(loaded)
                 self._ended()
@@ -240,6 +251,12 @@ class JobCommit:
                         self.recovery.delete_old(self.journal)
                 with self.stages("publish"):
                     published = c.publish(loaded)
+                with self.stages("success"):  # the record first: what snapshot readers read
+                    self.recovery.record.publish(loaded, resuming=self.resumed)
+                    recorded = time.monotonic()
+                if self.journal is not None and self.journal.phase == "replacing":
+                    with self.stages("delete_old"):
+                        self.recovery.retire_old(self.journal, recorded)
                 with self.stages("success"):
                     rows = total_rows(self.messages)
                     filenames = c.save_success(loaded, published, self.start, rows)
@@ -297,12 +314,30 @@ class JobCommit:
                 c.take_claim()
             c.check_no_conflict("job commit")
             doomed = c.plan_replace(loaded) if c.conflict_mode == "replace" else []
+            after = bool(doomed) and self._old_files_can_wait(loaded, doomed)
         if self.keeper is not None:
             with self.stages("journal"):
-                journal = self.recovery.new_journal(loaded, doomed)
+                journal = self.recovery.new_journal(loaded, doomed, after)
                 self.journal = self.keeper.start(journal, doomed)
         elif doomed:
             c.delete_files(doomed)
+
+    def _old_files_can_wait(self, loaded: Loaded, doomed: list[str]) -> bool:
+        """``replace`` mode: may the old files stay until the new ones are published and
+        recorded (readers of the old snapshot keep reading)? Not when the committer
+        writes no record, nor when a new file takes an old file's name: publishing it
+        replaces that old file in place, so the old data goes first, as it always did
+        (``docs/readers.md``). One pass over the new names, kept in a local spool."""
+        files = self.committer.committed_files(loaded)
+        if files is None:
+            return False
+        dest = self.committer.dest
+        new = KeySet()
+        try:
+            new.update(join(dest, entry.path) for entry in files)
+            return not any(path in new for path in doomed)
+        finally:
+            new.discard()
 
     def _finish_clean_up(self, journal: CommitJournal) -> JobSummary:
         """A commit that got as far as ``_SUCCESS``: only its clean-up is left to do."""

@@ -22,6 +22,8 @@ from .cleanup import CLEANUP_MODES, BackgroundCleanup
 from .destination import Destination
 
 CONFLICT_MODES = ("append", "fail", "replace")
+#: The longest ``replace_retention`` (an hour): the job waits it out before it ends.
+MAX_REPLACE_RETENTION = 3600.0
 
 
 def elapsed(start: float) -> float:
@@ -55,6 +57,7 @@ class CommitterOptions:
         progress: bool | None = None,
         job_id_source: str | None = None,
         cleanup: str = "inline",
+        replace_retention: float = 0.0,
     ):
         if cleanup not in CLEANUP_MODES:
             raise ValueError(
@@ -67,6 +70,11 @@ class CommitterOptions:
             )
         if threads < 1:
             raise ValueError(f"threads must be at least 1, not {threads}")
+        if not 0 <= replace_retention <= MAX_REPLACE_RETENTION:
+            raise ValueError(
+                f"replace_retention must be between 0 and {MAX_REPLACE_RETENTION:.0f} seconds, "
+                f"not {replace_retention!r} (see docs/readers.md)"
+            )
         self.job_id = check_job_id(job_id) if job_id is not None else str(uuid.uuid4())
         #: The id is a UUID drawn here and not set up yet: job setup need not look it up.
         self._fresh_job_id = job_id is None
@@ -81,6 +89,9 @@ class CommitterOptions:
         self.progress = progress
         #: When a committed job's clean-up runs (:mod:`.cleanup`).
         self.cleanup = cleanup
+        #: ``replace`` mode: seconds the old files stay after the new snapshot is
+        #: published, for its readers to finish (:meth:`.recovery.Recovery.retire_old`).
+        self.replace_retention = float(replace_retention)
         # The store itself, even when install() made its URLs build magic wrappers.
         if fs is not None:
             self.store_fs = unwrapped(fs)

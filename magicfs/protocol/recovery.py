@@ -2,7 +2,10 @@
 
 A commit's journal (:mod:`magicfs.records.journal`) moves through these phases::
 
-    (none) -> deleting (replace mode, old data to delete) -> publishing -> committed
+    (none) -> publishing -> committed
+    (none) -> replacing (replace mode: publish, record, then delete the old) -> committed
+    (none) -> deleting (replace mode, new names reuse old ones: delete the old first)
+           -> publishing -> committed
 
 Saved before anything becomes visible, it lets any process finish the commit (the same
 records; no second conflict check) or roll it back. The one case where rolling back
@@ -30,6 +33,7 @@ import time
 from ..errors import JobCommitError
 from ..records.journal import CommitJournal
 from .attempts import Messages
+from .commit_record import CommitRecord
 from .hooks import CommitterHooks, Loaded
 from .journal import JournalKeeper
 
@@ -42,16 +46,22 @@ class Recovery:
     def __init__(self, committer: CommitterHooks, keeper: JournalKeeper | None):
         self.committer = committer
         self.keeper = keeper
+        #: The job's commit record (written by job commit's ``success`` stage).
+        self.record = CommitRecord(committer, committer.record_io(keeper))
 
-    def new_journal(self, loaded: Loaded, doomed: list[str]) -> CommitJournal:
-        """The journal of a commit about to start (``doomed``: old files to delete first)."""
+    def new_journal(self, loaded: Loaded, doomed: list[str], after: bool) -> CommitJournal:
+        """The journal of a commit about to start (``doomed``: old files to delete,
+        ``after`` the new ones are published and recorded, or first)."""
         c = self.committer
+        phase = "publishing"
+        if doomed:
+            phase = "replacing" if after else "deleting"
         return CommitJournal(
             job_id=c.job_id,
             committer=c.name,
             destination=c.url,
             conflict_mode=c.conflict_mode,
-            phase="deleting" if doomed else "publishing",
+            phase=phase,
             records=list(loaded.records),
         )
 
@@ -124,13 +134,14 @@ class Recovery:
     def old_data_deleted(self, journal: CommitJournal) -> bool:
         """Has a replace commit deleted any old file yet? (Then rolling back would lose it.)
 
-        Past the ``deleting`` phase, yes. During it, the delete pages are compared with one
+        Past the ``deleting`` phase, yes. During it, and during ``replacing`` (the old
+        files go after the new ones are recorded), the delete pages are compared with one
         listing of the destination: a commit stopped before its first delete can still be
         rolled back exactly.
         """
         if not journal.deletes:
             return False
-        if journal.phase != "deleting":
+        if journal.phase not in ("deleting", "replacing"):
             return True
         assert self.keeper is not None
         c = self.committer
@@ -151,6 +162,34 @@ class Recovery:
         journal.phase = "publishing"
         journal.updated = int(time.time() * 1000)
         self.keeper.save(journal)
+
+    def retire_old(self, journal: CommitJournal, recorded: float) -> None:
+        """``replace`` mode, phase ``replacing``: the new snapshot is published (its
+        record written at ``recorded``, ``time.monotonic()``); after the committer's
+        ``replace_retention``, delete the old files the journal's pages name.
+
+        The wait lets a reader that resolved the old snapshot just before finish reading
+        it (``docs/readers.md``). A commit that stops here is committed for snapshot
+        readers and not yet for ``_SUCCESS``-aware ones: ``commit_job()`` again (any
+        process: ``magicfs jobs recover``) deletes the rest and writes ``_SUCCESS``.
+        """
+        assert self.keeper is not None
+        c = self.committer
+        wait = c.replace_retention - (time.monotonic() - recorded)
+        if wait > 0:
+            log.info(
+                "job %s: replace mode keeps the old files %.1fs more for readers of the "
+                "old snapshot (replace_retention)",
+                c.job_id,
+                wait,
+            )
+            time.sleep(wait)
+        deleted = 0
+        for paths in self.keeper.pages(journal):
+            c.delete_files(paths)
+            deleted += len(paths)
+        c.removed_old_files()
+        log.info("%s: replace mode deleted %d old files", c.url, deleted)
 
     def mark_committed(self, journal: CommitJournal, files: int, size: int, tasks: int) -> None:
         """Record a whole commit (a retry then only finishes clean-up); failing is harmless."""
@@ -190,7 +229,10 @@ class Recovery:
                 recoverable=True,
             )
         try:
-            undone = c.unpublish(loaded) if journal is not None and loaded is not None else 0
+            undone = 0
+            if journal is not None and loaded is not None:
+                self._withdraw(loaded, journal)  # before a file of it goes again
+                undone = c.unpublish(loaded)
             c.clean_up(None, None)
             c.release_claim()  # rolled back: the next fail-mode job may commit
         except Exception as e:
@@ -203,6 +245,12 @@ class Recovery:
                 recoverable=True,
             )
         return self._aborted(what, stage, undone)
+
+    def _withdraw(self, loaded: Loaded, journal: CommitJournal) -> None:
+        """A commit rolled back: its job commit record goes first, if its committer
+        writes one (so no reader resolves a file about to be deleted)."""
+        if self.committer.committed_files(loaded) is not None:
+            self.record.withdraw(since=journal.created)
 
     def _aborted(self, what: str, stage: str, undone: int) -> JobCommitError:
         """The error of a failed commit that was aborted (and, where possible, rolled back)."""
@@ -243,6 +291,7 @@ class Recovery:
             )
         loaded = c.load_records(journal.records)
         try:
+            self._withdraw(loaded, journal)
             return c.unpublish(loaded)
         finally:
             loaded.discard()

@@ -10,7 +10,11 @@ visible or the first old file is deleted:
   finished commit is exactly what the uninterrupted one would have been;
 * ``conflictMode`` and ``phase``: the conflict check passed (a retry must not mistake
   the commit's own files for a conflict); in ``replace`` mode, ``phase`` is
-  ``"deleting"`` until every old file listed in the delete pages is gone, then
+  ``"replacing"`` when the new files are published first and the old files listed in
+  the delete pages are deleted only after the job commit record
+  (:mod:`magicfs.protocol.commit_record`), so a reader of the old snapshot is never
+  pulled from under; or, when the new files reuse an old file's name (or the committer
+  writes no record), ``"deleting"`` until every old file is gone, then
   ``"publishing"``, so a retry deletes old files only while nothing new is visible;
 * ``deletes``: how many old files the delete pages list (:class:`DeletePage`, 1,000
   paths each, beside the journal);
@@ -44,7 +48,7 @@ from ._fields import FieldReader
 
 JOURNAL_NAME = "magicfs/CommitJournal"
 DELETE_PAGE_NAME = "magicfs/CommitJournal/deletes"
-PHASES = ("deleting", "publishing", "committed")
+PHASES = ("deleting", "publishing", "replacing", "committed")
 #: Paths per delete page: one DeleteObjects request's worth.
 PAGE_SIZE = 1000
 

@@ -166,6 +166,19 @@ class KeySet(_SqliteFile):
     def update(self, keys: Iterable[str]) -> None:
         self.size += self._insert("INSERT OR IGNORE INTO keys VALUES (?)", ((k,) for k in keys))
 
+    def add_new(self, keys: list[str]) -> set[str]:
+        """Add a batch of ``keys``; those that were not in the set before (a snapshot
+        yields each path once). Asked inside the spool's open transaction, which sees
+        its own rows: no commit per batch."""
+        new = set(keys)
+        for start in range(0, len(keys), 500):  # within SQLite's limit of parameters
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            query = f"SELECT key FROM keys WHERE key IN ({marks})"
+            new.difference_update(row[0] for row in self.db.execute(query, chunk))
+        self.update(new)
+        return new
+
     def __contains__(self, key: object) -> bool:
         self._commit()
         found = self.db.execute("SELECT 1 FROM keys WHERE key = ?", (key,)).fetchone()

@@ -6,6 +6,21 @@ import json
 from collections import Counter
 
 
+def job_record(path) -> bool:
+    """``path`` (relative to a destination, a key, a ``Path`` or a URL) is a destination's job
+    commit record or its directory (``<dest>/_magicfs/jobs/``): kept after every commit
+    by design (``docs/readers.md``). Not the claims beside it (``_magicfs/claims/``): a
+    claim left behind is a leftover the tests must see."""
+    wrapped = "/" + str(path).rstrip("/") + "/"
+    return "/_magicfs/jobs/" in wrapped or wrapped.endswith("/_magicfs/")
+
+
+def data_files(paths):
+    """``paths`` (a listing of a destination, in its order) without the job commit records:
+    what a test that checks the data, or that nothing else is left, compares."""
+    return [p for p in paths if not job_record(p)]
+
+
 def pending_uploads(client, bucket: str, prefix: str = "") -> list[dict]:
     """The multipart uploads waiting in ``bucket`` (key, upload id)."""
     response = client.list_multipart_uploads(Bucket=bucket, Prefix=prefix)
@@ -20,8 +35,9 @@ def object_keys(client, bucket: str, prefix: str = "") -> list[str]:
 
 
 def visible_keys(client, bucket: str, prefix: str = "") -> list[str]:
-    """Object keys outside any magic directory: what a reader of the output sees."""
-    return [k for k in object_keys(client, bucket, prefix) if "/__magic" not in f"/{k}"]
+    """Object keys outside any magic directory and the destinations' job commit records
+    (``_magicfs/``): the output and its ``_SUCCESS``, what a reader of the output sees."""
+    return [k for k in data_files(object_keys(client, bucket, prefix)) if "/__magic" not in f"/{k}"]
 
 
 def complete_from_pending(client, pending_json: bytes | str) -> None:

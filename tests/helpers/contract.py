@@ -53,7 +53,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import magicfs
-from helpers import tamper_record
+from helpers import job_record, tamper_record
 from magicfs.committers import OutputCommitter
 from magicfs.errors import (
     CommitConflictError,
@@ -297,18 +297,21 @@ class Target:
     # -- what readers see ---------------------------------------------------------------
 
     def entries(self, withdirs: bool = True) -> list[str]:
-        """Everything under the destination, relative, hidden entries included."""
+        """Everything under the destination, relative, hidden entries included (but the
+        job commit records)."""
         self.fs.invalidate_cache()
         try:
             found = self.fs.find(self.root, withdirs=withdirs)
         except FileNotFoundError:
             return []
-        return sorted(
-            {p.rstrip("/")[len(self.root) + 1 :] for p in found if p.rstrip("/") != self.root}
-        )
+        relative = {
+            p.rstrip("/")[len(self.root) + 1 :] for p in found if p.rstrip("/") != self.root
+        }
+        return sorted(name for name in relative if not job_record(name))
 
     def files(self) -> list[str]:
-        """Every file under the destination, relative, hidden ones included."""
+        """Every file under the destination, relative, hidden ones included (but the job
+        commit records, which every commit leaves: ``helpers.job_record``)."""
         return self.entries(withdirs=False)
 
     def visible(self) -> list[str]:
