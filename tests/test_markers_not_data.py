@@ -41,6 +41,7 @@ from helpers.s3_targets import store_fixture
 
 import magicfs
 from magicfs.names import MARKER_SUFFIX, STAGED_SUFFIX
+from magicfs.paths import task_path
 from magicfs.task_files import TASK_FILES
 
 # -- destinations -----------------------------------------------------------------------------
@@ -260,7 +261,7 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
     running = running_job(dest)
     try:
         # The running job really has its markers (or staged files) under the destination.
-        suffix = MARKER_SUFFIX if dest.deferred else STAGED_SUFFIX
+        suffix = STAGED_SUFFIX + (MARKER_SUFFIX if dest.deferred else "")
         kept = [p for p in dest.everything() if p.endswith(".parquet" + suffix)]
         # The open file's marker (on a local disk and in memory the file itself; GCS and
         # Azure create the object at close), and the committed task's files on rename stores.
@@ -270,8 +271,12 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
         assert len(kept) - len(held) == (0 if dest.store == "abfs-block-list" else 2), kept
         data = ["year=2023/part-0.parquet"]
         assert relative(dest, dest.glob("**/*.parquet")) == data
-        if not dest.deferred:  # staged directories too (a deferred job's tree keeps
-            assert relative(dest, dest.glob("**/year=2024/*")) == []  # Hadoop's .pending)
+        # Nor a glob of partition directories or of file names' prefixes: the running
+        # job's tree repeats neither (its .pending records included).
+        assert relative(dest, dest.glob("**/year=2024/*")) == []
+        assert relative(dest, dest.glob("*/year=2024/*")) == []
+        assert relative(dest, dest.glob("**/year=2023/*")) == data
+        assert relative(dest, dest.glob("**/part-*")) == data
         assert read_with_duckdb(dest) == 2
         assert read_with_pyarrow(dest) == (data, 2)
         if dest.store == "file":
@@ -300,7 +305,7 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
         "year=2025/part-0.parquet",
     ]
     assert read_with_duckdb(dest) == 2 + 3 + 4 + 5
-    assert not [p for p in dest.everything() if p.endswith((MARKER_SUFFIX, STAGED_SUFFIX))]
+    assert not [p for p in dest.everything() if STAGED_SUFFIX in p]
     assert dest.pending() == []
 
 
@@ -308,16 +313,22 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
 
 
 def to_earlier_names(dest: Dest) -> list[str]:
-    """Move every marker under the destination to the name earlier versions gave it (the
-    task path itself), metadata kept; returns the task paths."""
+    """Move every marker and ``.pending`` record under the destination to the name 0.1.0
+    gave it (the task path itself, ``<task path>.pending``), metadata kept; returns the
+    markers' task paths."""
     moved = []
     for path in dest.everything():
         if path.endswith(MARKER_SUFFIX):
-            earlier = path.removesuffix(MARKER_SUFFIX)
-            dest.raw.cp_file(path, earlier)
-            dest.raw.rm_file(path)
+            earlier = task_path(path.removesuffix(MARKER_SUFFIX))
             moved.append(earlier)
+        elif path.endswith(".pending") and STAGED_SUFFIX in path:
+            earlier = task_path(path.removesuffix(".pending")) + ".pending"
+        else:
+            continue
+        dest.raw.cp_file(path, earlier)
+        dest.raw.rm_file(path)
     dest.raw.invalidate_cache()
+    assert not [p for p in dest.everything() if STAGED_SUFFIX in p]
     return moved
 
 
