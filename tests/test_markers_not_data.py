@@ -3,21 +3,27 @@
 A running job keeps, under its destination, what it needs until it commits: on S3, Azure
 block lists and the in-process store a zero-byte intent marker per task file (S3 with
 ``intent_markers="always"``), on rename stores (local, memory, GCS, Azure without block
-lists) the task files themselves, staged under ``_temporary``. Readers that glob the
-destination recursively for their data (``fs.glob("dest/**/*.parquet")``, DuckDB's
-``read_parquet('dest/**/*.parquet')``, pyarrow's recursive listing, polars) must find only
-committed files: each test commits one job, leaves a second one running with a task
-committed and a file still open, and reads the destination the way each reader does.
+lists) the task files themselves, staged under ``_temporary``; and each closed deferred
+file's ``.pending`` record. Each name's elements below ``__base`` are staged
+(``_year=2024.magicfs-task``). Readers that glob the destination recursively for their
+data by extension, partition directory or file-name prefix (``fs.glob("dest/**/*.parquet")``,
+``dest/**/year=2024/*``, ``dest/*/year=2024/*``, ``dest/**/part-*``, DuckDB's
+``read_parquet('dest/**/*.parquet')``, pyarrow's recursive listing and hive dataset,
+polars) must find only committed files: each test commits one job, leaves a second one
+running with a task committed and a file still open, and reads the destination the way
+each reader does.
 
 Readers, by store: fsspec's ``glob`` on every store; DuckDB (``read_parquet`` on the
 glob) on every store, natively on a local disk and through the store's fsspec filesystem
 registered on the connection elsewhere (DuckDB's own S3 and Azure extensions would be
 downloaded); pyarrow's own recursive listing (``FileSelector(recursive=True)``) and
 dataset on S3 (its native S3 filesystem) and a local disk (native), through fsspec
-(``FSSpecHandler``) elsewhere; polars (``read_parquet`` of the glob) on a local disk.
+(``FSSpecHandler``) elsewhere; polars (``read_parquet`` and ``scan_parquet`` with hive
+partitioning) on a local disk.
 
-Trees written by earlier versions (markers at the task paths themselves, rename-store
-task files at their own names) are still listed, committed, swept and cleaned up.
+Trees written by 0.1.0 (markers at the task paths themselves, ``<file>.pending``,
+rename-store task files at their own names) are still listed, committed, swept and
+cleaned up.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import duckdb
 import fsspec
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
@@ -43,6 +50,9 @@ import magicfs
 from magicfs.names import MARKER_SUFFIX, STAGED_SUFFIX
 from magicfs.paths import task_path
 from magicfs.task_files import TASK_FILES
+
+#: The destination's partitioning, as a reader declares it (the files hold ``year`` too).
+HIVE = ds.partitioning(pa.schema([("year", pa.int64())]), flavor="hive")
 
 # -- destinations -----------------------------------------------------------------------------
 
@@ -279,8 +289,12 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
         assert relative(dest, dest.glob("**/part-*")) == data
         assert read_with_duckdb(dest) == 2
         assert read_with_pyarrow(dest) == (data, 2)
+        hive = ds.dataset(dest.root, filesystem=dest.arrow, format="parquet", partitioning=HIVE)
+        assert hive.to_table().column("year").to_pylist() == [2023, 2023]
         if dest.store == "file":
             assert pl.read_parquet(f"{dest.root}/**/*.parquet").height == 2
+            scanned = pl.scan_parquet(f"{dest.root}/**/*.parquet", hive_partitioning=True)
+            assert scanned.collect().height == 2
         # The tasks still see their files under their own names (a committed attempt's on
         # Azure's block lists: none, its records were dropped at its commit).
         job = running.job
@@ -413,3 +427,34 @@ def test_task_files_staged_by_earlier_versions_commit_at_their_names(dest: Dest)
     job.commit_job([job.commit_task(task)])
     assert relative(dest, dest.glob("**/*.parquet")) == ["year=2024/part-0.parquet"]
     assert read_with_duckdb(dest) == 3
+
+
+# -- patterns over task paths ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dest", ["moto", "abfs-block-list", "mem-deferred"], indirect=True)
+def test_a_pattern_rm_takes_another_processs_task_files_by_their_staged_names(dest: Dest) -> None:
+    """``rm`` of a pattern over task paths (``year=2024/part-*.parquet``) deletes the task
+    files of another process too: the store has only their markers and records, whose
+    names the pattern does not match as it is (each element staged), so the view globs
+    the pattern staged (:meth:`DeferredTaskView._suffixed_matches`). What they staged is
+    thrown away; the file the pattern does not name commits alone."""
+    job, task = started(dest)
+    write(job, task, "year=2024/part-0.parquet", parquet(2024, 3))
+    write(job, task, "year=2024/kept.parquet", parquet(2024, 4))
+    TASK_FILES.settle()
+    for name in ("year=2024/part-0.parquet", "year=2024/kept.parquet"):
+        TASK_FILES.discarded(job.fs._inner(task.path(name)))  # as if written elsewhere
+    job.fs.rm(task.path("year=2024/part-*.parquet"))
+    dest.raw.invalidate_cache()
+    assert [p.rsplit("/__base/", 1)[1] for p in job.fs.find(task.work_path)] == [
+        "year=2024/kept.parquet"
+    ]
+    if dest.store != "abfs-block-list":  # (Azure cannot discard staged blocks)
+        assert dest.pending() == sorted(p for p in dest.pending() if "kept" in p)
+        assert len(dest.pending()) == 1
+    message = job.commit_task(task)
+    assert message.files == 1
+    job.commit_job([message])
+    assert relative(dest, dest.glob("**/*.parquet")) == ["year=2024/kept.parquet"]
+    assert [p for p in dest.everything() if "__magic_job-" in p] == []
