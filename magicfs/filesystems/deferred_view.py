@@ -312,8 +312,10 @@ class DeferredTaskView:
 
     @staticmethod
     def into(path: str) -> str:
-        """Task paths are stored where they are named (the marker)."""
-        return path
+        """Where the store keeps what stands for task path ``path`` (its listings are what
+        a cache holds): the path with its elements below ``__base`` staged
+        (:func:`~magicfs.paths.stored_dir`), whose parents are the path's own."""
+        return stored_dir(path)
 
     def call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
         """Any other single-path method: the store's own, on the marker or record (a
