@@ -59,15 +59,14 @@ TOUCHED_DIR = "_magicfs_job.touched"
 #: ``<task path>.pending``; readers of a job's tree still read both
 #: (:func:`magicfs.paths.marked_file`, :func:`magicfs.paths.pending_file`).
 MARKER_SUFFIX = ".magicfs-marker"
-#: Put around every path element a task writes below its attempt's working directory on
-#: a rename store (``tasks/<attempt>/_year=1.magicfs-task/_part-0.parquet.magicfs-task``;
-#: the manifest's ``dest`` names the file without them), and around those below
-#: ``__base`` of a deferred task file's marker and record (:data:`MARKER_SUFFIX`): no glob of the destination's
-#: data, partition directories or file-name prefixes (``dest/**/*.parquet``,
-#: ``dest/**/year=1/*``, ``dest/**/part-*``) reaches the files a running job stages
-#: there, and the leading ``_`` is the hidden-file mark Hadoop, Spark and pyarrow skip
-#: (:class:`magicfs.layouts.manifest.AttemptRoute`). 0.1.0 added neither: its names
-#: are still read.
+#: Put around every path element a task writes below its attempt's working directory on a rename
+#: store (``tasks/<attempt>/_year=1.magicfs-task/_part-0.parquet.magicfs-task``; the manifest's
+#: ``dest`` names the file without them), and around those below ``__base`` of a deferred task
+#: file's marker and record (:data:`MARKER_SUFFIX`): no glob of the destination's data, partition
+#: directories or file-name prefixes (``dest/**/*.parquet``, ``dest/**/year=1/*``,
+#: ``dest/**/part-*``) reaches the files a running job stages there, and the leading ``_`` is the
+#: hidden-file mark Hadoop, Spark and pyarrow skip (:class:`magicfs.layouts.manifest.AttemptRoute`).
+#: 0.1.0 added neither: its names are still read.
 STAGED_PREFIX = "_"
 STAGED_SUFFIX = ".magicfs-task"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.
