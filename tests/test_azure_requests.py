@@ -98,13 +98,14 @@ def per_file(log: list[tuple[str, str]], files: list[str]) -> dict[str, Counter]
     """For each file: its requests by (operation, which blob: marker, a ``.pending``,
     destination)."""
     found: dict[str, Counter] = {name: Counter() for name in files}
+    staged = {name: "/".join(map(staged_name, name.split("/"))) for name in files}
     for operation, blob in log:
         for name in files:
             if blob == f"out/{name}":
                 found[name][(operation, "destination")] += 1
-            elif MAGIC in blob and blob.endswith(f"/__base/{staged_name(name)}{MARKER_SUFFIX}"):
+            elif MAGIC in blob and blob.endswith(f"/__base/{staged[name]}{MARKER_SUFFIX}"):
                 found[name][(operation, "marker")] += 1
-            elif MAGIC in blob and blob.endswith(f"/__base/{staged_name(name)}.pending"):
+            elif MAGIC in blob and blob.endswith(f"/__base/{staged[name]}.pending"):
                 found[name][(operation, "record")] += 1
     return found
 
