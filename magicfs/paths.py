@@ -260,11 +260,11 @@ def staged_name(name: str) -> str:
 
 
 def unstaged_name(name: str) -> str:
-    """:func:`staged_name` undone; an element not in that form keeps its name, but for
-    the suffix alone (rename stores during this release's development), which goes."""
+    """:func:`staged_name` undone; an element not in that form (0.1.0's, Hadoop's, another
+    writer's) keeps its name."""
     if name.startswith(STAGED_PREFIX) and name.endswith(STAGED_SUFFIX):
         return name[len(STAGED_PREFIX) : -len(STAGED_SUFFIX)]
-    return name.removesuffix(STAGED_SUFFIX)
+    return name
 
 
 def stored_pattern(pattern: str) -> str:

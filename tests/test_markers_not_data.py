@@ -458,3 +458,25 @@ def test_a_pattern_rm_takes_another_processs_task_files_by_their_staged_names(de
     job.commit_job([message])
     assert relative(dest, dest.glob("**/*.parquet")) == ["year=2024/kept.parquet"]
     assert [p for p in dest.everything() if "__magic_job-" in p] == []
+
+
+def test_the_names_of_a_task_files_marker_and_record_map_back_to_it() -> None:
+    """This version's names and 0.1.0's both map back to the task path; none of this
+    version's repeats a partition directory or starts or ends like the data file."""
+    from magicfs.paths import marked_file, marker_path, pending_file, pending_path
+
+    attempt = "s3://bkt/sales/__magic_job-7/job-7/00/tasks/attempt_7_0000_m_000000_0"
+    file = f"{attempt}/__base/year=2024/part-0.parquet"
+    for stored in (marker_path(file), pending_path(file)):
+        below = stored.split("/__base/", 1)[1].split("/")
+        assert below[0] == "_year=2024.magicfs-task"
+        assert below[1].startswith("_part-0.parquet.magicfs-task.")
+    assert stored.endswith(".pending")  # Hadoop's magic committer lists records by it
+    assert marked_file(marker_path(file)) == file == pending_file(pending_path(file))
+    assert marked_file(file) == file == pending_file(file + ".pending")  # 0.1.0's names
+    assert marked_file(pending_path(file)) is None  # a record is no marker
+    legacy = "bkt/out/__magic/job-1/task_01/p.csv"  # no __base: only the name is staged
+    assert marker_path(legacy) == "bkt/out/__magic/job-1/task_01/_p.csv.magicfs-task" + (
+        MARKER_SUFFIX
+    )
+    assert marked_file(marker_path(legacy)) == legacy
