@@ -50,17 +50,24 @@ ABORTED_SUFFIX = ".aborted"
 #: job check it makes anyway lists the job marker's name, which these share
 #: (``magicfs.committers.magic_layout``).
 TOUCHED_DIR = "_magicfs_job.touched"
-#: A deferred task file's intent marker, ``<task path>.magicfs-marker`` beside the path
-#: it stands for (S3, Azure block lists, the in-process store): named so that no glob
-#: of data (``dest/**/*.parquet``) matches it while the job runs. Earlier versions put
-#: it at the task path itself; readers of a job's tree still take such a file for its
-#: marker (:func:`magicfs.paths.marked_file`).
+#: A deferred task file's intent marker (S3, Azure block lists, the in-process store) is
+#: its task path with the elements below ``__base`` staged (:data:`STAGED_PREFIX`,
+#: :data:`STAGED_SUFFIX`) and this suffix (:func:`magicfs.paths.marker_path`), its
+#: ``.pending`` record the same with :data:`PENDING_SUFFIX`: so that no glob of data
+#: (``dest/**/*.parquet``, ``dest/**/year=1/*``, ``dest/**/part-*``) matches either
+#: while the job runs. 0.1.0 put the marker at the task path itself and the record at
+#: ``<task path>.pending``; readers of a job's tree still read both
+#: (:func:`magicfs.paths.marked_file`, :func:`magicfs.paths.pending_file`).
 MARKER_SUFFIX = ".magicfs-marker"
-#: Added to every path element a task writes below its attempt's working directory on
-#: a rename store (``tasks/<attempt>/year=1.magicfs-task/p.parquet.magicfs-task``; the
-#: manifest's ``dest`` names the file without it): no glob of the destination's data or
-#: partition directories reaches the files a running job stages there
-#: (:class:`magicfs.layouts.manifest.AttemptRoute`).
+#: Put around every path element a task writes below its attempt's working directory on a rename
+#: store (``tasks/<attempt>/_year=1.magicfs-task/_part-0.parquet.magicfs-task``; the manifest's
+#: ``dest`` names the file without them), and around those below ``__base`` of a deferred task
+#: file's marker and record (:data:`MARKER_SUFFIX`): no glob of the destination's data, partition
+#: directories or file-name prefixes (``dest/**/*.parquet``, ``dest/**/year=1/*``,
+#: ``dest/**/part-*``) reaches the files a running job stages there, and the leading ``_`` is the
+#: hidden-file mark Hadoop, Spark and pyarrow skip (:class:`magicfs.layouts.manifest.AttemptRoute`).
+#: 0.1.0 added neither: its names are still read.
+STAGED_PREFIX = "_"
 STAGED_SUFFIX = ".magicfs-task"
 #: The commit journal, in the job's own directory: how an interrupted commit resumes.
 JOURNAL_FILE = "_magicfs_commit.json"

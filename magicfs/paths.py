@@ -39,6 +39,8 @@ from .names import (
     MARKER_SUFFIX,
     PENDING_SUFFIX,
     PENDINGSET_SUFFIX,
+    STAGED_PREFIX,
+    STAGED_SUFFIX,
     TASKS_DIR,
     TOUCHED_DIR,
 )
@@ -249,29 +251,101 @@ def is_deferred_write(path: str) -> bool:
     return is_magic_path(path) and not is_record_file(path)
 
 
+def staged_name(name: str) -> str:
+    """One element of a task's file path as a running job stores what stands for it:
+    between :data:`~magicfs.names.STAGED_PREFIX` and :data:`~magicfs.names.STAGED_SUFFIX`
+    (``year=2024`` -> ``_year=2024.magicfs-task``), so that no glob of the destination's
+    data by suffix, partition or file-name prefix reaches it."""
+    return STAGED_PREFIX + name + STAGED_SUFFIX
+
+
+def unstaged_name(name: str) -> str:
+    """:func:`staged_name` undone; an element not in that form (0.1.0's, Hadoop's, another
+    writer's) keeps its name."""
+    if name.startswith(STAGED_PREFIX) and name.endswith(STAGED_SUFFIX):
+        return name[len(STAGED_PREFIX) : -len(STAGED_SUFFIX)]
+    return name
+
+
+def stored_pattern(pattern: str) -> str:
+    """A glob pattern of task files (``<task dir>/__base/year=*/p*.csv``) as a pattern of
+    what stands for them (``<task dir>/__base/_year=*.magicfs-task/_p*.csv.magicfs-task``;
+    add the marker's or record's suffix): each element staged but ``**``."""
+    return _staged(pattern, file=True, keep={"**"})
+
+
+def _staged(path: str, file: bool, keep: frozenset[str] | set[str] = frozenset()) -> str:
+    """``path`` (a task path, a file's or a directory's) with the elements that reach its
+    final destination staged: those below ``__base``, or, without ``__base``, a file's
+    name (a directory there reaches nothing)."""
+    magic = split_magic_path(path)
+    if magic is None:
+        return path
+    children = list(magic.children)
+    if BASE in children:
+        start = children.index(BASE) + 1
+    else:
+        start = len(children) - 1 if file and children else len(children)
+    below = [name if name in keep else staged_name(name) for name in children[start:]]
+    staged = [*children[:start], *below]
+    return str(MagicPath(magic.root, magic.parents, magic.magic, tuple(staged)))
+
+
+def stored_dir(path: str) -> str:
+    """Where the store keeps what stands for the files below task directory ``path``."""
+    return _staged(path, file=False)
+
+
+def task_path(path: str) -> str:
+    """A path found in a job's magic tree as the task named it: every element below the
+    magic element in :func:`staged_name`'s form unstaged (the suffix of a marker or
+    record, if any, is the caller's to drop first). Other paths come back unchanged."""
+    magic = split_magic_path(path)
+    if magic is None:
+        return path
+    children = tuple(unstaged_name(name) for name in magic.children)
+    return str(MagicPath(magic.root, magic.parents, magic.magic, children))
+
+
 def marker_path(path: str) -> str:
-    """The intent marker of deferred task file ``path``: ``<path>.magicfs-marker``
-    (:data:`~magicfs.names.MARKER_SUFFIX`), so that no glob of data matches it."""
-    return path + MARKER_SUFFIX
+    """The intent marker of deferred task file ``path``: the path with the elements that
+    reach its destination staged (:func:`staged_name`) and
+    :data:`~magicfs.names.MARKER_SUFFIX` added
+    (``__base/_year=2024.magicfs-task/_p.parquet.magicfs-task.magicfs-marker``): no
+    glob of data (``dest/**/*.parquet``, ``dest/**/year=2024/*``, ``dest/**/p*``)
+    matches it, nor any partition directory of the job's tree."""
+    return _staged(path, file=True) + MARKER_SUFFIX
 
 
 def marked_file(path: str) -> str | None:
     """The task file a file found in a job's magic tree is the marker of, or ``None``
     (records, and paths outside a magic tree).
 
-    ``<file>.magicfs-marker`` is this version's marker of ``<file>``; earlier versions
-    put the marker at the task path itself, so any other file that is a deferred write
-    (:func:`is_deferred_write`) is its own marker: trees they wrote are still read."""
-    if path.endswith(MARKER_SUFFIX):
-        file = path[: -len(MARKER_SUFFIX)]
-        return file if is_deferred_write(file) else None
-    return path if is_deferred_write(path) else None
+    A :func:`marker_path` is this version's marker of its file; 0.1.0 put the marker at
+    the task path itself, so any other file that is a deferred write
+    (:func:`is_deferred_write`) is its own marker: trees it wrote are still read."""
+    if not is_deferred_write(path):
+        return None
+    file = task_path(path.removesuffix(MARKER_SUFFIX))
+    return file if is_deferred_write(file) else None
 
 
 def task_names(listing: Mapping[str, T]) -> dict[str, T]:
     """A listing of a magic tree with each marker under the name of the file it stands
     for (:func:`marked_file`); records and everything else keep their names."""
     return {marked_file(path) or path: value for path, value in listing.items()}
+
+
+def pending_file(record: str) -> str:
+    """The task file a ``.pending`` record found in a job's tree stands for: this
+    version's (:func:`pending_path`), 0.1.0's and Hadoop's (``<task path>.pending``)."""
+    return task_path(record.removesuffix(PENDING_SUFFIX))
+
+
+def pending_records(listing: Iterable[str]) -> dict[str, str]:
+    """The ``.pending`` records among ``listing`` (a listing of a job's tree), by the
+    task file each stands for (:func:`pending_file`)."""
+    return {pending_file(p): p for p in listing if p.endswith(PENDING_SUFFIX)}
 
 
 def marked_destinations(listing: Iterable[str]) -> set[str]:
@@ -303,8 +377,10 @@ def touched_marker(magic_dir: str, attempt_id: str) -> str:
 
 
 def pending_path(path: str) -> str:
-    """The ``.pending`` record saved next to a magic file."""
-    return path + PENDING_SUFFIX
+    """The ``.pending`` record of task file ``path``: named as its marker is
+    (:func:`marker_path`), with Hadoop's :data:`~magicfs.names.PENDING_SUFFIX`, which
+    Hadoop's committers find records by."""
+    return _staged(path, file=True) + PENDING_SUFFIX
 
 
 def join(base: str, *parts: str) -> str:

@@ -32,6 +32,7 @@ from helpers.azure_crash_job import content
 import magicfs
 from magicfs.errors import CommitFailedError, JobNotActiveError
 from magicfs.names import MARKER_SUFFIX
+from magicfs.paths import staged_name
 from magicfs.task_files import TASK_FILES
 
 BLOCK = 64 << 10
@@ -102,13 +103,14 @@ def per_file(log: list[tuple[str, str]], files: list[str]) -> dict[str, Counter]
     """For each file: its requests by (operation, which blob: marker, a ``.pending``,
     destination)."""
     found: dict[str, Counter] = {name: Counter() for name in files}
+    staged = {name: "/".join(map(staged_name, name.split("/"))) for name in files}
     for operation, blob in log:
         for name in files:
             if blob == f"out/{name}":
                 found[name][(operation, "destination")] += 1
-            elif MAGIC in blob and blob.endswith(f"/__base/{name}{MARKER_SUFFIX}"):
+            elif MAGIC in blob and blob.endswith(f"/__base/{staged[name]}{MARKER_SUFFIX}"):
                 found[name][(operation, "marker")] += 1
-            elif MAGIC in blob and blob.endswith(f"/__base/{name}.pending"):
+            elif MAGIC in blob and blob.endswith(f"/__base/{staged[name]}.pending"):
                 found[name][(operation, "record")] += 1
     return found
 
@@ -194,7 +196,7 @@ def test_task_commit_reads_one_listing_and_deletes_what_it_listed(
     ) + Counter({"Blob_Delete": len(deleted)}), log
     assert next(b for op, b in log if op == "Blob_GetProperties").endswith("_magicfs_job.json")
     assert sorted(b.rsplit("/", 1)[-1] for b in deleted if "/_writer-" not in b) == sorted(
-        name.rsplit("/", 1)[-1] + MARKER_SUFFIX for name in files
+        staged_name(name.rsplit("/", 1)[-1]) + MARKER_SUFFIX for name in files
     )
     assert writer_records(log, "Blob_Delete") != []
 

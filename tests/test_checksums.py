@@ -23,6 +23,7 @@ from helpers.reference_documents import PENDING
 import magicfs
 from magicfs import MagicCommitter, MagicFileSystem
 from magicfs.errors import InvalidCommitData, JobCommitError
+from magicfs.paths import pending_path
 from magicfs.records import SinglePendingCommit
 from magicfs.stores.s3 import checksums
 from magicfs.stores.s3.store import error_code
@@ -224,7 +225,7 @@ def test_a_pending_stripped_before_task_commit_fails_the_task(make_committer, ta
         with committer.fs.open(task.path(name), "wb") as f:
             f.write(name.encode() * 10)
     as_another_process(committer, task)
-    pending = committer.store_fs._strip_protocol(task.path("b.csv")) + ".pending"
+    pending = committer.store_fs._strip_protocol(pending_path(task.path("b.csv")))
     document = json.loads(committer.store_fs.cat_file(pending))
     for key in CHECKSUM_KEYS:
         del document["extraData"][key]

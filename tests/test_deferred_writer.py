@@ -30,6 +30,7 @@ from helpers.polling import wait_until
 
 from magicfs import MagicFileSystem
 from magicfs.layouts.magic import MagicJobLayout
+from magicfs.paths import pending_path
 from magicfs.records import SinglePendingCommit
 from magicfs.stores import deferred_writer
 from magicfs.stores.memory_deferred.fs import MemoryDeferredFileSystem
@@ -76,7 +77,7 @@ def task_path(root: str, name: str) -> str:
 
 
 def record(fs, path: str) -> SinglePendingCommit:
-    return SinglePendingCommit.from_json(fs.cat_file(path + ".pending"), source=path)
+    return SinglePendingCommit.from_json(fs.cat_file(pending_path(path)), source=path)
 
 
 def test_a_file_is_staged_invisibly_and_its_record_lists_the_parts(store):
@@ -227,7 +228,7 @@ def test_an_interrupted_close_saves_nothing(store):
         signal.signal(signal.SIGALRM, previous)
     TASK_FILES.settle()
     assert fs.pending(root + "/") == []  # the upload is thrown away
-    assert not fs.exists(path + ".pending")
+    assert not fs.exists(pending_path(path))
     assert TASK_FILES.get(path) is None or TASK_FILES.get(path).commit is None
 
 

@@ -22,6 +22,7 @@ from helpers import object_keys, pending_uploads, visible_keys
 import magicfs
 from magicfs.errors import UnsupportedTaskOperation
 from magicfs.names import MARKER_SUFFIX
+from magicfs.paths import staged_name
 
 
 @pytest.fixture
@@ -239,7 +240,7 @@ def test_task_paths_defer_and_plain_paths_write_through(installed, s3_options, s
     with pytest.raises(UnsupportedTaskOperation, match=r"put_tags\(\) is not done on a task"):
         fs.put_tags(task, {"k": "v"})
     assert object_keys(s3_client, bucket) == keys
-    marker = next(key for key in keys if key.endswith("x.csv" + MARKER_SUFFIX))
+    marker = next(key for key in keys if key.endswith(staged_name("x.csv") + MARKER_SUFFIX))
     assert s3_client.get_object_tagging(Bucket=bucket, Key=marker)["TagSet"] == []
 
 

@@ -407,11 +407,13 @@ def test_task_commit_lists_its_attempt_only_once_every_file_has_begun(
     task = committer.task_attempt(0)
     committer.setup_task(task)
     order = CallOrder(committer)
-    held = front.add_rule("PutObject", "delay", ms=1000, key=r"__base/part-2\.csv\.magicfs-marker$")
+    held = front.add_rule(
+        "PutObject", "delay", ms=1000, key=r"__base/_part-2\.csv\.magicfs-task\.magicfs-marker$"
+    )
     files = write_three(committer, task)
     message = committer.commit_task(task)
     assert front.rules()[0]["fired"] == 1, held
-    marker = order.index("done", "PutObject", "__base/part-2.csv.magicfs-marker")
+    marker = order.index("done", "PutObject", "__base/_part-2.csv.magicfs-task.magicfs-marker")
     assert marker < order.index("sent", "ListObjectsV2")
     assert message.files == 3
     committer.commit_job([message])

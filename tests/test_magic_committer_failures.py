@@ -26,6 +26,7 @@ from magicfs.errors import (
     JobCommitError,
     JobNotActiveError,
 )
+from magicfs.paths import pending_path
 from magicfs.records import SuccessData
 from magicfs.task_files import TASK_FILES
 
@@ -148,7 +149,7 @@ def test_no_such_upload_for_a_foreign_object_is_a_failure(make_committer, s3_cli
 
 def pending_key(committer, task_index: int, name: str) -> str:
     task = committer.task_attempt(task_index)
-    return committer.deferred.split(task.path(name))[1] + ".pending"
+    return committer.deferred.split(pending_path(task.path(name)))[1]
 
 
 def edit_json(s3_client, bucket: str, key: str, change) -> None:

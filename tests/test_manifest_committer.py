@@ -43,7 +43,7 @@ from magicfs.errors import (
     InvalidCommitData,
     JobNotActiveError,
 )
-from magicfs.names import STAGED_SUFFIX
+from magicfs.layouts.manifest import staged_names
 from magicfs.records import (
     MANIFEST_COMMITTER_CLASS,
     EntryStatus,
@@ -252,12 +252,12 @@ def test_rename_whose_reply_was_lost_is_recovered(store):
     if operation == "cp_file":  # the copy was made, the delete of the source was lost
         store.fs.fail(
             "rm_file",
-            when=lambda path: "/tasks/" in path and path.endswith("/a" + STAGED_SUFFIX),
+            when=lambda path: "/tasks/" in path and path.endswith("/" + staged_names(["a"])[0]),
             after=True,
             times=1,
         )
     else:  # the rename happened, its reply was lost
-        staged = "/a" + STAGED_SUFFIX
+        staged = "/" + staged_names(["a"])[0]
         store.fs.fail("mv", when=lambda source, dest: source.endswith(staged), after=True, times=1)
     summary = committer.commit_job(messages)
     assert store.visible() == ["a", "b"]

@@ -3,21 +3,27 @@
 A running job keeps, under its destination, what it needs until it commits: on S3, Azure
 block lists and the in-process store a zero-byte intent marker per task file (S3 with
 ``intent_markers="always"``), on rename stores (local, memory, GCS, Azure without block
-lists) the task files themselves, staged under ``_temporary``. Readers that glob the
-destination recursively for their data (``fs.glob("dest/**/*.parquet")``, DuckDB's
-``read_parquet('dest/**/*.parquet')``, pyarrow's recursive listing, polars) must find only
-committed files: each test commits one job, leaves a second one running with a task
-committed and a file still open, and reads the destination the way each reader does.
+lists) the task files themselves, staged under ``_temporary``; and each closed deferred
+file's ``.pending`` record. Each name's elements below ``__base`` are staged
+(``_year=2024.magicfs-task``). Readers that glob the destination recursively for their
+data by extension, partition directory or file-name prefix (``fs.glob("dest/**/*.parquet")``,
+``dest/**/year=2024/*``, ``dest/*/year=2024/*``, ``dest/**/part-*``, DuckDB's
+``read_parquet('dest/**/*.parquet')``, pyarrow's recursive listing and hive dataset,
+polars) must find only committed files: each test commits one job, leaves a second one
+running with a task committed and a file still open, and reads the destination the way
+each reader does.
 
 Readers, by store: fsspec's ``glob`` on every store; DuckDB (``read_parquet`` on the
 glob) on every store, natively on a local disk and through the store's fsspec filesystem
 registered on the connection elsewhere (DuckDB's own S3 and Azure extensions would be
 downloaded); pyarrow's own recursive listing (``FileSelector(recursive=True)``) and
 dataset on S3 (its native S3 filesystem) and a local disk (native), through fsspec
-(``FSSpecHandler``) elsewhere; polars (``read_parquet`` of the glob) on a local disk.
+(``FSSpecHandler``) elsewhere; polars (``read_parquet`` and ``scan_parquet`` with hive
+partitioning) on a local disk.
 
-Trees written by earlier versions (markers at the task paths themselves, rename-store
-task files at their own names) are still listed, committed, swept and cleaned up.
+Trees written by 0.1.0 (markers at the task paths themselves, ``<file>.pending``,
+rename-store task files at their own names) are still listed, committed, swept and
+cleaned up.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import duckdb
 import fsspec
 import pandas as pd
 import polars as pl
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pytest
@@ -41,7 +48,11 @@ from helpers.s3_targets import store_fixture
 
 import magicfs
 from magicfs.names import MARKER_SUFFIX, STAGED_SUFFIX
+from magicfs.paths import task_path
 from magicfs.task_files import TASK_FILES
+
+#: The destination's partitioning, as a reader declares it (the files hold ``year`` too).
+HIVE = ds.partitioning(pa.schema([("year", pa.int64())]), flavor="hive")
 
 # -- destinations -----------------------------------------------------------------------------
 
@@ -260,7 +271,7 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
     running = running_job(dest)
     try:
         # The running job really has its markers (or staged files) under the destination.
-        suffix = MARKER_SUFFIX if dest.deferred else STAGED_SUFFIX
+        suffix = STAGED_SUFFIX + (MARKER_SUFFIX if dest.deferred else "")
         kept = [p for p in dest.everything() if p.endswith(".parquet" + suffix)]
         # The open file's marker (on a local disk and in memory the file itself; GCS and
         # Azure create the object at close), and the committed task's files on rename stores.
@@ -270,12 +281,20 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
         assert len(kept) - len(held) == (0 if dest.store == "abfs-block-list" else 2), kept
         data = ["year=2023/part-0.parquet"]
         assert relative(dest, dest.glob("**/*.parquet")) == data
-        if not dest.deferred:  # staged directories too (a deferred job's tree keeps
-            assert relative(dest, dest.glob("**/year=2024/*")) == []  # Hadoop's .pending)
+        # Nor a glob of partition directories or of file names' prefixes: the running
+        # job's tree repeats neither (its .pending records included).
+        assert relative(dest, dest.glob("**/year=2024/*")) == []
+        assert relative(dest, dest.glob("*/year=2024/*")) == []
+        assert relative(dest, dest.glob("**/year=2023/*")) == data
+        assert relative(dest, dest.glob("**/part-*")) == data
         assert read_with_duckdb(dest) == 2
         assert read_with_pyarrow(dest) == (data, 2)
+        hive = ds.dataset(dest.root, filesystem=dest.arrow, format="parquet", partitioning=HIVE)
+        assert hive.to_table().column("year").to_pylist() == [2023, 2023]
         if dest.store == "file":
             assert pl.read_parquet(f"{dest.root}/**/*.parquet").height == 2
+            scanned = pl.scan_parquet(f"{dest.root}/**/*.parquet", hive_partitioning=True)
+            assert scanned.collect().height == 2
         # The tasks still see their files under their own names (a committed attempt's on
         # Azure's block lists: none, its records were dropped at its commit).
         job = running.job
@@ -300,7 +319,7 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
         "year=2025/part-0.parquet",
     ]
     assert read_with_duckdb(dest) == 2 + 3 + 4 + 5
-    assert not [p for p in dest.everything() if p.endswith((MARKER_SUFFIX, STAGED_SUFFIX))]
+    assert not [p for p in dest.everything() if STAGED_SUFFIX in p]
     assert dest.pending() == []
 
 
@@ -308,16 +327,22 @@ def test_a_running_jobs_markers_and_staged_files_match_no_data_glob(dest: Dest) 
 
 
 def to_earlier_names(dest: Dest) -> list[str]:
-    """Move every marker under the destination to the name earlier versions gave it (the
-    task path itself), metadata kept; returns the task paths."""
+    """Move every marker and ``.pending`` record under the destination to the name 0.1.0
+    gave it (the task path itself, ``<task path>.pending``), metadata kept; returns the
+    markers' task paths."""
     moved = []
     for path in dest.everything():
         if path.endswith(MARKER_SUFFIX):
-            earlier = path.removesuffix(MARKER_SUFFIX)
-            dest.raw.cp_file(path, earlier)
-            dest.raw.rm_file(path)
+            earlier = task_path(path.removesuffix(MARKER_SUFFIX))
             moved.append(earlier)
+        elif path.endswith(".pending") and STAGED_SUFFIX in path:
+            earlier = task_path(path.removesuffix(".pending")) + ".pending"
+        else:
+            continue
+        dest.raw.cp_file(path, earlier)
+        dest.raw.rm_file(path)
     dest.raw.invalidate_cache()
+    assert not [p for p in dest.everything() if STAGED_SUFFIX in p]
     return moved
 
 
@@ -402,3 +427,56 @@ def test_task_files_staged_by_earlier_versions_commit_at_their_names(dest: Dest)
     job.commit_job([job.commit_task(task)])
     assert relative(dest, dest.glob("**/*.parquet")) == ["year=2024/part-0.parquet"]
     assert read_with_duckdb(dest) == 3
+
+
+# -- patterns over task paths ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dest", ["moto", "abfs-block-list", "mem-deferred"], indirect=True)
+def test_a_pattern_rm_takes_another_processs_task_files_by_their_staged_names(dest: Dest) -> None:
+    """``rm`` of a pattern over task paths (``year=2024/part-*.parquet``) deletes the task
+    files of another process too: the store has only their markers and records, whose
+    names the pattern does not match as it is (each element staged), so the view globs
+    the pattern staged (:meth:`DeferredTaskView._suffixed_matches`). What they staged is
+    thrown away; the file the pattern does not name commits alone."""
+    job, task = started(dest)
+    write(job, task, "year=2024/part-0.parquet", parquet(2024, 3))
+    write(job, task, "year=2024/kept.parquet", parquet(2024, 4))
+    TASK_FILES.settle()
+    for name in ("year=2024/part-0.parquet", "year=2024/kept.parquet"):
+        TASK_FILES.discarded(job.fs._inner(task.path(name)))  # as if written elsewhere
+    job.fs.rm(task.path("year=2024/part-*.parquet"))
+    dest.raw.invalidate_cache()
+    assert [p.rsplit("/__base/", 1)[1] for p in job.fs.find(task.work_path)] == [
+        "year=2024/kept.parquet"
+    ]
+    if dest.store != "abfs-block-list":  # (Azure cannot discard staged blocks)
+        assert dest.pending() == sorted(p for p in dest.pending() if "kept" in p)
+        assert len(dest.pending()) == 1
+    message = job.commit_task(task)
+    assert message.files == 1
+    job.commit_job([message])
+    assert relative(dest, dest.glob("**/*.parquet")) == ["year=2024/kept.parquet"]
+    assert [p for p in dest.everything() if "__magic_job-" in p] == []
+
+
+def test_the_names_of_a_task_files_marker_and_record_map_back_to_it() -> None:
+    """This version's names and 0.1.0's both map back to the task path; none of this
+    version's repeats a partition directory or starts or ends like the data file."""
+    from magicfs.paths import marked_file, marker_path, pending_file, pending_path
+
+    attempt = "s3://bkt/sales/__magic_job-7/job-7/00/tasks/attempt_7_0000_m_000000_0"
+    file = f"{attempt}/__base/year=2024/part-0.parquet"
+    for stored in (marker_path(file), pending_path(file)):
+        below = stored.split("/__base/", 1)[1].split("/")
+        assert below[0] == "_year=2024.magicfs-task"
+        assert below[1].startswith("_part-0.parquet.magicfs-task.")
+    assert stored.endswith(".pending")  # Hadoop's magic committer lists records by it
+    assert marked_file(marker_path(file)) == file == pending_file(pending_path(file))
+    assert marked_file(file) == file == pending_file(file + ".pending")  # 0.1.0's names
+    assert marked_file(pending_path(file)) is None  # a record is no marker
+    legacy = "bkt/out/__magic/job-1/task_01/p.csv"  # no __base: only the name is staged
+    assert marker_path(legacy) == "bkt/out/__magic/job-1/task_01/_p.csv.magicfs-task" + (
+        MARKER_SUFFIX
+    )
+    assert marked_file(marker_path(legacy)) == legacy

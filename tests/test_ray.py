@@ -44,7 +44,7 @@ from helpers import job_record, pending_uploads
 import magicfs
 import magicfs.ray
 from magicfs.errors import CommitFailedError
-from magicfs.names import STAGED_SUFFIX
+from magicfs.layouts.manifest import unstaged
 
 pytestmark = pytest.mark.slow
 
@@ -193,8 +193,8 @@ def wait_for_attempt_file(fs: fsspec.AbstractFileSystem, root: str, task: int) -
     while time.monotonic() < deadline:
         fs.invalidate_cache()
         files = fs.find(root) if fs.exists(root) else []
-        # (rename stores stage it as <name>.magicfs-task: magicfs.names.STAGED_SUFFIX)
-        staged = [f.removesuffix(STAGED_SUFFIX) for f in files]
+        # (rename stores stage it as _<name>.magicfs-task: magicfs.layouts.manifest)
+        staged = [unstaged(f) for f in files]
         if any(f"_m_{task:06d}_" in f and f.endswith(".parquet") for f in staged):
             return
         if hasattr(fs, "list_multipart_uploads"):  # s3fs

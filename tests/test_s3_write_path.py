@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 
 from magicfs import MagicFileSystem
 from magicfs.errors import JobNotActiveError
-from magicfs.names import MARKER_SUFFIX
-from magicfs.paths import marker_path
+from magicfs.paths import marker_path, pending_path
 from magicfs.stores.s3 import checksums
 from magicfs.stores.s3.body import PartBody
 from magicfs.stores.s3.tracking import META_JOB_ID, META_TASK_ATTEMPT, META_WRITER
@@ -60,7 +59,7 @@ def test_magic_write_is_invisible_and_leaves_one_pending_upload(magic, s3_client
     uploads = pending_uploads(s3_client, bucket)
     assert [u["Key"] for u in uploads] == ["out/year=2024/part-0000.csv"]
     pending = json.loads(
-        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+        s3_client.get_object(Bucket=bucket, Key=pending_path(path).split("/", 1)[1])["Body"].read()
     )
     assert pending["uploadId"] == uploads[0]["UploadId"]
     assert (pending["bucket"], pending["destinationKey"], pending["length"]) == (
@@ -111,7 +110,7 @@ def test_pending_alone_completes_exact_bytes_from_another_process(
             os.path.join(HELPERS, "complete_elsewhere.py"),
             s3_server.endpoint_url,
             bucket,
-            key + ".pending",
+            pending_path(key),
         ],
         capture_output=True,
         text=True,
@@ -137,7 +136,7 @@ def test_any_sequence_of_writes_commits_to_the_same_bytes(magic, s3_client, buck
             assert f.write(data[offset : offset + size]) == size
             offset += size
         assert f.tell() == len(data)
-    pending = s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")[
+    pending = s3_client.get_object(Bucket=bucket, Key=pending_path(path).split("/", 1)[1])[
         "Body"
     ].read()
     complete_from_pending(s3_client, pending)
@@ -151,7 +150,7 @@ def test_one_huge_write_is_split_into_parts(magic, s3_client, bucket):
     with magic.open(path, "wb") as f:
         f.write(data)  # a single call
     pending = json.loads(
-        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+        s3_client.get_object(Bucket=bucket, Key=pending_path(path).split("/", 1)[1])["Body"].read()
     )
     assert pending["partCount"] == 4  # 5 + 5 + 5 + 2 MiB
     complete_from_pending(s3_client, json.dumps(pending))
@@ -180,7 +179,7 @@ def test_parts_go_out_as_the_callers_bytes_not_copies(magic, s3, s3_client, buck
     assert [view.obj for view in first] == written  # the very objects, in order
     assert all(view.obj is piece for view, piece in zip(first, written, strict=True))
     assert bytes(second[0]) == b"r" * MiB and second[0].obj is not reused
-    pending = s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")
+    pending = s3_client.get_object(Bucket=bucket, Key=pending_path(path).split("/", 1)[1])
     complete_from_pending(s3_client, pending["Body"].read())
     data = s3_client.get_object(Bucket=bucket, Key="out/pieces.bin")["Body"].read()
     assert data == b"".join(written) + b"r" * MiB
@@ -357,7 +356,7 @@ def test_empty_file_has_one_empty_part(magic, s3_client, bucket):
     path = magic_file(bucket, "empty.csv")
     magic.touch(path)
     pending = json.loads(
-        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+        s3_client.get_object(Bucket=bucket, Key=pending_path(path).split("/", 1)[1])["Body"].read()
     )
     assert (pending["length"], pending["partCount"]) == (0, 1)
     complete_from_pending(s3_client, json.dumps(pending))
@@ -380,7 +379,7 @@ def test_exclusive_create_refuses_a_second_writer_of_the_same_path(magic, s3_cli
     with pytest.raises(FileExistsError), magic.open(path, "xb") as f:
         f.write(b"second")
     pending = json.loads(
-        s3_client.get_object(Bucket=bucket, Key=path.split("/", 1)[1] + ".pending")["Body"].read()
+        s3_client.get_object(Bucket=bucket, Key=pending_path(path).split("/", 1)[1])["Body"].read()
     )
     assert pending["extraData"]["magicfs.if-none-match"] == "*"
     assert len(pending_uploads(s3_client, bucket)) == 1  # the loser's upload was aborted
@@ -446,11 +445,11 @@ sys.stdin.read()
         writer.wait()
     uploads = pending_uploads(s3_client, bucket)
     assert [u["Key"] for u in uploads] == ["out/killed.bin"]
-    marker_key = magic_file(bucket, "killed.bin").split("/", 1)[1] + MARKER_SUFFIX
+    marker_key = marker_path(magic_file(bucket, "killed.bin")).split("/", 1)[1]
     marker = s3_client.head_object(Bucket=bucket, Key=marker_key)
     assert marker["ContentLength"] == 0
     assert marker["Metadata"][META_JOB_ID] == "1" and META_WRITER in marker["Metadata"]
-    assert "out/__magic/job-1/task_01/__base/killed.bin.pending" not in object_keys(
+    assert pending_path("out/__magic/job-1/task_01/__base/killed.bin") not in object_keys(
         s3_client, bucket
     )
 
@@ -489,7 +488,7 @@ def test_concurrent_writers_on_one_instance(magic, s3_client, bucket):
     assert keys == sorted(f"out/thread-{n}.bin" for n in range(8))
     for n in range(8):
         pending = s3_client.get_object(
-            Bucket=bucket, Key=f"out/__magic/job-1/task_01/__base/thread-{n}.bin.pending"
+            Bucket=bucket, Key=pending_path(f"out/__magic/job-1/task_01/__base/thread-{n}.bin")
         )["Body"].read()
         complete_from_pending(s3_client, pending)
         body = s3_client.get_object(Bucket=bucket, Key=f"out/thread-{n}.bin")["Body"].read()
@@ -504,7 +503,7 @@ def test_in_memory_mode_writes_the_marker_but_no_pending(s3, s3_client, bucket, 
         f.write(b"12345")
     TASK_FILES.settle()  # a task attempt's close finishes in the background
     assert request_log.counts() == {"PutObject": 1, "CreateMultipartUpload": 1, "UploadPart": 1}
-    marker = path.split("/", 1)[1] + MARKER_SUFFIX
+    marker = marker_path(path).split("/", 1)[1]
     assert object_keys(s3_client, bucket) == [marker]  # the intent marker: no .pending
     assert s3_client.head_object(Bucket=bucket, Key=marker)["Metadata"][META_TASK_ATTEMPT] == (
         "attempt_m_0"

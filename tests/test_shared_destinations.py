@@ -32,8 +32,7 @@ from helpers.cli import run_cli
 
 from magicfs.committers.magic_layout import MagicCommitter, MagicLayoutCommitter
 from magicfs.errors import CommitFailedError
-from magicfs.names import MARKER_SUFFIX
-from magicfs.paths import marker_path
+from magicfs.paths import marker_path, pending_path
 from magicfs.task_files import TASK_FILES
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -176,7 +175,7 @@ def test_a_job_alone_sends_no_marker_per_file(rgw_s3, rgw_client, rgw_bucket, in
         expected.update(HeadObject=1, PutObject=1)
         assert made[-1] == (
             "PutObject",
-            f"{tree}job-{job.job_id}/00/tasks/{task.attempt_id}/__base/a.csv.pending",
+            pending_path(f"{tree}job-{job.job_id}/00/tasks/{task.attempt_id}/__base/a.csv"),
         )
     assert calls.counts() == expected
     message = job.commit_task(task)
@@ -502,7 +501,8 @@ def test_the_mode_survives_resume(rgw_s3, rgw_client, rgw_bucket):
     calls = Calls(rgw_s3)
     message = committed_task(resumed, 0, "a.csv")
     assert not any(
-        op == "PutObject" and key.endswith("__base/a.csv.magicfs-marker") for op, key in calls.made
+        op == "PutObject" and key.endswith("__base/_a.csv.magicfs-task.magicfs-marker")
+        for op, key in calls.made
     )
     resumed.commit_job([message])
     assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/a.csv"]
@@ -520,7 +520,7 @@ def test_task_commit_finds_the_unmarked_files_of_another_process_by_their_record
     tree = objects(rgw_client, rgw_bucket, f"out/__magic_job-{job.job_id}/")
     file = task.path("a.csv").split("/", 1)[1]
     # not the process that set up the attempt: that writer kept its marker
-    assert [k for k in tree if "/__base/" in k] == [file + MARKER_SUFFIX, f"{file}.pending"]
+    assert [k for k in tree if "/__base/" in k] == [marker_path(file), pending_path(file)]
     elsewhere = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
     assert not elsewhere.store_hooks.unmarked  # it learns the mode from the tree
     message = elsewhere.commit_task(elsewhere.task_attempt(0))

@@ -16,7 +16,7 @@ from helpers.faults import Faults
 from magicfs import committer_for
 from magicfs.committers.staging import StagingCommitter, add_uuid, partitions_of
 from magicfs.errors import CommitConflictError, CommitFailedError, NothingToCommitError
-from magicfs.names import STAGED_SUFFIX
+from magicfs.layouts.manifest import staged_names
 from magicfs.records import PendingSet
 
 
@@ -162,7 +162,7 @@ def test_task_files_are_local_and_an_attempt_commits_once(make_committer, s3_cli
     task = committer.task_attempt(0)
     committer.setup_task(task)
     write(committer, task, {"year=2024/a.csv": b"a"})
-    staged = ("year=2024" + STAGED_SUFFIX, "a.csv" + STAGED_SUFFIX)
+    staged = staged_names(["year=2024", "a.csv"])
     local = os.path.join(committer.local_attempt_dir(task.attempt_id), *staged)
     with open(local, "rb") as f:  # a plain local file (task.path is routed to it, names staged)
         assert f.read() == b"a"

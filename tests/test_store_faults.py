@@ -175,7 +175,7 @@ def test_exclusive_create_whose_marker_reply_was_lost(faults_front, s3_client, b
     task = committer.task_attempt(0)
     committer.setup_task(task)
     faults_front.add_rule(
-        "PutObject", "reset-after", key=r"__base/x\.csv\.magicfs-marker$", count=1
+        "PutObject", "reset-after", key=r"__base/_x\.csv\.magicfs-task\.magicfs-marker$", count=1
     )
     with committer.fs.open(task.path("x.csv"), "xb") as f:
         f.write(b"exclusive")

@@ -31,6 +31,7 @@ from magicfs.errors import (
     JobNotActiveError,
     NothingToCommitError,
 )
+from magicfs.paths import staged_name
 from magicfs.protocol.attempts import CARRIED_RECORD_MAX
 from magicfs.records import PendingSet
 from magicfs.task_files import TASK_FILES
@@ -292,7 +293,7 @@ def test_a_file_whose_task_commit_waits_for_it_saves_no_pending_record(target, t
     assert TASK_FILES.closing_paths()  # still uploading as the commit begins
     message = committer.commit_task(task)
     saved = sorted(key.rsplit("/", 1)[-1] for op, key in calls.made if op == "PutObject")
-    assert saved == ["a.csv.pending", f"{task.attempt_id}.pendingset"]
+    assert saved == [staged_name("a.csv") + ".pending", f"{task.attempt_id}.pendingset"]
     commits = PendingSet.from_json(message.record_json.encode()).commits
     assert [c.destination_key for c in commits] == ["out/a.csv", "out/b.csv"]
     if then == "abort_task":

@@ -67,7 +67,7 @@ from ..filesystems.magic import MagicOptions
 from ..filesystems.originals import store_filesystem
 from ..layouts.manifest import ManifestJobLayout, unstaged
 from ..names import PENDINGSET_SUFFIX
-from ..paths import join
+from ..paths import join, unstaged_name
 from ..protocol.active_jobs import ACTIVE_JOBS
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
@@ -125,6 +125,11 @@ def add_uuid(path: str, uuid: str) -> str:
 def partitions_of(relative_paths: list[str]) -> set[str]:
     """The partition directories of the files (``table_root`` for files at the top)."""
     return {p.rpartition("/")[0] or TABLE_ROOT for p in relative_paths}
+
+
+def _hidden(name: str) -> bool:
+    """Is a local name (staged by the task view, or not) hidden by the task's own name?"""
+    return unstaged_name(name).startswith(("_", "."))
 
 
 class StagingCommitter(OutputCommitter):
@@ -334,15 +339,16 @@ class StagingCommitter(OutputCommitter):
         shutil.rmtree(self.local_attempt_dir(task.attempt_id), ignore_errors=True)
 
     def _local_files(self, task: TaskAttempt) -> list[tuple[str, str]]:
-        """(local path, relative path) of every file, skipping hidden names (``_x``, ``.x``);
-        the relative path is the task's name for it (:func:`~magicfs.layouts.manifest.unstaged`:
-        the task view stages every name with a suffix)."""
+        """(local path, relative path) of every file, skipping names the task made hidden
+        (``_x``, ``.x``, read unstaged: the task view stages every name as ``_<name>.magicfs-
+        task``); the relative path is the task's name for it
+        (:func:`~magicfs.layouts.manifest.unstaged`)."""
         top = self.local_attempt_dir(task.attempt_id)
         found = []
         for root, directories, names in os.walk(top):
-            directories[:] = sorted(d for d in directories if not d.startswith(("_", ".")))
+            directories[:] = sorted(d for d in directories if not _hidden(d))
             for name in sorted(names):
-                if not name.startswith(("_", ".")):
+                if not _hidden(name):
                     path = os.path.join(root, name)
                     relative = os.path.relpath(path, top).replace(os.sep, "/")
                     found.append((path, unstaged(relative)))

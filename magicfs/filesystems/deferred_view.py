@@ -5,9 +5,11 @@ store); what differs per store is its write side (:class:`~magicfs.stores.deferr
 DeferredWrites`, declared once in :mod:`magicfs.stores.registry`). A file written under a
 task path exists, until job commit, only as data staged against its final name (an
 unfinished multipart upload on S3, uncommitted blocks on Azure), recorded by a
-zero-byte marker beside the task path (``<path>.magicfs-marker``, a name no glob of data
-matches; earlier versions' markers at the path itself are still read) and, once closed,
-a ``.pending`` record next to it
+zero-byte marker (:func:`~magicfs.paths.marker_path`: each element of the path below
+``__base`` staged, ``__base/_year=1.magicfs-task/_p.csv.magicfs-task.magicfs-marker``,
+names no glob of data or of partition directories matches; 0.1.0's markers at the path
+itself are still read) and, once closed, a ``.pending`` record named likewise
+(:func:`~magicfs.paths.pending_path`)
 (:mod:`magicfs.stores.deferred_writer`; an unmarked S3 job's files have no marker, only
 the record: :mod:`magicfs.stores.s3.tracking`). What each filesystem operation does with such a
 file follows from that:
@@ -50,6 +52,11 @@ from ..paths import (
     marked_file,
     marker_path,
     parse_magic_path,
+    pending_file,
+    pending_path,
+    stored_dir,
+    stored_pattern,
+    task_path,
 )
 from ..records import SinglePendingCommit
 from ..stores.deferred_writer import DeferredWriter, DeferredWrites
@@ -62,12 +69,27 @@ _MARKER_METHODS = frozenset({"created", "modified", "checksum", "ukey"})
 
 
 def _named(entry: dict[str, Any]) -> dict[str, Any]:
-    """A listing entry under the name of the task file it is the marker of (if it is)."""
+    """A listing entry under the task's name: a marker under its file's
+    (:func:`~magicfs.paths.marked_file`), a directory of them under the task directory's
+    (:func:`~magicfs.paths.task_path`); records and other entries as they are."""
     name = entry["name"]
-    file = marked_file(name.rstrip("/")) if entry.get("type") == "file" else None
-    if file is None or file == name:
-        return entry
-    return {**entry, "name": file, **({"Key": file} if "Key" in entry else {})}
+    if entry.get("type") == "file":
+        file = marked_file(name.rstrip("/"))
+    else:
+        file = task_path(name.rstrip("/"))
+    return _renamed(entry, file) if file is not None and file != name else entry
+
+
+def _renamed(entry: dict[str, Any], name: str) -> dict[str, Any]:
+    return {**entry, "name": name, **({"Key": name} if "Key" in entry else {})}
+
+
+def _task_name(path: str) -> str:
+    """A path a store's expansion found, as :meth:`DeferredTaskView.rm_files` takes it: a
+    marker or a directory of markers under the task's name, records as they are."""
+    if path.endswith(PENDING_SUFFIX):
+        return path
+    return marked_file(path) or task_path(path)
 
 
 class DeferredTaskView:
@@ -199,12 +221,13 @@ class DeferredTaskView:
         translation of the pattern (:mod:`.patterns`). A name without them is taken as
         it is.
         """
+        stored = sorted({*paths, *(stored_dir(p) for p in paths if not has_magic(p))})
         try:
-            found = self.fs.expand_path(paths, recursive=recursive, maxdepth=maxdepth)
+            found = self.fs.expand_path(stored, recursive=recursive, maxdepth=maxdepth)
         except FileNotFoundError:
             found = []
-        # A marker stands for its file (``<file>.magicfs-marker``): the file is what goes.
-        expanded = {marked_file(p) or p if p.endswith(MARKER_SUFFIX) else p for p in found}
+        # A marker stands for its file (its directories for the task's): the file goes.
+        expanded = {_task_name(p) for p in found}
         for path in paths:
             if has_magic(path):
                 expanded |= self._suffixed_matches(path)
@@ -220,14 +243,20 @@ class DeferredTaskView:
 
     def _suffixed_matches(self, pattern: str) -> set[str]:
         """The task files ``pattern`` names through what stands for them on the store:
-        a marker (``<file>.magicfs-marker``), or, for a file with no marker (an unmarked
-        job's closed file), its record (``<file>.pending``). Neither name matches a
-        pattern of the file's own name, so each is globbed with its suffix."""
+        a marker (:func:`~magicfs.paths.marker_path`), or, for a file with no marker (an
+        unmarked job's closed file), its record (:func:`~magicfs.paths.pending_path`).
+        Neither name matches a pattern of the file's own name (their elements are
+        staged), so the pattern is staged likewise and globbed with each suffix; 0.1.0's
+        records (``<file>.pending``) with the pattern as it is."""
         if pattern.rstrip("/").endswith("**") or pattern.endswith("/"):
             return set()  # "**" already matched them; "x/" names directories only
         files: set[str] = set()
-        for suffix in (MARKER_SUFFIX, PENDING_SUFFIX):
-            files |= {p.removesuffix(suffix) for p in self.fs.glob(pattern + suffix)}
+        staged = stored_pattern(pattern)
+        for glob in (staged + MARKER_SUFFIX, staged + PENDING_SUFFIX, pattern + PENDING_SUFFIX):
+            found = self.fs.glob(glob)
+            files |= {
+                task_path(p.removesuffix(MARKER_SUFFIX).removesuffix(PENDING_SUFFIX)) for p in found
+            }
         return {f for f in files if is_deferred_write(f)}
 
     def rm_file(self, path: str) -> None:
@@ -257,9 +286,7 @@ class DeferredTaskView:
         # lists both, and reading both threw every file away twice.
         doomed_files = set(deferred)
         records = [
-            p
-            for p in paths
-            if p.endswith(PENDING_SUFFIX) and p.removesuffix(PENDING_SUFFIX) not in doomed_files
+            p for p in paths if p.endswith(PENDING_SUFFIX) and pending_file(p) not in doomed_files
         ]
         known, elsewhere = [], []
         for path in deferred:
@@ -269,7 +296,7 @@ class DeferredTaskView:
             elif entry is not None and entry.commit is not None:
                 known.append(entry.commit)
             else:
-                records.append(path + PENDING_SUFFIX)
+                records += [pending_path(path), path + PENDING_SUFFIX]  # and 0.1.0's
                 elsewhere.append(path)
         # Files written by another process (or whose record is all that is left): the
         # .pending names what was staged. A marker without one is a writer still running
@@ -278,14 +305,17 @@ class DeferredTaskView:
         # process then lists it and leaves them out).
         self.writes.touch_tasks(elsewhere)
         self.writes.discard(known, records)
-        self.writes.delete(sorted({*paths, *(p + PENDING_SUFFIX for p in deferred)}))
+        doomed = {*paths, *map(pending_path, deferred), *(p + PENDING_SUFFIX for p in deferred)}
+        self.writes.delete(sorted(doomed))
 
     # -- everything else ---------------------------------------------------------------------
 
     @staticmethod
     def into(path: str) -> str:
-        """Task paths are stored where they are named (the marker)."""
-        return path
+        """Where the store keeps what stands for task path ``path`` (its listings are what
+        a cache holds): the path with its elements below ``__base`` staged
+        (:func:`~magicfs.paths.stored_dir`), whose parents are the path's own."""
+        return stored_dir(path)
 
     def call(self, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
         """Any other single-path method: the store's own, on the marker or record (a
@@ -315,18 +345,21 @@ class DeferredTaskView:
                 raise
             return {"name": path, "size": length, "type": "file"}
         if found.get("type") != "file":
-            return found
+            return _renamed(found, path.rstrip("/"))
         size = self._recorded_length(path) or 0
         named = _named({**found, "name": path, **({"Key": path} if "Key" in found else {})})
         return {**named, "size": size, **({"Size": size} if "Size" in found else {})}
 
     def _stored_info(self, path: str, **kwargs: Any) -> dict[str, Any]:
-        """What the store has at task path ``path``: its marker (this version's name, then
-        the earlier versions' at the path itself), or a directory."""
-        try:
-            return cast(dict[str, Any], self.fs.info(marker_path(path), **kwargs))
-        except FileNotFoundError:
-            return cast(dict[str, Any], self.fs.info(path, **kwargs))
+        """What the store has at task path ``path``: its marker (this version's name), a
+        directory of markers (this version's name), or 0.1.0's marker or directory (at the
+        path itself)."""
+        for stored in (marker_path(path), stored_dir(path)):
+            try:
+                return cast(dict[str, Any], self.fs.info(stored, **kwargs))
+            except FileNotFoundError:
+                continue
+        return cast(dict[str, Any], self.fs.info(path, **kwargs))
 
     def exists(self, path: str) -> bool:
         try:
@@ -342,14 +375,27 @@ class DeferredTaskView:
             return False
 
     def _recorded_length(self, path: str) -> int | None:
+        for record in (pending_path(path), path + PENDING_SUFFIX):  # this version's, 0.1.0's
+            try:
+                return SinglePendingCommit.load(self.fs, record).length
+            except FileNotFoundError:
+                continue
+        return None  # still being written (elsewhere), or abandoned
+
+    def _stored_ls(self, path: str, **kwargs: Any) -> list[dict[str, Any]]:
+        """The store's listing of task directory ``path``: this version's staged
+        directory (:func:`~magicfs.paths.stored_dir`), else 0.1.0's at the path itself."""
+        stored = stored_dir(path)
         try:
-            return SinglePendingCommit.load(self.fs, path + PENDING_SUFFIX).length
+            return cast(list[dict[str, Any]], self.fs.ls(stored, detail=True, **kwargs))
         except FileNotFoundError:
-            return None  # still being written (elsewhere), or abandoned
+            if stored == path:
+                raise
+        return cast(list[dict[str, Any]], self.fs.ls(path, detail=True, **kwargs))
 
     def ls(self, path: str, detail: bool = True, **kwargs: Any) -> list[Any]:
         try:
-            found = self.fs.ls(path, detail=True, **kwargs)
+            found = self._stored_ls(path, **kwargs)
         except FileNotFoundError:
             if not self.registry.under(path.rstrip("/") + "/"):
                 raise
@@ -365,7 +411,10 @@ class DeferredTaskView:
         detail: bool = False,
         **kwargs: Any,
     ) -> Any:
-        found = self.fs.find(path, maxdepth=maxdepth, withdirs=withdirs, detail=True, **kwargs)
+        options = {"maxdepth": maxdepth, "withdirs": withdirs, "detail": True, **kwargs}
+        found = self.fs.find(stored_dir(path), **options)
+        if not found and stored_dir(path) != path:  # a directory of 0.1.0's tree
+            found = self.fs.find(path, **options)
         # (s3fs's find can answer the directory itself when a file appears in it between
         # its listing and its fallback info(): directories only where asked for.)
         entries = {
@@ -394,11 +443,11 @@ class DeferredTaskView:
         shown = []
         for entry in entries:
             name = entry["name"]
-            if name.endswith(PENDING_SUFFIX) and name.removesuffix(PENDING_SUFFIX) in names:
+            if name.endswith(PENDING_SUFFIX) and pending_file(name) in names:
                 continue  # the record of a listed file
-            if name.endswith(PENDING_SUFFIX) and is_deferred_write(name[: -len(PENDING_SUFFIX)]):
+            if name.endswith(PENDING_SUFFIX) and is_deferred_write(pending_file(name)):
                 # A file with no marker (an unmarked job's writer): its record stands for it.
-                name = name.removesuffix(PENDING_SUFFIX)
+                name = pending_file(name)
                 entry = {
                     **entry,
                     "name": name,

@@ -11,8 +11,10 @@
             <task id>.pendingset                         last committed attempt of a task
                                                          (only once two attempts committed)
             tasks/<task attempt id>/__base/<relative>    where a task attempt writes: each
-                                                         file's marker (<relative>.magicfs-
-                                                         marker) and .pending record
+                                                         file's marker and .pending record,
+                                                         every element of <relative> staged
+                                                         (_year=1.magicfs-task/_p.csv.magicfs-
+                                                         task.pending: magicfs.paths)
             tasks/<task attempt id>.aborted              aborted by another process than
                                                          the one that set it up
             tasks/<task attempt id>.started              (earlier versions: set up, not

@@ -19,19 +19,21 @@ On a rename store nothing can be deferred, so :class:`~magicfs.MagicFileSystem` 
 such a path to the attempt's working directory instead::
 
     dest/__magic_job-7/job-7/00/tasks/a_0/__base/year=2024/p.parquet
-        -> dest/_temporary/7/00/tasks/a_0/year=2024.magicfs-task/p.parquet.magicfs-task
+        -> dest/_temporary/7/00/tasks/a_0/_year=2024.magicfs-task/_p.parquet.magicfs-task
 
 Below ``__base`` the tree is kept; a path without ``__base`` keeps only its file name,
 exactly as its final destination on S3 would. Each element below the attempt's
-directory carries :data:`~magicfs.names.STAGED_SUFFIX` (:func:`staged_names`): while
-the job runs, a reader globbing the destination for its data (``dest/**/*.parquet``, as
-DuckDB, polars and fsspec do, or ``dest/**/year=2024/*``) finds none of the files it
-stages, which Hadoop's own layout (real names under ``_temporary``) would show. The
-task sees its files under its own names (:meth:`AttemptRoute.back`), its manifest's
-``dest`` names each file's final path without the suffix (and ``source`` the staged
-file: Hadoop's classes rename what the manifest says), and job commit's rename drops
-it. An attempt directory written without the suffixes (by an earlier version, or by
-Hadoop's tasks) is read as it is. Magic paths that name no task attempt
+directory starts with :data:`~magicfs.names.STAGED_PREFIX` and ends with
+:data:`~magicfs.names.STAGED_SUFFIX` (:func:`staged_names`): while the job runs, a
+reader globbing the destination for its data by suffix, partition or file-name prefix
+(``dest/**/*.parquet``, as DuckDB, polars and fsspec do, ``dest/**/year=2024/*``,
+``dest/*/year=2024/*``, ``dest/**/part-*``) finds none of the files it stages, which
+Hadoop's own layout (real names under ``_temporary``) would show. The task sees its
+files under its own names (:meth:`AttemptRoute.back`), its manifest's ``dest`` names
+each file's final path without them (and ``source`` the staged file: Hadoop's classes
+rename what the manifest says), and job commit's rename drops them. An attempt
+directory written without them (by 0.1.0, or by Hadoop's tasks) is read as it is
+(:func:`unstaged`). Magic paths that name no task attempt
 (``dest/__magic/x``, or the magic directory itself) cannot be mapped and are refused.
 """
 
@@ -47,12 +49,11 @@ from ..names import (
     MAGIC_JOB_PREFIX,
     MANIFEST_SUFFIX,
     MANIFESTS_DIR,
-    STAGED_SUFFIX,
     STARTED_SUFFIX,
     TASKS_DIR,
     TEMPORARY,
 )
-from ..paths import join, split_magic_path
+from ..paths import join, split_magic_path, staged_name, unstaged_name
 
 
 @dataclass(frozen=True)
@@ -167,18 +168,19 @@ class AttemptRoute:
 
 
 def staged_names(relative: Iterable[str]) -> list[str]:
-    """The names a task's path elements get in its attempt's working directory: each
-    with :data:`~magicfs.names.STAGED_SUFFIX`, so that no glob of the destination's data
-    (``dest/**/*.parquet``, ``dest/**/year=2024/*``) reaches a file a running job stages."""
-    return [name + STAGED_SUFFIX for name in relative]
+    """The names a task's path elements get in its attempt's working directory
+    (:func:`~magicfs.paths.staged_name`), so that no glob of the destination's data
+    (``dest/**/*.parquet``, ``dest/**/year=2024/*``, ``dest/**/part-*``) reaches a file
+    a running job stages."""
+    return [staged_name(name) for name in relative]
 
 
 def unstaged(relative: str) -> str:
     """A path below an attempt's working directory (``/``-separated, relative) as the task
-    named it: :func:`staged_names` undone element by element. Elements without the suffix
-    (files an earlier version, or a writer other than magicfs, put there) keep their names;
-    a trailing ``/`` is kept."""
-    return "/".join(name.removesuffix(STAGED_SUFFIX) for name in relative.split("/"))
+    named it: :func:`staged_names` undone element by element
+    (:func:`~magicfs.paths.unstaged_name`); elements not staged (files 0.1.0, Hadoop's
+    tasks or another writer put there) keep their names. A trailing ``/`` is kept."""
+    return "/".join(map(unstaged_name, relative.split("/")))
 
 
 def route_for(path: str) -> AttemptRoute | None:

@@ -23,14 +23,14 @@ reply (its first attempt had succeeded) finds its own job's record and holds the
 
 * S3: ``PutObject`` with ``If-None-Match: *`` (s3fs's ``pipe_file(mode="create")``),
   answered 412 where an object exists. AWS and moto check it atomically; so do Ceph
-  RGW 16.2 and SeaweedFS 4.48 as tested (``tests/test_racing_jobs.py`` races the
-  claim there, and measures SeaweedFS, whose *completion* of a multipart upload checks
-  the same condition but not atomically, while its ``PutObject`` does: 0 of 60 pairs
-  of racing conditional ``PutObject`` both succeeded, against 22 to 27 of 60
-  completions). A store that ignores the condition on ``PutObject`` cannot keep this
-  promise (the conditional-write probe of :mod:`.s3.conditional` names such stores in
-  its log): the claim is then written over, and :meth:`DestinationClaim.take` reads it
-  back to see whose it is, which narrows the window to one round trip but cannot close
+  RGW 16.2 and SeaweedFS 4.48 as tested (``tests/test_racing_jobs.py`` races the claim there, and
+  measures SeaweedFS, whose *completion* of a multipart upload checks the same condition but not
+  atomically, while its ``PutObject`` does: 0 of 60 pairs of racing conditional ``PutObject`` both
+  succeeded, against about a third of 60 completions, a figure the test prints and that varies from
+  run to run). A store that ignores the condition on ``PutObject`` cannot keep this promise (the
+  conditional-write probe of :mod:`.s3.conditional` names such stores in its log): the claim is then
+  written over, and :meth:`DestinationClaim.take` reads it back to see whose it is, which narrows
+  the window to one round trip but cannot close
   it. So does gcp-storage-emulator, which ignores ``ifGenerationMatch=0``;
   fake-gcs-server checks it.
 * Azure Blob: Put Blob without overwrite (``If-None-Match: *``, adlfs's ``mode="create"``).

@@ -26,12 +26,18 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import dataclasses
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Protocol
 
 from ..errors import CommitFailedError, InvalidCommitData
 from ..names import PENDING_SUFFIX
-from ..paths import is_deferred_write, marked_destinations
+from ..paths import (
+    is_deferred_write,
+    marked_destinations,
+    pending_file,
+    pending_path,
+    pending_records,
+)
 from ..records import IOStatisticsSnapshot, SinglePendingCommit
 from ..statistics import IOStatisticsStore
 from ..task_files import TaskFile
@@ -183,7 +189,7 @@ class DeferredJobHooks:
         files_found, records, sources = self.find_records(attempt_id, known, entries)
         commits = [known.get(m) or records[m] for m in files_found]
         named = [
-            sources.get(m) or c.filename or self.job.display(m + PENDING_SUFFIX)
+            sources.get(m) or c.filename or self.job.display(pending_path(m))
             for m, c in zip(files_found, commits, strict=True)
         ]
         return commits, self.job.checked_task_commits(attempt_id, commits, named)
@@ -198,7 +204,7 @@ class DeferredJobHooks:
         # gathered again from the same entries, whose writers' statistics :meth:`gather`
         # still reads (S3: which files put an intent marker).
         commits = [copy.copy(commit) for _, commit in known]
-        named = [c.filename or self.job.display(p + PENDING_SUFFIX) for p, c in known]
+        named = [c.filename or self.job.display(pending_path(p)) for p, c in known]
         return commits, self.job.checked_task_commits(attempt_id, commits, named)
 
     def find_records(
@@ -215,18 +221,22 @@ class DeferredJobHooks:
         (its file deleted or replaced) has what it staged discarded."""
         listing = sorted(entries)
         markers = [p for p in listing if is_deferred_write(p)]
-        pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
+        pendings = pending_records(listing)
         unaccounted = [m for m in markers if m not in pendings and m not in known]
         if unaccounted:
             raise unaccounted_error(attempt_id, self.job.display(unaccounted[0]), len(unaccounted))
-        orphans = sorted(pendings - set(markers))  # records of deleted or replaced files
+        orphans = sorted(pendings.keys() - set(markers))  # records of deleted or replaced files
         if orphans:
-            self.discard_records([p + PENDING_SUFFIX for p in orphans])
-        return markers, self.load_beside([m for m in markers if m not in known]), {}
+            self.discard_records([pendings[p] for p in orphans])
+        unknown = [m for m in markers if m not in known]
+        return markers, self.load_beside(unknown, pendings), {}
 
-    def load_beside(self, files: list[str]) -> dict[str, SinglePendingCommit]:
-        """The ``.pending`` records beside ``files``, read in parallel, by file."""
-        loaded = self.job.load_pendings([m + PENDING_SUFFIX for m in files])
+    def load_beside(
+        self, files: list[str], records: Mapping[str, str]
+    ) -> dict[str, SinglePendingCommit]:
+        """The ``.pending`` records of ``files`` (``records``: those listed, by file;
+        :func:`~magicfs.paths.pending_path` for the others), read in parallel, by file."""
+        loaded = self.job.load_pendings([records.get(m) or pending_path(m) for m in files])
         return dict(zip(files, loaded, strict=True))
 
     def discard_records(self, paths: list[str]) -> None:
@@ -252,7 +262,7 @@ class DeferredJobHooks:
         if not deferred.capabilities.lists_pending:
             return []
         named = {f.path for f in files if f.commit is not None}
-        named |= {c.filename.removesuffix(PENDING_SUFFIX) for c in commits if c.filename}
+        named |= {pending_file(c.filename) for c in commits if c.filename}
         return [p for p in listing if is_deferred_write(p) and p not in named]
 
     # -- job clean-up ------------------------------------------------------------------------

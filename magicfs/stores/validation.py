@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..errors import InvalidCommitData
 from ..names import PENDING_SUFFIX
-from ..paths import final_destination, is_deferred_write
+from ..paths import final_destination, is_deferred_write, pending_file
 from ..records import SinglePendingCommit
 
 
@@ -22,8 +22,10 @@ def check_commit(commit: SinglePendingCommit, bucket: str, dest_key: str, source
     commit.check_destination(bucket, dest_key, source)
     scheme, _, record = (commit.filename or "").rpartition("://")
     scheme = scheme or "s3"
-    magic_file = record.removesuffix(PENDING_SUFFIX)
-    if record.endswith(PENDING_SUFFIX) and is_deferred_write(magic_file):
+    if not record.endswith(PENDING_SUFFIX):
+        return  # kept in memory, or saved in a .pendingset: no record of its own
+    magic_file = pending_file(record)
+    if is_deferred_write(magic_file):
         expected = final_destination(magic_file)
         if expected != commit.destination:
             raise InvalidCommitData(

@@ -36,8 +36,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from ...names import PENDING_SUFFIX
-from ...paths import is_deferred_write
+from ...paths import is_deferred_write, pending_records
 from ...records import PendingSet, SinglePendingCommit, path_to_uri
 from ..job_hooks import DeferredJobHooks, StoreOptions, unaccounted_error
 from .blocks import BLOCK_LIST_STORE
@@ -126,6 +125,8 @@ class BlockListJobHooks(DeferredJobHooks):
             match = by_writer.get((uri, listing[marker].get(WRITER_KEY)))
             if match is not None:
                 found[marker], sources[marker] = match
-        pendings = [m for m in markers if m not in found and m + PENDING_SUFFIX in listing]
-        found.update(self.load_beside(pendings))
+        records = pending_records(listing)
+        found.update(
+            self.load_beside([m for m in markers if m not in found and m in records], records)
+        )
         return found, sources

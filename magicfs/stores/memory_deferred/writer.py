@@ -1,13 +1,13 @@
 """The in-process store's hooks of the deferred writer (:mod:`magicfs.stores.deferred_writer`).
 
-* **begin**: a zero-byte marker beside the task path, ``<path>.magicfs-marker`` (for
+* **begin**: a zero-byte marker, :func:`~magicfs.paths.marker_path` (for
   ``xb``, checked and written under the filesystem's lock: a second writer of the path
   gets ``FileExistsError`` from ``open()``), then an upload against the final path.
 * **job check**: does the job marker exist?
 * **stage**: the part kept in process memory; its id names the upload and the number.
-* **record**: ``<path>.pending`` (``extraData["magicfs.store"]`` ``mem-deferred``; an
-  ``xb`` file's record asks job commit not to replace a file). In ``in_memory`` mode the
-  record stays in this process.
+* **record**: :func:`~magicfs.paths.pending_path` (``extraData["magicfs.store"]``
+  ``mem-deferred``; an ``xb`` file's record asks job commit not to replace a file). In
+  ``in_memory`` mode the record stays in this process.
 * **discard**: drop the upload, delete the marker (and the record).
 
 Its requests are plain calls on memory; they run as coroutines on fsspec's IO loop only

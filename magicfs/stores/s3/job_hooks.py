@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ...errors import CommitFailedError, InvalidCommitData
 from ...names import PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
-from ...paths import is_deferred_write, marker_path
+from ...paths import is_deferred_write, marker_path, pending_file, pending_records
 from ...records import SinglePendingCommit
 from ...statistics import FOREIGN_UPLOADS_ABORTED
 from ...task_files import TaskFile
@@ -233,7 +233,8 @@ class S3JobHooks(DeferredJobHooks):
         file says why (around magicfs, unclosed, another process's in ``in_memory``)."""
         listing = sorted(entries)
         markers = [p for p in listing if is_deferred_write(p)]
-        pendings = {p.removesuffix(PENDING_SUFFIX) for p in listing if p.endswith(PENDING_SUFFIX)}
+        records = pending_records(listing)
+        pendings = set(records)
         self._refuse_doubled(attempt_id, known, set(markers))
         unlisted = (pendings | known.keys()) - set(markers)
         if unlisted and (self.unmarked or self.read_unmarked() is not None):
@@ -244,12 +245,12 @@ class S3JobHooks(DeferredJobHooks):
         else:
             orphans = sorted(pendings - set(markers))
             if orphans:  # records of files deleted or replaced: their uploads must go
-                self.discard_records([p + PENDING_SUFFIX for p in orphans])
+                self.discard_records([records[p] for p in orphans])
             unaccounted = [m for m in markers if m not in pendings and m not in known]
             self._refuse_unaccounted(attempt_id, unaccounted, "file")
         for marker in known.keys() - set(markers):  # written here, but its marker is gone
             self.job.operations().abort([known[marker]])
-        return markers, self.load_beside([m for m in markers if m not in known]), {}
+        return markers, self.load_beside([m for m in markers if m not in known], records), {}
 
     def _refuse_doubled(
         self, attempt_id: str, known: dict[str, SinglePendingCommit], markers: set[str]
@@ -435,8 +436,9 @@ class S3JobHooks(DeferredJobHooks):
 
 
 def _marker_of(record: str) -> str:
-    """The marker path of a ``.pending`` record's location (``s3://bkt/...x.pending``)."""
-    return record.removeprefix("s3://").removesuffix(PENDING_SUFFIX)
+    """The task file a ``.pending`` record's location (``s3://bkt/...x.pending``) stands
+    for, as a listing of the tree names it (:func:`~magicfs.paths.pending_file`)."""
+    return pending_file(record.removeprefix("s3://"))
 
 
 def _wrote_marker(commit: SinglePendingCommit) -> bool:
@@ -445,9 +447,9 @@ def _wrote_marker(commit: SinglePendingCommit) -> bool:
 
 
 async def _amarker_info(deferred: Any, file: str) -> dict[str, Any] | None:
-    """What is stored for task file ``file``: its marker (this version's name beside it,
-    then the earlier versions' at the path itself: a plain object written there around
-    magicfs is found so), or ``None``."""
+    """What is stored for task file ``file``: its marker (this version's name,
+    :func:`~magicfs.paths.marker_path`, then 0.1.0's at the path itself: a plain object
+    written there around magicfs is found so), or ``None``."""
     info: dict[str, Any] | None = await deferred.arecord_info(marker_path(file))
     if info is None:
         info = await deferred.arecord_info(file)

@@ -85,7 +85,13 @@ from typing import Any
 from ...errors import InvalidCommitData, StoreCallError, UploadsLeftError
 from ...names import MAGIC_JOB_PREFIX, PENDING_SUFFIX, PENDINGSET_SUFFIX, UNMARKED_FILE
 from ...parallel import loop_map
-from ...paths import final_destination, is_deferred_write, marked_destinations, split_magic_path
+from ...paths import (
+    final_destination,
+    is_deferred_write,
+    marked_destinations,
+    pending_file,
+    split_magic_path,
+)
 from ...progress import progress_bar
 from ...records import PendingSet, SinglePendingCommit
 from .store import PendingUpload, S3Store, iterate
@@ -558,7 +564,7 @@ def _pendings_for(store: S3Store, listing: list[str], keys: set[str]) -> list[st
     found = []
     for path in listing:
         if path.endswith(PENDING_SUFFIX) and split_magic_path(path) is not None:
-            file = path.removesuffix(PENDING_SUFFIX)
+            file = pending_file(path)
             if is_deferred_write(file) and store.split(final_destination(file))[1] in keys:
                 found.append(path)
     return found

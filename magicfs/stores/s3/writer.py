@@ -3,8 +3,8 @@
 The life of a task file is :mod:`magicfs.stores.deferred_writer`'s; on S3
 (``s3://bkt/out/__magic_job-7/.../__base/a.csv`` -> ``out/a.csv``) its steps are:
 
-* **begin**: PUT the zero-byte **intent marker** beside the magic path,
-  ``<path>.magicfs-marker`` (job, attempt, writer nonce; see :mod:`.tracking`),
+* **begin**: PUT the zero-byte **intent marker** of the magic path,
+  :func:`~magicfs.paths.marker_path` (job, attempt, writer nonce; see :mod:`.tracking`),
   *then* CreateMultipartUpload for ``out/a.csv``. In an *unmarked* job
   (``intent_markers=False``: the committer found no other job covering the
   destination, :mod:`.tracking`) only ``xb`` files, files under a hidden name
