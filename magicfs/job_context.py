@@ -19,7 +19,7 @@ A context holds:
 * **the job's thread pools** (:meth:`JobContext.pool`): made once by name, shut down
   when the context closes;
 * **statistics** (:attr:`JobContext.statistics`): the job's IO statistics in this
-  process, across all of its stores;
+  process, across all of its stores (S3: ``store_io_request``, ``store_io_retry``);
 * **what to do when it closes** (:meth:`JobContext.on_close`).
 
 **Lifetime.** The registry (:data:`JOB_CONTEXTS`) holds contexts weakly: a context

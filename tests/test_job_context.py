@@ -141,6 +141,7 @@ def test_the_retry_budget_is_the_jobs_across_its_writers(faults_front, bucket, m
     assert all("retry budget of 1 s for this job is spent" in str(e) for _, e in failures)
     # One first try per file, then ten retries for the whole job.
     assert faults_front.stats()["UploadPart"]["requests"] == WRITERS + 10
+    assert committer.context.statistics.counter("store_io_retry") == 10
     faults_front.clear()
     committer.abort_job()
 

@@ -29,8 +29,9 @@ no rate control), and why:
 
 * the fsspec methods :mod:`magicfs.filesystems` hands to s3fs: reads of files
   (``open``/``cat_file``), ``pipe_file`` and ``copy`` outside task paths, ``ls``/
-  ``find``/``info`` of task paths and ``SinglePendingCommit.load`` of a closed task
-  file's size: they are the user's file-system calls, with s3fs's buffering and
+  ``find``/``info`` of task paths, ``makedirs`` (``fsspec.open``'s for a file opened by
+  URL: s3fs probes the bucket) and ``SinglePendingCommit.load`` of a closed task file's
+  size: they are the user's file-system calls, with s3fs's buffering and
   semantics (the multipart writes of task files are the magic writer's: covered);
 * :mod:`magicfs.protocol.destination`'s ``_SUCCESS`` read (``cat_file``) and its listings
   of the destination (``ls``/``isdir``/``find``) for ``replace`` and visible files, and
@@ -86,6 +87,12 @@ _T = TypeVar("_T")
 #: The job context's slot of S3's shared calls
 #: (:meth:`~magicfs.job_context.JobContext.store_state`).
 CALLS_STATE = "s3.calls"
+#: The job's statistics (:attr:`~magicfs.job_context.JobContext.statistics`): calls
+#: started through a store of the job (each of magicfs's own retries is one more; the
+#: S3 client's retries inside a call are not counted), and magicfs's retries (Hadoop's
+#: ``store_io_request``, ``store_io_retry``).
+REQUESTS = "store_io_request"
+RETRIES = "store_io_retry"
 
 #: Keys per DeleteObjects request (the S3 maximum).
 DELETE_BATCH = 1000
@@ -148,6 +155,10 @@ class S3Store:
         self.__dict__.update(state)
         self._share_calls()
 
+    def _count(self, counter: str) -> None:
+        if self.context is not None:
+            self.context.statistics.increment(counter)
+
     @property
     def retry_waits(self) -> float:
         """Seconds waited before retries so far, by the job's calls in this process."""
@@ -198,6 +209,7 @@ class S3Store:
                 # longer than many slots): a slot is taken just before its request is sent.
                 await self.replies.watch(self.fs)
                 await self.rate.acquire()
+                self._count(REQUESTS)
                 response = await self.direct.send(self.fs, operation, params)
                 if response is None:  # not sent there, or its answer was not final
                     response = await self.fs._call_s3(operation, **params)
@@ -213,6 +225,8 @@ class S3Store:
                     raise wrapped from error
                 retry += 1
                 delay, gave_up = self.budget.take(self.policy, retry)
+                if not gave_up:
+                    self._count(RETRIES)
                 if gave_up:
                     raise store_error(
                         operation, params, error, attempts=retry, gave_up=gave_up, fs=self.fs
