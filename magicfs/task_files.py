@@ -38,9 +38,7 @@ attempt commits or aborts. Thread-safe; one instance per process (:data:`TASK_FI
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
-import concurrent.futures.thread  # registers its exit hook now, before ours (see below)
 import contextlib
 import logging
 import os
@@ -48,6 +46,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from .lifecycle import at_exit
 
 
 class OpenWriter(Protocol):
@@ -328,7 +328,5 @@ def _settle_at_exit() -> None:
 
 
 # It must run before the interpreter shuts down thread pools (the S3 client resolves
-# names in one): threading's exit hooks run first, last registered first — after the
-# one concurrent.futures registered when it was imported above.
-_register = getattr(threading, "_register_atexit", atexit.register)
-_register(_settle_at_exit)
+# names in one): magicfs.lifecycle says how.
+at_exit(_settle_at_exit)

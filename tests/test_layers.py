@@ -28,6 +28,8 @@ LAYERS = [
             "progress.py",
             "task_files.py",
             "parallel.py",
+            "lifecycle.py",
+            "job_context.py",
         ],
     ),
     ("records", ["records/"]),

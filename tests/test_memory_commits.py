@@ -27,7 +27,7 @@ from helpers.s3_targets import S3_TARGETS, S3Target, magic_committer, s3_target
 
 from magicfs import MagicCommitter
 from magicfs.errors import JobCommitError, JobNotActiveError
-from magicfs.stores.deferred_writer import _CHECKS_AFTER_CLOSE, CHECK_DELAY
+from magicfs.stores.deferred_writer import CHECK_DELAY, finish_checks_at_exit
 from magicfs.stores.s3 import writer as s3_writer
 from magicfs.task_files import TASK_FILES
 
@@ -199,7 +199,7 @@ def test_writers_whose_task_commits_soon_send_no_job_check_of_their_own(target, 
     signals = job.deferred.split(job.layout.job_signals_prefix)[1]
     assert [op for op, key in calls.made if key == marker] == []  # no HEAD of the marker
     assert {key for op, key in calls.made if op == "ListObjectsV2"} == {signals}
-    _CHECKS_AFTER_CLOSE.finish_at_exit()  # none left waiting either
+    finish_checks_at_exit()  # none left waiting either
     assert [op for op, key in calls.made if key == marker] == []
     job.commit_job(messages)
     assert len(published(target)) == 12

@@ -112,6 +112,7 @@ from ..errors import InvalidCommitData, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..filesystems.originals import store_class, unwrapped
+from ..job_context import job_context
 from ..layouts import job_index
 from ..layouts.magic import MagicJobLayout
 from ..names import (
@@ -192,10 +193,13 @@ class MagicLayoutCommitter(OutputCommitter):
         #: The store's committer options, typed and checked (passed through unread).
         self.store_config = options_class(**store_keywords)
         super().__init__(dest, **options)
+        #: The job's state in this process, shared with its writers (:mod:`magicfs.job_context`).
+        self.context = job_context(self.job_id, self.dest)
         self.deferred = spec.adapter(
             self.store_fs,
             self.job_id,
             self._scratch_dir,
+            context=self.context,
             **self.store_config.adapter_options(),
         )
         self._opt_in = {spec.opt_in: True} if spec.opt_in else {}

@@ -65,6 +65,7 @@ from ..errors import CommitConflictError, InvalidCommitData, NothingToCommitErro
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..filesystems.originals import store_filesystem
+from ..job_context import job_context
 from ..layouts.manifest import ManifestJobLayout, unstaged
 from ..names import PENDINGSET_SUFFIX
 from ..paths import join, unstaged_name
@@ -163,7 +164,9 @@ class StagingCommitter(OutputCommitter):
             raise ValueError(f"{dest}: the staging committers need an S3 destination (s3://)")
         self.retry_policy = retry_policy
         self.max_request_rate = max_request_rate
-        self.store = S3Store(self.store_fs, retry_policy, max_request_rate)
+        #: The job's state in this process (:mod:`magicfs.job_context`): its rate and budget.
+        self.context = job_context(self.job_id, self.dest)
+        self.store = S3Store(self.store_fs, retry_policy, max_request_rate, self.context)
         self.deferred = S3Deferred(self.store, self.job_id, self._scratch_dir)
         self.bucket, self.dest_key = self.store.split(self.dest)
         self.records = PendingsetRecords(

@@ -96,6 +96,9 @@ class MagicFileSystem(ChainedFileSystem):
       failed). False: ``close()`` waits, and raises what failed.
     * ``retry_policy`` (S3): how S3 calls are retried
       (:class:`magicfs.stores.s3.retry.RetryPolicy`).
+    * ``max_request_rate`` (``None``, S3): the committer's cap on the job's calls per
+      second in this process (:mod:`magicfs.stores.s3.rate`); task URLs carry it, so a
+      writer in a process without the job's committer caps its job's calls too.
     * ``checksum`` (``"CRC32"``, S3): the checksum algorithm of every part, kept in the
       ``.pending`` record and verified at job commit (:mod:`magicfs.stores.s3.checksums`);
       ``None``: none declared or recorded (a store that refuses checksum headers also

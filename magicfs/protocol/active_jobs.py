@@ -28,11 +28,12 @@ never in a committer, so nothing of it pickles to executors.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import threading
 from dataclasses import dataclass
+
+from ..lifecycle import at_last_exit
 
 log = logging.getLogger("magicfs.active_jobs")
 
@@ -101,4 +102,4 @@ def _warn_at_exit() -> None:
         log.warning("magicfs: %s", warning_for(job))
 
 
-atexit.register(_warn_at_exit)
+at_last_exit(_warn_at_exit)

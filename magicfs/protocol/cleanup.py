@@ -20,8 +20,7 @@ time (HADOOP-18568 made it optional in Hadoop for the same reason). So the commi
   says so and names the command.
 
 **Nothing is left silently.** The thread is not a daemon and a hook runs at interpreter
-exit, *before* ``concurrent.futures`` refuses new work (the hook is registered the way
-``concurrent.futures`` registers its own, and such hooks run last registered first),
+exit, *before* ``concurrent.futures`` refuses new work (:func:`magicfs.lifecycle.at_exit`),
 so a script or a Spark/Dask/Ray driver that ends right after ``commit_job()`` waits for
 its clean-ups, logging which. A process killed meanwhile leaves a job whose journal says
 ``committed``: every crash guarantee is the journal's, as with an inline clean-up cut
@@ -35,6 +34,8 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
+
+from ..lifecycle import at_exit
 
 log = logging.getLogger("magicfs.committer")
 
@@ -95,21 +96,5 @@ def wait_for_all() -> None:
         cleanup.wait()
 
 
-def _register_exit_hook() -> None:
-    """Run :func:`wait_for_all` at exit while thread pools still accept work.
-
-    ``threading._register_atexit`` is what ``concurrent.futures`` uses; its hooks run in
-    reverse order of registration, and ``concurrent.futures.thread`` (imported by
-    magicfs before this module) registered first. Without it, the non-daemon thread is
-    still waited for, only later.
-    """
-    import concurrent.futures.thread  # noqa: F401 (its hook must be registered first)
-
-    register: Callable[[Callable[[], None]], None] | None = getattr(
-        threading, "_register_atexit", None
-    )
-    if register is not None:
-        register(wait_for_all)
-
-
-_register_exit_hook()
+# At exit while thread pools still accept work (magicfs.lifecycle).
+at_exit(wait_for_all)

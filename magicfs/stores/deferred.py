@@ -246,8 +246,10 @@ class DeferredStoreBase:
 class AdapterFactory(Protocol):
     """Make a store's adapter for one job: ``fs`` (the store's fsspec filesystem),
     ``job_id``, ``scratch_dir()`` (a directory in the job's hidden tree where probes may
-    write throw-away records) and the committer's store options (``retry_policy``,
-    ``max_request_rate``: each adapter takes those it knows and ignores the rest)."""
+    write throw-away records), the job's ``context`` (:mod:`magicfs.job_context`: where
+    per-job store state hangs, shared with the job's writers in this process) and the
+    committer's store options (``retry_policy``, ``max_request_rate``: each adapter takes
+    those it knows and ignores the rest)."""
 
     def __call__(
         self, fs: Any, job_id: str, scratch_dir: Callable[[], str], **options: Any

@@ -43,7 +43,6 @@ supply ``_initiate_upload`` and ``_upload_chunk``):
 from __future__ import annotations
 
 import asyncio
-import atexit
 import concurrent.futures
 import contextlib
 import io
@@ -56,6 +55,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from ..errors import JobNotActiveError, TaskNotActiveError
+from ..job_context import JOB_CONTEXTS, job_context
+from ..lifecycle import at_exit
 from ..paths import MagicPath, marked_file, marker_path, split_magic_path, touched_marker
 from ..records import SinglePendingCommit
 from ..task_files import TASK_FILES, TaskFile, TaskFiles, attempt_set_up_here
@@ -100,9 +101,10 @@ BUFFER_BUDGET = ByteBudget(int(os.environ.get("MAGICFS_MAX_BUFFERED_BYTES", 256 
 CHECK_DELAY = 1.0
 
 
-class _ChecksAfterClose:
-    """The job checks still to come of files whose close did not wait for them
-    (:data:`CHECK_DELAY`): at exit they are started at once and waited for."""
+class ChecksAfterClose:
+    """One job's checks still to come of files whose close did not wait for them
+    (:data:`CHECK_DELAY`), kept in its context (:data:`CHECKS_STATE`): at exit they are
+    started at once and waited for (:func:`finish_checks_at_exit`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -117,25 +119,31 @@ class _ChecksAfterClose:
         with self._lock:
             self._pending.discard(check)
 
-    def finish_at_exit(self) -> None:
-        """A script that exits with job checks still waiting makes them now, so a
-        zombie's upload is still aborted."""
+    def pending(self) -> list[concurrent.futures.Future[None]]:
         with self._lock:
-            pending = list(self._pending)
-        if pending:
-            start_waiting_checks()
-            concurrent.futures.wait(pending, timeout=30)
-
-    def forget(self) -> None:
-        """In a forked child: the parent's checks run on a loop the child does not run."""
-        with self._lock:
-            self._pending = set()
+            return list(self._pending)
 
 
-_CHECKS_AFTER_CLOSE = _ChecksAfterClose()
-# Before the interpreter shuts thread pools down (as ``magicfs.task_files`` does).
-getattr(threading, "_register_atexit", atexit.register)(_CHECKS_AFTER_CLOSE.finish_at_exit)
-os.register_at_fork(after_in_child=_CHECKS_AFTER_CLOSE.forget)
+#: The job context's slot of its writers' checks after close.
+CHECKS_STATE = "writer.checks_after_close"
+
+
+def finish_checks_at_exit() -> None:
+    """A script that exits with job checks still waiting makes them now, so a zombie's
+    upload is still aborted. (A forked child has none: it forgets its parent's contexts.)"""
+    pending = [
+        check
+        for context in JOB_CONTEXTS.open_contexts()
+        if isinstance(checks := context.state(CHECKS_STATE), ChecksAfterClose)
+        for check in checks.pending()
+    ]
+    if pending:
+        start_waiting_checks()
+        concurrent.futures.wait(pending, timeout=30)
+
+
+# Before the interpreter shuts thread pools down (as ``magicfs.task_files``'s does).
+at_exit(finish_checks_at_exit)
 
 
 class PartBuffer:
@@ -377,7 +385,9 @@ class DeferredWriter(io.BufferedIOBase):
         self._check_follows = check_job and attempt_file and hooks.checked_by_commit
         self._checking = hooks.run_background(self._acheck_job())
         if self._check_follows:
-            _CHECKS_AFTER_CLOSE.add(self._checking)
+            # The writer (which its check holds) holds the job's context while it runs.
+            self._context = job_context(magic_path.job_id or "", magic_path.destination_dir)
+            self._context.store_state(CHECKS_STATE, ChecksAfterClose).add(self._checking)
         if "x" in mode:
             try:
                 self._start.result()

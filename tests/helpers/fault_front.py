@@ -88,7 +88,9 @@ the server has answered every request already sent to it, so ``FaultFront.stop()
 returns with the server quiet: a test that kills a client and then stops its front
 reads the store with nothing of the dead client still being acted on. It is
 controlled over HTTP on the same port under ``/_fault/`` (never a valid bucket name):
-``GET|POST|DELETE /_fault/rules``, ``GET|DELETE /_fault/stats``, ``GET|PUT /_fault/config``.
+``GET|POST|DELETE /_fault/rules``, ``GET|DELETE /_fault/stats``, ``GET /_fault/arrivals``
+(each request's arrival time, operation and signing time; reset with the statistics),
+``GET|PUT /_fault/config``.
 
 Usage::
 
@@ -258,6 +260,10 @@ class FaultPlan:
         self._rules: list[_Rule] = []
         self._numbers = 0
         self._stats: dict[str, dict[str, Any]] = {}
+        #: (seconds since the front started, operation, X-Amz-Date) of each request, in
+        #: arrival order.
+        self._arrivals: list[tuple[float, str, str]] = []
+        self._started = time.monotonic()
 
     def add(self, spec: dict[str, Any]) -> dict[str, Any]:
         normalised = validate_rule(spec)
@@ -275,6 +281,11 @@ class FaultPlan:
     def reset_stats(self) -> None:
         with self._lock:
             self._stats.clear()
+            self._arrivals.clear()
+
+    def arrivals(self) -> list[tuple[float, str, str]]:
+        with self._lock:
+            return list(self._arrivals)
 
     def rules(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -284,11 +295,13 @@ class FaultPlan:
         with self._lock:
             return json.loads(json.dumps(self._stats))
 
-    def decide(self, operation: str, key: str | None) -> dict[str, Any] | None:
-        """Count the request; the spec of the rule that fires on it, if any."""
+    def decide(self, operation: str, key: str | None, signed: str = "") -> dict[str, Any] | None:
+        """Count the request (``signed``: its ``X-Amz-Date``); the spec of the rule that
+        fires on it, if any."""
         with self._lock:
             entry = self._stats.setdefault(operation, {"requests": 0, "faults": {}})
             entry["requests"] += 1
+            self._arrivals.append((time.monotonic() - self._started, operation, signed))
             matching = [rule for rule in self._rules if rule.matches(operation, key)]
             for rule in matching:
                 rule.matched += 1
@@ -352,7 +365,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body, trailers = self._read_body()
         operation, bucket, key = classify(self.command, self.path, self.headers)
         plan = self.server.plan
-        rule = plan.decide(operation, key)
+        rule = plan.decide(operation, key, self.headers.get("X-Amz-Date", ""))
         if plan.latency_ms:
             time.sleep(plan.latency_ms / 1000.0)
         action = rule["action"] if rule else None
@@ -552,6 +565,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 answer = {}
             elif route == ("GET", "stats"):
                 answer = plan.stats()
+            elif route == ("GET", "arrivals"):
+                answer = plan.arrivals()
             elif route == ("DELETE", "stats"):
                 plan.reset_stats()
                 answer = {}
@@ -772,6 +787,12 @@ class FaultFront(S3Endpoint):
     def stats(self) -> dict[str, dict[str, Any]]:
         """Per operation seen since the last reset: ``{"requests": n, "faults": {action: n}}``."""
         return self._call("GET", "stats")
+
+    def arrivals(self) -> list[tuple[float, str, str]]:
+        """``(seconds, operation, signed)`` of each request since the last reset, in the
+        order the front received them: seconds on the front's own monotonic clock, and the
+        ``X-Amz-Date`` the client signed it with (``20261207T061500Z``; ``""``: none)."""
+        return [(float(t), str(op), str(signed)) for t, op, signed in self._call("GET", "arrivals")]
 
     def set_latency(self, latency_ms: float) -> None:
         """Delay every request by ``latency_ms`` from now on."""

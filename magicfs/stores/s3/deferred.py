@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequen
 from typing import Any, TypeVar
 
 from ...errors import InvalidCommitData
+from ...job_context import JobContext
 from ...records import SinglePendingCommit
 from ..create_only import is_create_only
 from ..deferred import (
@@ -90,10 +91,14 @@ class S3Deferred(DeferredStoreBase):
         *,
         retry_policy: RetryPolicy = DEFAULT_POLICY,
         max_request_rate: float | None = None,
+        context: JobContext | None = None,
         **_: Any,
     ) -> S3Deferred:
-        """The adapter factory the registry declares (:class:`~..deferred.AdapterFactory`)."""
-        return cls(S3Store(fs, retry_policy, max_request_rate), job_id, scratch_dir)
+        """The adapter factory the registry declares (:class:`~..deferred.AdapterFactory`);
+        ``context``: the job's (:mod:`magicfs.job_context`), whose rate control and retry
+        budget the job's writers in this process share."""
+        store = S3Store(fs, retry_policy, max_request_rate, context)
+        return cls(store, job_id, scratch_dir)
 
     @property
     def throttled(self) -> int:

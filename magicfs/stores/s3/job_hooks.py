@@ -126,6 +126,7 @@ class S3CommitOptions(StoreOptions):
             "in_memory": self.in_memory,
             "retry_policy": self.retry_policy,
             "checksum": self.checksum,
+            "max_request_rate": self.max_request_rate,
         }
 
     def adapter_options(self) -> dict[str, Any]:

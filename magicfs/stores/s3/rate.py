@@ -19,11 +19,19 @@ mechanisms keep it at the limit:
   slowly: measured, 52% of a 500/s store and 88% of a 200/s one; see docs/stores/s3.md,
   "Large jobs".)
 * **fixed** (``max_request_rate=N`` on a committer): at most N calls per second from
-  this job, however clean the replies; for a bucket that serves readers at the same
-  time, or an account-wide budget (Hadoop's ``fs.s3a.io.rate.limit``).
+  this job in this process, however clean the replies; for a bucket that serves readers
+  at the same time, or an account-wide budget (Hadoop's ``fs.s3a.io.rate.limit``).
+
+**Per job per process.** One :class:`JobCalls` (this rate control, the replies it
+watches, the retry budget) serves every store of a job in a process: the committer's
+adapter, the task view's writes, each file opened by URL (:mod:`magicfs.job_context`).
+Where they were given different caps, the strictest holds. Not capped: other processes'
+calls (each executor of a job has its own cap), and s3fs's own calls that do not go
+through the store (:mod:`.store`'s docstring names them).
 
 Calls are spaced evenly (no bursts): with a rate of N, call ``n`` starts no earlier than
-``1 / N`` seconds after call ``n - 1``. One limit covers all of a job's calls (reads
+``1 / N`` seconds after call ``n - 1``, so no second holds more than N starts (no
+burst: an idle job does not save up slots). One limit covers all of a job's calls (reads
 included): a store that throttles writes is not asked for more reads meanwhile.
 """
 
@@ -33,6 +41,7 @@ import asyncio
 import collections
 import logging
 import math
+import threading
 import time
 import weakref
 from collections.abc import Callable
@@ -40,7 +49,7 @@ from functools import partial
 from typing import Any
 
 from .body import rewind
-from .retry import THROTTLING_CODES
+from .retry import THROTTLING_CODES, RetryBudget
 
 log = logging.getLogger("magicfs.s3.rate")
 
@@ -63,7 +72,8 @@ FLOOR = 1.0
 
 
 class RateControl:
-    """When each of a job's calls may start (for one event loop).
+    """When each of a job's calls may start (on one event loop or several: each slot is
+    taken under a lock).
 
     ``max_rate``: the fixed cap in calls per second (``None``: none). ``clock``: a
     monotonic clock, replaceable in tests.
@@ -82,6 +92,14 @@ class RateControl:
         self._next = -math.inf
         self._first: float | None = None
         self._starts: collections.deque[float] = collections.deque(maxlen=SAMPLE)
+        self._lock = threading.Lock()
+
+    def cap(self, max_rate: float | None) -> None:
+        """Another store of the job was given ``max_rate``: the strictest cap holds."""
+        if max_rate is not None and not max_rate > 0:
+            raise ValueError(f"a request rate must be positive, not {max_rate}")
+        if max_rate is not None and (self.max_rate is None or max_rate < self.max_rate):
+            self.max_rate = max_rate
 
     def rate(self, now: float | None = None) -> float | None:
         """The calls per second allowed now (``None``: no limit)."""
@@ -109,20 +127,27 @@ class RateControl:
 
     async def acquire(self) -> None:
         """Wait for this call's slot, then count it as started."""
-        now = self.clock()
-        rate = self.rate(now)
-        if rate is not None:
-            slot = max(now, self._next)
-            self._next = slot + 1.0 / rate
-            if slot > now:
-                await asyncio.sleep(slot - now)
-                now = self.clock()
-        if self._first is None:
-            self._first = now
-        self._starts.append(now)
+        with self._lock:
+            now = self.clock()
+            rate = self.rate(now)
+            slot = now
+            if rate is not None:
+                slot = max(now, self._next)
+                self._next = slot + 1.0 / rate
+        if slot > now:
+            await asyncio.sleep(slot - now)
+            now = self.clock()
+        with self._lock:
+            if self._first is None:
+                self._first = now
+            self._starts.append(now)
 
     def throttled(self) -> None:
         """The store answered a call with throttling: cut the rate (once per :data:`HOLD`)."""
+        with self._lock:
+            self._throttled()
+
+    def _throttled(self) -> None:
         now = self.clock()
         if now - self._cut_at < HOLD:
             return
@@ -150,9 +175,10 @@ class RateControl:
         if due (:meth:`throttled`), and give the repeated call a slot of its own so that
         repeats do not push the job above the rate again."""
         self.throttled()
-        rate = self.rate()
-        if rate is not None:
-            self._next = max(self.clock(), self._next) + 1.0 / rate
+        with self._lock:
+            rate = self.rate()
+            if rate is not None:
+                self._next = max(self.clock(), self._next) + 1.0 / rate
 
 
 class Replies:
@@ -212,6 +238,16 @@ _WATCHES: weakref.WeakKeyDictionary[Any, weakref.WeakSet[Replies]] = weakref.Wea
 #: botocore's ``unique_id`` of the handlers :meth:`Replies.watch` registers.
 REPLY_HANDLER = "magicfs.s3.replies"
 REWIND_HANDLER = "magicfs.s3.rewind"
+
+
+class JobCalls:
+    """What every S3 store of one job shares in this process (module docstring): when
+    calls start, the replies seen, the retry waits spent."""
+
+    def __init__(self, max_rate: float | None = None) -> None:
+        self.rate = RateControl(max_rate)
+        self.replies = Replies(self.rate)
+        self.budget = RetryBudget()
 
 
 def show_reply(watches: weakref.WeakSet[Replies], response: Any = None, **_: Any) -> None:

@@ -36,9 +36,12 @@ object's job id (:mod:`magicfs.stores.commit_ops`); aborts, deletes, reads and l
 have no side effects beyond the first.
 
 **A budget for the whole job.** ``attempts`` bounds one call; ``budget`` (seconds, off by
-default) bounds them all: the waits between retries of every call made through one
-store — one committer's calls for its job, or one filesystem's writes — add up, and
-once the next wait would pass the budget the error is final. Concurrent waits each
+default) bounds them all: the waits between retries of every call a job makes in this
+process add up (:class:`RetryBudget`, kept in the job's context,
+:mod:`magicfs.job_context`: the committer's calls, its tasks' writes through the task
+view and each file opened by URL, all alike), and once the next wait would pass the
+budget the error is final. Calls outside a job (the CLI's) have a budget per store.
+Other processes of the job (executors) have budgets of their own. Concurrent waits each
 count, so the budget is an upper bound on the time a job spends waiting to retry.
 Set it when a store outage should fail a job in bounded time rather than let each of
 its 10,000 calls wait out its own attempts:
@@ -84,6 +87,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,7 +139,7 @@ class RetryPolicy:
     attempts: int = 4
     base_delay: float = 0.5
     max_delay: float = 8.0
-    #: Seconds of retry waits allowed in all, per store instance (``None``: no limit).
+    #: Seconds of retry waits allowed in all, per job per process (``None``: no limit).
     budget: float | None = None
 
     def __post_init__(self) -> None:
@@ -159,6 +163,30 @@ class RetryPolicy:
 
 
 DEFAULT_POLICY = RetryPolicy()
+
+
+class RetryBudget:
+    """The seconds of retry waits a job's calls in this process have taken so far
+    (:attr:`RetryPolicy.budget`); shared by the job's stores, so its updates are locked
+    (they may wait on more than one thread's loop)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        #: Seconds waited before retries so far, by every call of the job here.
+        self.waits = 0.0
+        #: Retries made so far.
+        self.retries = 0
+
+    def take(self, policy: RetryPolicy, retry: int) -> tuple[float, str | None]:
+        """Retry number ``retry`` under ``policy``: its delay, and why it is not to be
+        made (``None``: make it; its delay is then counted as spent)."""
+        delay = policy.delay(retry)
+        with self._lock:
+            gave_up = policy.gave_up(retry, self.waits + delay)
+            if gave_up is None:
+                self.waits += delay
+                self.retries += 1
+            return delay, gave_up
 
 
 def chain(error: BaseException) -> list[BaseException]:

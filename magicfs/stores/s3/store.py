@@ -10,7 +10,8 @@ Each operation is written once, as a coroutine on s3fs's IO loop (``a``-prefixed
 Blocking code waits for one with :meth:`S3Store.run`, starts one in the background with
 :meth:`S3Store.run_background` (a future), and walks a listing with :func:`iterate` (one
 wait per page). Every request made here goes through :meth:`S3Store.acall`: one retry
-policy (:mod:`.retry`) and the store's rate control (:mod:`.rate`). Every error it ends in
+policy (:mod:`.retry`) and the job's rate control (:mod:`.rate`), shared by every store
+of the job in this process. Every error it ends in
 is a :class:`~magicfs.errors.StoreCallError` naming the operation, the object, the HTTP
 status and the S3 error code (:mod:`.failures`), of the class s3fs would have raised
 (``FileNotFoundError`` for ``NoSuchKey``/``NoSuchUpload``, ``PermissionError``...), with
@@ -28,8 +29,9 @@ no rate control), and why:
 
 * the fsspec methods :mod:`magicfs.filesystems` hands to s3fs: reads of files
   (``open``/``cat_file``), ``pipe_file`` and ``copy`` outside task paths, ``ls``/
-  ``find``/``info`` of task paths and ``SinglePendingCommit.load`` of a closed task
-  file's size: they are the user's file-system calls, with s3fs's buffering and
+  ``find``/``info`` of task paths, ``makedirs`` (``fsspec.open``'s for a file opened by
+  URL: s3fs probes the bucket) and ``SinglePendingCommit.load`` of a closed task file's
+  size: they are the user's file-system calls, with s3fs's buffering and
   semantics (the multipart writes of task files are the magic writer's: covered);
 * :mod:`magicfs.protocol.destination`'s ``_SUCCESS`` read (``cat_file``) and its listings
   of the destination (``ls``/``isdir``/``find``) for ``replace`` and visible files, and
@@ -61,12 +63,13 @@ from typing import Any, TypeVar, cast
 from fsspec.asyn import sync
 
 from ...errors import MissingBucketError
+from ...job_context import JobContext
 from . import checksums
 from .body import PartBody
 from .client import share_models
 from .direct import DirectRequests
 from .failures import answer, is_not_connected, store_error
-from .rate import RateControl, Replies
+from .rate import JobCalls
 from .retry import (
     DEFAULT_POLICY,
     RetryPolicy,
@@ -80,6 +83,16 @@ __all__ = ["DELETE_BATCH", "PendingUpload", "S3Store", "error_code", "iterate"]
 log = logging.getLogger("magicfs.s3.store")
 
 _T = TypeVar("_T")
+
+#: The job context's slot of S3's shared calls
+#: (:meth:`~magicfs.job_context.JobContext.store_state`).
+CALLS_STATE = "s3.calls"
+#: The job's statistics (:attr:`~magicfs.job_context.JobContext.statistics`): calls
+#: started through a store of the job (each of magicfs's own retries is one more; the
+#: S3 client's retries inside a call are not counted), and magicfs's retries (Hadoop's
+#: ``store_io_request``, ``store_io_retry``).
+REQUESTS = "store_io_request"
+RETRIES = "store_io_retry"
 
 #: Keys per DeleteObjects request (the S3 maximum).
 DELETE_BATCH = 1000
@@ -95,26 +108,66 @@ class PendingUpload:
 
 
 class S3Store:
-    """Typed S3 calls through ``fs`` (an ``s3fs.S3FileSystem``)."""
+    """Typed S3 calls through ``fs`` (an ``s3fs.S3FileSystem``).
+
+    ``context``: the job the calls are for (:mod:`magicfs.job_context`). Every store of
+    one job in this process shares its :class:`.rate.JobCalls`: one rate control (capped
+    at the strictest ``max_rate`` any of them was given), one view of the replies, one
+    retry budget. Without a context (the CLI's stores), the store has its own.
+    """
 
     def __init__(
-        self, fs: Any, policy: RetryPolicy = DEFAULT_POLICY, max_rate: float | None = None
+        self,
+        fs: Any,
+        policy: RetryPolicy = DEFAULT_POLICY,
+        max_rate: float | None = None,
+        context: JobContext | None = None,
     ):
         self.fs = fs
         share_models(fs)  # before its first request: one copy of botocore's models (.client)
         self.policy = policy
-        #: Seconds waited before retries so far, by every call (``RetryPolicy.budget``).
-        self.retry_waits = 0.0
+        self.max_rate = max_rate
+        self.context = context
+        self._share_calls()
+
+    def _share_calls(self) -> None:
+        if self.context is None:
+            calls = JobCalls(self.max_rate)
+        else:
+            calls = self.context.store_state(CALLS_STATE, JobCalls)
+            calls.rate.cap(self.max_rate)
         #: When calls start: adaptive to throttling, capped at ``max_rate``; see :mod:`.rate`.
-        self.rate = RateControl(max_rate)
+        self.rate = calls.rate
         #: Every reply of s3fs's client, botocore's retries included (:class:`.rate.Replies`).
-        self.replies = Replies(self.rate)
+        self.replies = calls.replies
+        #: The retry waits spent so far (``RetryPolicy.budget``), by the job's calls here.
+        self.budget = calls.budget
         #: The small requests' cheaper way through the same client (:mod:`.direct`).
         self.direct = DirectRequests(self.replies.on_reply)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The shared parts hold locks and are per process: the new process's context
+        # (a context unpickles as that process's context of the job) gives its own.
+        keep = ("fs", "policy", "max_rate", "context")
+        return {name: self.__dict__[name] for name in keep}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._share_calls()
+
+    def _count(self, counter: str) -> None:
+        if self.context is not None:
+            self.context.statistics.increment(counter)
+
+    @property
+    def retry_waits(self) -> float:
+        """Seconds waited before retries so far, by the job's calls in this process."""
+        return self.budget.waits
+
     @property
     def throttled(self) -> int:
-        """Requests the store answered with throttling (``SlowDown``, 503), retries included."""
+        """Requests the store answered with throttling (``SlowDown``, 503), retries
+        included: the job's in this process."""
         return self.replies.throttled
 
     def split(self, path: str) -> tuple[str, str]:
@@ -151,9 +204,12 @@ class S3Store:
         """
         retry = 0
         while True:
-            await self.rate.acquire()
             try:
+                # The client first (a new filesystem makes its client now, which can take
+                # longer than many slots): a slot is taken just before its request is sent.
                 await self.replies.watch(self.fs)
+                await self.rate.acquire()
+                self._count(REQUESTS)
                 response = await self.direct.send(self.fs, operation, params)
                 if response is None:  # not sent there, or its answer was not final
                     response = await self.fs._call_s3(operation, **params)
@@ -168,12 +224,13 @@ class S3Store:
                         raise
                     raise wrapped from error
                 retry += 1
-                delay = self.policy.delay(retry)
-                if gave_up := self.policy.gave_up(retry, self.retry_waits + delay):
+                delay, gave_up = self.budget.take(self.policy, retry)
+                if not gave_up:
+                    self._count(RETRIES)
+                if gave_up:
                     raise store_error(
                         operation, params, error, attempts=retry, gave_up=gave_up, fs=self.fs
                     ) from error
-                self.retry_waits += delay
                 log.info(
                     "%s: %s; retry %d in %.2fs",
                     describe(operation, params),

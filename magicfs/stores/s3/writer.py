@@ -46,13 +46,16 @@ gone aborts its own upload — either way nothing is left parked.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import dataclasses
+import threading
 import uuid
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from ...paths import MagicPath, marker_path, pending_path
+from ...job_context import destination_key, job_context
+from ...paths import MagicPath, marker_path, pending_path, split_magic_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...statistics import IOStatisticsSnapshot
 from ...task_files import attempt_set_up_here
@@ -75,8 +78,11 @@ from .tracking import META_WRITER, marker_metadata, upload_metadata
 
 T = TypeVar("T")
 
-#: The touched markers this process has saved (keys; a job's are unique to it).
-_TOUCHED: set[str] = set()
+#: The job context's slot of the touched markers the job's writers in this process have
+#: saved (keys; :meth:`~magicfs.job_context.JobContext.store_state`).
+TOUCHED_STATE = "s3.touched"
+#: A task view keeps the stores of this many jobs it wrote for (most recent first).
+JOB_STORES = 8
 
 MIN_PART_SIZE = 5 << 20
 MAX_PART_SIZE = 5 << 30
@@ -113,11 +119,14 @@ MARKER_PUT_COUNTER = "committer_magic_marker_put"
 class S3WriterOptions:
     """S3's own keywords of the task view (:class:`~magicfs.filesystems.MagicFileSystem`
     passes them through unread; its docstring says what each does): ``retry_policy``,
-    ``checksum`` (checked here) and ``intent_markers``."""
+    ``checksum`` (checked here), ``intent_markers`` and ``max_request_rate`` (the
+    committer's, carried by task URLs: a cap on the job's calls in a writer's process
+    that has no committer of the job; :mod:`.rate`)."""
 
     retry_policy: RetryPolicy = DEFAULT_POLICY
     checksum: str | None = checksums.DEFAULT_ALGORITHM
     intent_markers: bool = True
+    max_request_rate: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "checksum", checksums.checked_algorithm(self.checksum))
@@ -133,8 +142,39 @@ class S3Writes(DeferredWritesBase):
     def __init__(self, fs: Any, options: WriterOptions):
         super().__init__(fs, options)
         self.s3_options: S3WriterOptions = options.store or S3WriterOptions()
-        self.store = S3Store(fs, self.s3_options.retry_policy)
+        #: The store of calls that name no job (none of a task file's: :meth:`job_store`).
+        self.store = S3Store(fs, self.s3_options.retry_policy, self.s3_options.max_request_rate)
+        self._job_stores: collections.OrderedDict[tuple[str, str], S3Store] = (
+            collections.OrderedDict()
+        )
+        self._lock = threading.Lock()
         self.checksum = self.s3_options.checksum
+
+    def job_store(self, magic_path: MagicPath | None) -> S3Store:
+        """The store of the job ``magic_path`` names: its calls share the job's rate control
+        and retry budget in this process with its committer and its other writers
+        (:mod:`magicfs.job_context`); :attr:`store` for a path that names no job."""
+        job_id = magic_path.job_id if magic_path is not None else None
+        if magic_path is None or not job_id:
+            return self.store
+        key = (job_id, destination_key(magic_path.destination_dir))
+        with self._lock:
+            store = self._job_stores.get(key)
+            if store is None:
+                context = job_context(*key)
+                options = self.s3_options
+                store = S3Store(self.fs, options.retry_policy, options.max_request_rate, context)
+                self._job_stores[key] = store
+            self._job_stores.move_to_end(key)
+            while len(self._job_stores) > JOB_STORES:
+                self._job_stores.popitem(last=False)
+            return store
+
+    def _store_of(self, path: str) -> S3Store:
+        try:
+            return self.job_store(split_magic_path(path))
+        except ValueError:  # not a magic path a job could name
+            return self.store
 
     def url(self, path: str) -> str:
         return f"s3://{path}"
@@ -143,7 +183,7 @@ class S3Writes(DeferredWritesBase):
         self, path: str, magic_path: MagicPath, mode: str, job_marker: str | None
     ) -> S3FileHooks:
         return S3FileHooks(
-            self.store,
+            self.job_store(magic_path),
             path,
             magic_path,
             mode,
@@ -167,20 +207,23 @@ class S3Writes(DeferredWritesBase):
         return self.store.split(marker)[1] if marker is not None else None
 
     def put_marker(self, path: str) -> None:
-        self.store.write(path, b"")
+        self._store_of(path).write(path, b"")
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
-        """Abort the uploads of ``commits`` and of the ``.pending`` records at ``records``."""
-        return abort_uploads(self.store, uploads_of([*commits, *load_pending(self.store, records)]))
+        """Abort the uploads of ``commits`` and of the ``.pending`` records at ``records``
+        (through the store of the records' job, if they name one)."""
+        store = self._store_of(records[0]) if records else self.store
+        return abort_uploads(store, uploads_of([*commits, *load_pending(store, records)]))
 
     def delete(self, paths: list[str]) -> None:
-        by_bucket: dict[str, list[str]] = {}
+        by_bucket: dict[tuple[S3Store, str], list[str]] = {}
         for path in self.with_markers(paths):
-            bucket, key = self.store.split(path)
+            store = self._store_of(path)
+            bucket, key = store.split(path)
             if key:
-                by_bucket.setdefault(bucket, []).append(key)
-        for bucket, keys in by_bucket.items():
-            self.store.run(self.store.adelete_objects(bucket, keys))
+                by_bucket.setdefault((store, bucket), []).append(key)
+        for (store, bucket), keys in by_bucket.items():
+            store.run(store.adelete_objects(bucket, keys))
 
 
 def _hidden(magic_path: MagicPath) -> bool:
@@ -237,6 +280,10 @@ class S3FileHooks:
         #: The key of its task's touched marker, saved before anything else (once per
         #: process and task), or ``None``: see :meth:`S3Writes._touched_marker`.
         self.touched = touched
+        #: The touched markers the job's writers in this process have saved.
+        self.touched_saved: set[str] = (
+            store.context.store_state(TOUCHED_STATE, set) if store.context else set()
+        )
         self.marker_written = False
         #: An ``in_memory`` file of an attempt set up here: its task commit, which only
         #: this process can make, checks the job after it (:class:`FileHooks`).
@@ -252,9 +299,9 @@ class S3FileHooks:
     async def abegin(self) -> None:
         """Intent marker, then the upload: see the module docstring for the order (an
         ``in_memory`` writer of another process's attempt marks its task touched first)."""
-        if self.touched is not None and self.touched not in _TOUCHED:
+        if self.touched is not None and self.touched not in self.touched_saved:
             await self.store.aput_object(self.bucket, self.touched, b"")
-            _TOUCHED.add(self.touched)
+            self.touched_saved.add(self.touched)
         if self.intent_marker:
             await self._aput_marker()
         if "x" in self.mode and self.unmarked_job:
@@ -320,7 +367,7 @@ class S3FileHooks:
         delay = CHECK_DELAY if self.checked_by_commit else 0.0
         active = await job_still_active(self.bucket, marker, head, delay)  # shared
         if not active and self.touched is not None:  # an ended job's tree keeps none
-            _TOUCHED.discard(self.touched)
+            self.touched_saved.discard(self.touched)
             await self.store.adelete_objects(self.bucket, [self.touched])
         return active
 

@@ -1,0 +1,218 @@
+"""One job, one context (magicfs.job_context): what a job promises per process holds for
+all of its calls, whichever object makes them.
+
+A job's calls in one process go through several S3 stores: the committer's adapter,
+the task view's writes and one more per file opened by URL. The server counts what
+arrives (the fault front's arrival log); the job's ``max_request_rate`` and its retry
+budget must hold across all of them.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import fsspec
+import s3fs
+
+import magicfs
+from magicfs.job_context import JOB_CONTEXTS, job_context
+from magicfs.stores.s3.retry import RetryPolicy
+from magicfs.task_files import TASK_FILES
+
+WRITERS = 8
+
+
+def committer_via(front, bucket, **options):
+    storage = {**front.storage_options, "skip_instance_cache": True}
+    return magicfs.committer_for(f"s3://{bucket}/out", storage_options=storage, **options)
+
+
+def write_tasks(committer, files_per_writer: int) -> list:
+    """:data:`WRITERS` threads, each a task attempt writing ``files_per_writer`` files
+    through the committer's task view and one more opened by URL (a filesystem, and an
+    S3 store, of its own)."""
+
+    def task(index: int):
+        attempt = committer.task_attempt(index)
+        committer.setup_task(attempt)
+        for n in range(files_per_writer):
+            with committer.fs.open(attempt.path(f"t{index}/view-{n}.bin"), "wb") as f:
+                f.write(b"v" * 1000)
+        url = attempt.url(f"t{index}/url.bin")
+        with fsspec.open(url, "wb", **committer.storage_options) as f:
+            f.write(b"u" * 1000)
+        return attempt
+
+    with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
+        return list(pool.map(task, range(WRITERS)))
+
+
+def busiest_second(arrivals: list[tuple[float, str, str]]) -> int:
+    """The most requests signed within one second (the ``X-Amz-Date`` each carries, read
+    at the server). Signing follows the rate's slot in the calling coroutine, while the
+    arrival may wait longer: for a free connection of the client's pool, or for a CPU on
+    a loaded machine (the front's own threads included), bunching requests that left
+    their slots spaced."""
+    per_second = collections.Counter(signed for _, _, signed in arrivals)
+    return max(per_second.values())
+
+
+def test_max_request_rate_caps_every_writer_of_the_job_in_this_process(
+    faults_front, s3_client, bucket
+):
+    rate = 20
+    committer = committer_via(faults_front, bucket, max_request_rate=rate)
+    committer.setup_job()
+    faults_front.reset_stats()  # from here on, every request is a writer's or a task commit's
+    attempts = write_tasks(committer, files_per_writer=1)
+    messages = [committer.commit_task(attempt) for attempt in attempts]
+    arrivals = faults_front.arrivals()
+    # Every request of these writers and task commits goes through a store of the job
+    # (markers, creates, parts, records, the shared job check and the task listings) but
+    # one: fsspec.open's makedirs, a bucket probe of s3fs's own per URL-opened file (the
+    # fsspec calls left to s3fs, magicfs.stores.s3.store's docstring), not capped.
+    probes = [a for a in arrivals if a[1] == "HeadBucket"]
+    job = [a for a in arrivals if a[1] != "HeadBucket"]
+    assert len(probes) == WRITERS
+    assert {op for _, op, _ in job} == {
+        "PutObject",
+        "CreateMultipartUpload",
+        "UploadPart",
+        "HeadObject",
+        "ListObjectsV2",
+    }
+    assert len(job) >= WRITERS * 2 * 4  # about four requests per file, 16 files
+    # Calls start 1/rate apart, so no second holds more than `rate` starts (no burst: an
+    # idle job saves up no slots, magicfs.stores.s3.rate). A request signed a little
+    # after its slot (its coroutine resumed late on a busy loop) can share a second with
+    # the next one, started on time: one more than the rate allows for that, nothing else.
+    # (Before the job's stores shared one rate control, the writers' were not capped at
+    # all: 38 requests signed in the busiest second, on a loaded two-core machine.)
+    assert busiest_second(job) <= rate + 1, collections.Counter(s for _, _, s in job)
+    committer.commit_job(messages)
+    keys = {o["Key"] for o in s3_client.list_objects_v2(Bucket=bucket)["Contents"]}
+    assert len({k for k in keys if k.endswith(".bin")}) == WRITERS * 2
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedDelay(RetryPolicy):
+    """Every retry waits ``wait`` seconds: the budget then allows an exact number of them."""
+
+    wait: float = 0.1
+
+    def delay(self, retry: int) -> float:
+        return self.wait
+
+
+def test_the_retry_budget_is_the_jobs_across_its_writers(faults_front, bucket, monkeypatch):
+    """Eight files opened by URL (eight stores), every part refused with 503: the job's
+    budget of 1 s, at 0.1 s a retry, allows ten retries in this process, not ten each."""
+    monkeypatch.setattr(s3fs.S3FileSystem, "retries", 1)  # s3fs's own SlowDown retries off
+    policy = FixedDelay(attempts=1000, budget=1.0)
+    storage = {
+        **faults_front.storage_options,
+        "skip_instance_cache": True,
+        "config_kwargs": {"retries": {"total_max_attempts": 1, "mode": "standard"}},
+    }
+    committer = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options=storage, retry_policy=policy
+    )
+    committer.setup_job()
+    faults_front.add_rule("UploadPart", "503")
+
+    def write(index: int):
+        attempt = committer.task_attempt(index)
+        committer.setup_task(attempt)
+        with fsspec.open(attempt.url(f"f{index}.bin"), "wb", **committer.storage_options) as f:
+            f.write(b"x" * 1000)
+        return attempt
+
+    with concurrent.futures.ThreadPoolExecutor(WRITERS) as pool:
+        attempts = list(pool.map(write, range(WRITERS)))
+    failures = [f for a in attempts for f in TASK_FILES.settle(committer.job_id, a.attempt_id)]
+    assert len(failures) == WRITERS
+    assert all("retry budget of 1 s for this job is spent" in str(e) for _, e in failures)
+    # One first try per file, then ten retries for the whole job.
+    assert faults_front.stats()["UploadPart"]["requests"] == WRITERS + 10
+    assert committer.context.statistics.counter("store_io_retry") == 10
+    faults_front.clear()
+    committer.abort_job()
+
+
+def test_a_writer_finds_its_jobs_context_by_the_job_its_path_names(s3_options, bucket):
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
+    assert job_context(committer.job_id, f"s3://{bucket}/out/") is committer.context
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/elsewhere") is None
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    with committer.fs.open(attempt.path("a.bin"), "wb") as f:
+        f.write(b"a")
+        writer = TASK_FILES.get(attempt.path("a.bin").split("://")[-1]).writer
+        # The writer's calls and the committer's share the job's rate and budget.
+        assert writer.hooks.store.context is committer.context
+        assert writer.hooks.store.rate is committer.deferred.store.rate
+        assert writer.hooks.store.budget is committer.deferred.store.budget
+    committer.commit_job([committer.commit_task(attempt)])
+    # A context pickles as its job: unpickled here, it is this process's context.
+    assert pickle.loads(pickle.dumps(committer.context)) is committer.context
+
+
+def test_a_closed_context_shuts_its_pools_and_is_forgotten():
+    context = job_context("closing-job", "s3://b/out")
+    pool = context.pool("work", 2)
+    assert pool.submit(lambda: 7).result() == 7
+    closed = []
+    context.on_close(lambda: closed.append(True))
+    context.close()
+    assert closed == [True]
+    assert JOB_CONTEXTS.find("closing-job", "b/out") is None
+    try:
+        pool.submit(lambda: 1)
+    except RuntimeError as error:
+        assert "shutdown" in str(error)
+    else:
+        raise AssertionError("a closed context's pool took work")
+    assert job_context("closing-job", "b/out") is not context
+
+
+EXIT_SCRIPT = """
+import atexit, concurrent.futures, sys
+{register}
+pool = concurrent.futures.ThreadPoolExecutor(1)  # as asyncio's default executor, made earlier
+
+def hook():
+    print("pool ran:", pool.submit(lambda: "yes").result(), flush=True)
+
+register(hook)
+"""
+
+
+def run_exit_script(register: str) -> subprocess.CompletedProcess[str]:
+    script = EXIT_SCRIPT.format(register=register)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_exit_hooks_run_while_thread_pools_still_take_work():
+    """Why magicfs.lifecycle keeps CPython's threading._register_atexit: a hook registered
+    through it can still use a thread pool (s3fs resolves names in one), one registered
+    with the public atexit.register cannot."""
+    ours = run_exit_script("from magicfs.lifecycle import at_exit as register")
+    assert ours.returncode == 0 and "pool ran: yes" in ours.stdout, ours.stderr
+    public = run_exit_script("register = atexit.register")
+    assert "pool ran" not in public.stdout
+    assert "cannot schedule new futures after interpreter shutdown" in public.stderr
