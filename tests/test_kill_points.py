@@ -16,6 +16,7 @@ import time
 
 import pytest
 from helpers.kill_harness import (
+    ROWS,
     Expectations,
     KillHarness,
     Observer,
@@ -190,3 +191,14 @@ def test_manifest_abort_after_a_kill_in_publish_removes_the_directories_it_creat
     assert after.directories == {"old"}  # t0, t1, t2 were the job's: gone with it
     assert leftovers(spec, after) == []
     harness.discard(spec)
+
+
+@pytest.mark.parametrize("harness", ["s3"], indirect=True)  # the harness's own rule
+def test_a_kill_that_lands_after_its_phase_fails_the_run(harness):
+    # Job commit of this job sends far fewer than 10,000 requests: the job finishes before
+    # the kill, and the run must say so rather than count as a clean recovery.
+    result = harness.run(ROWS["commit"], 1, at_request=10_000)
+
+    assert result.outcome == "kill missed its phase", result.line()
+    assert result.phase == "done"
+    assert not result.clean and "the job had finished" in result.problems[0]
