@@ -343,7 +343,7 @@ class Shape:
 
 
 SHAPES = {
-    "small": Shape(tasks=3, files_per_task=10, file_size=1500),
+    "small": Shape(tasks=3, files_per_task=4, file_size=1500),
     "multipart": Shape(tasks=2, files_per_task=3, file_size=2000, big_file_size=11 * MiB),
     "many": Shape(tasks=4, files_per_task=300, file_size=100),
     "wide": Shape(tasks=4, files_per_task=1000, file_size=50),
