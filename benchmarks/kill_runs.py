@@ -6,18 +6,20 @@
     python benchmarks/kill_runs.py --rows commit,abort --runs 2 --sweep 1:60   # every request
 
 Each run (``tests/helpers/kill_harness.py``): a job in a child process writes
-deterministic files to a fresh bucket (or local directory), is SIGKILLed after a random
-delay inside the row's phase (or runs to its end under injected faults), and a fresh
+deterministic files to a fresh bucket (or local directory), is SIGKILLed at one of the
+row's phase's S3 requests drawn by the seed (after a random delay where the phase sends
+none; a kill that lands after the phase fails the run), or runs to its end under
+injected faults, and a fresh
 process recovers it (``commit_job()``, ``commit_job(messages)``, ``abort_job()``,
 ``cleanup_job()``); the checker then compares the destination's files and bytes,
 ``_SUCCESS``, pending uploads and what is left of the job with what the issue requires.
-Seeds are printed: ``--rows ROW --seed SEED --runs 1`` replays one run (the job's timing
-varies, so a replay lands near, not exactly at, the same request). ``--sweep A:B``
+Seeds are printed: ``--rows ROW --seed SEED --runs 1`` replays one run (at the same
+request; a delay-killed run lands near the same point). ``--sweep A:B``
 kills instead at the A-th, A+1-th ... B-th S3 request of the row's phase, one run each
 (the job waits at the phase until the kill is armed: exact, repeatable kill points).
 
 Starts its own moto S3 server on 127.0.0.1; each S3 run talks to it through a fault
-front (5 ms per request for kill rows). Prints the issue's table, then where the kills
+front (which counts and holds the requests). Prints the issue's table, then where the kills
 landed and how the jobs ended; ``--json PATH`` (``-`` for stdout) writes every run.
 """
 

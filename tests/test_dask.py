@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import job_record, pending_uploads
+from helpers.s3_targets import store_fixture
 
 import magicfs
 import magicfs.dask
@@ -105,17 +106,23 @@ class Dest:
 
 @pytest.fixture(params=["s3", "local"])
 def dest(request, tmp_path) -> Dest:
-    if request.param == "s3":
-        bucket = request.getfixturevalue("bucket")
-        options = {**request.getfixturevalue("s3_options"), "skip_instance_cache": True}
+    """moto (``s3``), a local directory, or Ceph RGW (``rgw``: by indirect parametrization)."""
+    if request.param in ("s3", "rgw"):
+        bucket = store_fixture(request, request.param, "bucket")
+        server = store_fixture(request, request.param, "server")
+        options = {**server.storage_options, "skip_instance_cache": True}
         return Dest(
             f"s3://{bucket}/sales",
             options,
             fsspec.filesystem("s3", **options),
             bucket,
-            request.getfixturevalue("s3_client"),
+            store_fixture(request, request.param, "client"),
         )
     return Dest(f"file://{tmp_path}/sales", None, fsspec.filesystem("file"))
+
+
+#: moto, a local directory and, for one job, a production S3 implementation (Ceph RGW).
+WITH_RGW = ["s3", "local", pytest.param("rgw", marks=pytest.mark.rgw)]
 
 
 @pytest.fixture
@@ -297,6 +304,7 @@ def cluster():
 # -- to_parquet / to_csv with the threaded scheduler ----------------------------------------------
 
 
+@pytest.mark.parametrize("dest", WITH_RGW, indirect=True)
 def test_to_parquet_round_trips_exactly(dest):
     ddf = sales_ddf()
     with dask.config.set(scheduler="threads"):

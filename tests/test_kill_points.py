@@ -4,9 +4,9 @@ Each test runs a job in a child process (``tests/helpers/kill_harness.py``) thro
 fault front whose ``delay`` rule holds one chosen request; the moment the rule fires the
 child is SIGKILLed and the front stopped, so that request never reaches the server.
 Recovery then runs in a fresh process (``commit_job`` / ``abort_job``) against the server
-itself, and the test checks what the store holds: moto, and two production S3
-implementations, Ceph RGW and SeaweedFS. The randomised version of the same experiment is
-``tests/test_kill_recovery.py``.
+itself, and the test checks what the store holds: two production S3 implementations,
+Ceph RGW and SeaweedFS (moto's answers would add nothing to theirs). The randomised
+version of the same experiment is ``tests/test_kill_recovery.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import time
 
 import pytest
 from helpers.kill_harness import (
+    ROWS,
     Expectations,
     KillHarness,
     Observer,
@@ -28,10 +29,10 @@ from helpers.kill_harness import (
 from helpers.s3_targets import store_fixture
 
 
-@pytest.fixture(scope="module", params=["s3", "rgw", "seaweed"])
+@pytest.fixture(scope="module", params=["rgw", "seaweed"])
 def harness(request, tmp_path_factory):
-    """The harness on moto (``s3``), Ceph RGW (``rgw``) or SeaweedFS (``seaweed``): each
-    kill point runs on each."""
+    """The harness on Ceph RGW (``rgw``) or SeaweedFS (``seaweed``): each kill point runs on
+    both (moto, ``s3``, only where a test names it: a local disk, the harness's own rule)."""
     server = store_fixture(request, request.param, "server")
     options = server.storage_options
     return KillHarness(
@@ -193,3 +194,14 @@ def test_manifest_abort_after_a_kill_in_publish_removes_the_directories_it_creat
     assert after.directories == {"old"}  # t0, t1, t2 were the job's: gone with it
     assert leftovers(spec, after) == []
     harness.discard(spec)
+
+
+@pytest.mark.parametrize("harness", ["s3"], indirect=True)  # the harness's own rule
+def test_a_kill_that_lands_after_its_phase_fails_the_run(harness):
+    # Job commit of this job sends far fewer than 10,000 requests: the job finishes before
+    # the kill, and the run must say so rather than count as a clean recovery.
+    result = harness.run(ROWS["commit"], 1, at_request=10_000)
+
+    assert result.outcome == "kill missed its phase", result.line()
+    assert result.phase == "done"
+    assert not result.clean and "the job had finished" in result.problems[0]

@@ -40,6 +40,7 @@ import pytest
 import ray
 import ray.data
 from helpers import job_record, pending_uploads
+from helpers.s3_targets import store_fixture
 
 import magicfs
 import magicfs.ray
@@ -138,22 +139,27 @@ class Dest:
         )
 
 
-def _s3_dest(request) -> Dest:
-    bucket = request.getfixturevalue("bucket")
-    options = {**request.getfixturevalue("s3_options"), "skip_instance_cache": True}
+def _s3_dest(request, store: str = "s3") -> Dest:
+    """A destination on moto (``s3``) or Ceph RGW (``rgw``)."""
+    bucket = store_fixture(request, store, "bucket")
+    options = {
+        **store_fixture(request, store, "server").storage_options,
+        "skip_instance_cache": True,
+    }
     return Dest(
         f"s3://{bucket}/sales",
         options,
         fsspec.filesystem("s3", **options),
         bucket,
-        request.getfixturevalue("s3_client"),
+        store_fixture(request, store, "client"),
     )
 
 
 @pytest.fixture(params=["s3", "local"])
 def dest(request, tmp_path) -> Dest:
-    if request.param == "s3":
-        return _s3_dest(request)
+    """moto (``s3``), a local directory, or Ceph RGW (``rgw``: by indirect parametrization)."""
+    if request.param in ("s3", "rgw"):
+        return _s3_dest(request, request.param)
     return Dest(f"file://{tmp_path}/sales", None, fsspec.filesystem("file"))
 
 
@@ -322,6 +328,9 @@ def fail_last(batch: pd.DataFrame, url: str, storage_options: dict | None) -> pd
 # -- the sink -----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "dest", ["s3", "local", pytest.param("rgw", marks=pytest.mark.rgw)], indirect=True
+)
 def test_parquet_round_trips(dest):
     sink = dest.sink()
     dataset().write_datasink(sink)

@@ -1,8 +1,9 @@
 """PySpark integration against a real local SparkSession (``local[2,4]``: failed tasks retry).
 
-Writes go to the moto S3 server (magic committer) and to local files (manifest
-committer). Failures are injected by the tasks themselves (raising in a chosen attempt),
-as an executor crash or a bug would.
+Writes go to the moto S3 server (magic committer), one job also to Ceph RGW (a
+production S3 implementation), and to local files (manifest committer). Failures are
+injected by the tasks themselves (raising in a chosen attempt), as an executor crash or
+a bug would.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import sys
 
 import pytest
 from helpers import data_files, object_keys, pending_uploads, visible_keys
+from helpers.s3_targets import store_fixture
 
 import magicfs
-from magicfs.integrations.local_server import CREDENTIALS
 from magicfs.integrations.spark.options import storage_options
 
 pytestmark = pytest.mark.slow
@@ -49,10 +50,9 @@ def spark():
 
 def s3_writer(frame, server):
     writer = frame.write.format("magicfs")
-    access_key, secret_key = CREDENTIALS
     for key, value in {
-        "key": access_key,
-        "secret": secret_key,
+        "key": server.storage_options["key"],
+        "secret": server.storage_options["secret"],
         "client_kwargs.endpoint_url": server.endpoint_url,
     }.items():
         writer = writer.option(f"storage_options.{key}", value)
@@ -72,8 +72,15 @@ def success(client, bucket: str, dest: str = "out") -> dict:
 # --- the data source -------------------------------------------------------------------------
 
 
-def test_data_source_writes_partitioned_parquet_to_s3(spark, s3_server, s3, s3_client, bucket):
-    s3_writer(sales(spark), s3_server).mode("append").option("partitionBy", "year").save(
+@pytest.mark.parametrize("store", ["s3", pytest.param("rgw", marks=pytest.mark.rgw)])
+def test_data_source_writes_partitioned_parquet_to_s3(spark, request, store):
+    import s3fs
+
+    server = store_fixture(request, store, "server")
+    s3_client = store_fixture(request, store, "client")
+    bucket = store_fixture(request, store, "bucket")
+    s3 = s3fs.S3FileSystem(skip_instance_cache=True, **server.storage_options)
+    s3_writer(sales(spark), server).mode("append").option("partitionBy", "year").save(
         f"s3://{bucket}/out"
     )
     keys = visible_keys(s3_client, bucket)

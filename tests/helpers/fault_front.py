@@ -90,7 +90,8 @@ reads the store with nothing of the dead client still being acted on. It is
 controlled over HTTP on the same port under ``/_fault/`` (never a valid bucket name):
 ``GET|POST|DELETE /_fault/rules``, ``GET|DELETE /_fault/stats``, ``GET /_fault/arrivals``
 (each request's arrival time, operation and signing time; reset with the statistics),
-``GET|PUT /_fault/config``.
+``GET|PUT /_fault/config``, ``GET /_fault/status`` (``{"parent_gone": ...}``: whether it has
+decided its parent went).
 
 Usage::
 
@@ -570,6 +571,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             elif route == ("DELETE", "stats"):
                 plan.reset_stats()
                 answer = {}
+            elif route == ("GET", "status"):
+                answer = {"parent_gone": self.server.parent_gone.is_set()}
             elif route in (("GET", "config"), ("PUT", "config")):
                 if route[0] == "PUT":
                     latency = (payload or {}).get("latency_ms", plan.latency_ms)
@@ -607,6 +610,8 @@ class FrontServer(http.server.ThreadingHTTPServer):
         self.forwarding = 0
         self.stopping = False
         self.answered = threading.Condition()
+        #: Set once the front has seen its parent go (``watch_parent``): it is stopping.
+        self.parent_gone = threading.Event()
         super().__init__((LOOPBACK, port), _Handler)
 
     def begin_forward(self) -> bool:
@@ -652,7 +657,7 @@ def serve(upstream_url: str, port: int, seed: int, latency_ms: float, parent_pid
     """Run a front until its parent goes away (see the module docstring)."""
     server = FrontServer(port, upstream_url, FaultPlan(seed, latency_ms))
     announce_ready(_READY, server.server_address[1])
-    watch_parent(server.shutdown, parent_pid)
+    server.parent_gone = watch_parent(server.shutdown, parent_pid)
     try:
         server.serve_forever(poll_interval=0.1)
     finally:

@@ -15,18 +15,22 @@ time (:data:`ROWS`), each run reproducible from its seed.
    saved as JSON the moment ``commit_task`` returns), the driver commits the job. The
    child prints ``PHASE setup|write|task_commit|job_commit|done`` (flushed) and
    ``TASK_COMMIT n`` / ``MESSAGE n`` around each task commit.
-3. The parent waits for the row's phase, waits a random delay inside it (the phase's
-   duration is calibrated once per job shape by an unkilled run, itself checked), and
-   kills the process group. S3 traffic goes through a fault front
-   (:mod:`.fault_front`) adding a few milliseconds per request, so that kills land
-   between requests of every stage; the front is stopped with the job, so requests the
-   dead process had not yet got onto the server are lost with it (a request already
-   forwarded completes on the server, as one in flight would on S3; stopping the front
-   waits for those answers, so recovery starts with the server quiet:
-   :meth:`.fault_front.FrontServer.drain`). The phase a kill hit is the last ``PHASE``
-   line the child printed. Exact kill points instead (``run(..., at_request=n)``): the
-   job waits at the phase until a ``delay`` rule on the phase's n-th S3 request is
-   armed, and is killed the moment that request is held.
+3. The parent kills the job inside the row's phase. S3 traffic goes through a fault
+   front (:mod:`.fault_front`), which counts it: an unkilled run of the same job shape,
+   itself checked, is held at each phase while its requests are counted (once per shape
+   and committer), and each run draws one of the phase's requests from its seed
+   (``at_request``). The job waits at the phase until a ``delay`` rule on that request
+   is armed, and is killed the moment the request is held, so the request never reaches
+   the server (an exact, repeatable kill point). A phase with no S3 request (the
+   manifest committer on a local disk, the staging committer's writes) is killed after a
+   delay drawn within the first half of its calibrated duration instead. The front is
+   stopped with the job, so requests the dead process had not yet got onto the server
+   are lost with it (a request already forwarded completes on the server, as one in
+   flight would on S3; stopping the front waits for those answers, so recovery starts
+   with the server quiet: :meth:`.fault_front.FrontServer.drain`). The phase a kill hit
+   is the last ``PHASE`` line the child printed: **a kill that landed after the row's
+   phase** (the job had moved on, or finished) **fails the run**, since it proves
+   nothing about the phase.
 4. Recovery runs in a fresh process (``recover`` command) with a new committer for the
    same destination and job id: ``commit_job()`` (``all_committed_tasks=True``: the
    recovering process did not set the job up, so it says that the committed tasks are
@@ -103,7 +107,7 @@ class JobSpec:
     threads: int
     workdir: str  # messages/, buffer/ (staging), the child's stderr
     driver_messages: bool  # the job's driver commits with its messages (else it lists)
-    hold: str = ""  # a phase at which the job waits for a line on stdin (exact kill points)
+    hold: str = ""  # a phase at which the job waits for a line on stdin ("*": at each one)
     key: str = ACCESS_KEY  # the S3 store's credentials (moto takes any; Ceph RGW checks)
     secret: str = SECRET_KEY
 
@@ -190,8 +194,8 @@ def _say(line: str) -> None:
 
 def _phase(spec: JobSpec, phase: str) -> None:
     _say(f"PHASE {phase}")
-    if spec.hold == phase:
-        sys.stdin.readline()  # the parent arms its kill trigger, then lets the job go on
+    if spec.hold in (phase, "*"):
+        sys.stdin.readline()  # the parent arms its kill trigger (or counts), then lets it go on
 
 
 def child_job(spec: JobSpec) -> None:
@@ -335,22 +339,18 @@ class Shape:
     files_per_task: int
     file_size: int
     big_file_size: int = 0
-    latency_ms: float = 5.0
+    latency_ms: float = 0.0  # added per request by the front (kills are exact: none needed)
 
 
 SHAPES = {
-    "small": Shape(tasks=3, files_per_task=10, file_size=1500),
+    "small": Shape(tasks=3, files_per_task=4, file_size=1500),
     "multipart": Shape(tasks=2, files_per_task=3, file_size=2000, big_file_size=11 * MiB),
-    "many": Shape(tasks=4, files_per_task=300, file_size=100, latency_ms=0),
-    "wide": Shape(tasks=4, files_per_task=1000, file_size=50, latency_ms=0),
+    "many": Shape(tasks=4, files_per_task=300, file_size=100),
+    "wide": Shape(tasks=4, files_per_task=1000, file_size=50),
     # Fault rows: enough creates that 10% of them fail (lost-create), few enough requests
     # that 30% SlowDown replies and their back-off keep a run short (slowdown).
-    "faulty": Shape(
-        tasks=3, files_per_task=16, file_size=2000, big_file_size=6 * MiB, latency_ms=0
-    ),
-    "throttled": Shape(
-        tasks=3, files_per_task=4, file_size=2000, big_file_size=6 * MiB, latency_ms=0
-    ),
+    "faulty": Shape(tasks=3, files_per_task=16, file_size=2000, big_file_size=6 * MiB),
+    "throttled": Shape(tasks=3, files_per_task=4, file_size=2000, big_file_size=6 * MiB),
 }
 
 
@@ -924,6 +924,18 @@ class ChildJob:
         self.process.stdin.write("go\n")
         self.process.stdin.flush()
 
+    def count_requests(self, front: Any, counted: dict[str, int], timeout: float) -> None:
+        """For a job held at every phase (``hold="*"``): the front's request count at the
+        start of each phase and at ``done`` into ``counted``, letting the job go on after
+        each (it stops where the job ends early)."""
+        for phase in PHASES:
+            if not self.wait_for_phase(phase, timeout):
+                return
+            counted[phase] = sum(op["requests"] for op in front.stats().values())
+            if phase != "done":
+                with contextlib.suppress(BrokenPipeError):
+                    self.go_on()
+
     def kill_when_fired(self, front: Any, rule_id: int, timeout: float = 120.0) -> bool:
         """Kill the job the moment the front's rule ``rule_id`` has fired (a deterministic
         kill point: a ``delay`` rule holds the request until the front is stopped, so it
@@ -1040,6 +1052,8 @@ class KillHarness:
         self.timeout = timeout
         self.client = s3_boto3_client(upstream_url, credentials)
         self.calibrations: dict[tuple, dict[str, float]] = {}
+        #: S3 requests of each phase of an unkilled job, per (shape, committer).
+        self.phase_requests: dict[tuple, dict[str, int]] = {}
         self.calibration_results: list[RunResult] = []
 
     # -- the pieces of a run --
@@ -1127,20 +1141,24 @@ class KillHarness:
                 _empty_bucket(self.client, bucket)
         shutil.rmtree(spec.workdir, ignore_errors=True)
 
-    def calibrate(self, row: Row, committer: str, conflict_mode: str) -> dict[str, float]:
-        """Phase durations of an unkilled job of this shape (cached); the run is checked too."""
+    def calibrate(self, row: Row, committer: str) -> tuple[dict[str, float], dict[str, int]]:
+        """Phase durations and S3 requests per phase of an unkilled job of this shape
+        (cached); the run is checked too.
+
+        The job runs in ``append`` mode with its driver's messages: the fewest requests
+        at job commit (``replace`` also deletes, a driver without messages also lists), so
+        a kill drawn among a phase's counted requests lands inside that phase whatever
+        the run's mode. The job is held at each phase while its requests so far are
+        counted, so the counts are exact.
+        """
         key = (shape_for(row, committer), committer)
         if key in self.calibrations:
-            return self.calibrations[key]
+            return self.calibrations[key], self.phase_requests[key]
         calibration_row = Row(
-            f"calibrate-{key[0]}",
-            "unkilled run",
-            (committer,),
-            phases=(),
-            shape=key[0],
-            conflict_modes=(conflict_mode,),
+            f"calibrate-{key[0]}", "unkilled run", (committer,), phases=(), shape=key[0]
         )
-        result, times = self._run_to_end(calibration_row, 0, committer, conflict_mode, True, {})
+        counted: dict[str, int] = {}
+        result, times = self._run_to_end(calibration_row, 0, committer, "append", True, {}, counted)
         self.calibration_results.append(result)
         if not times:
             raise RuntimeError(f"calibration run failed: {result.line()}")
@@ -1149,8 +1167,13 @@ class KillHarness:
             for phase, after in itertools.pairwise(PHASES)
             if phase in times and after in times
         }
-        self.calibrations[key] = durations
-        return durations
+        requests = {
+            phase: counted[after] - counted[phase]
+            for phase, after in itertools.pairwise(PHASES)
+            if phase in counted and after in counted
+        }
+        self.calibrations[key], self.phase_requests[key] = durations, requests
+        return durations, requests
 
     # -- runs --
 
@@ -1196,8 +1219,13 @@ class KillHarness:
         conflict_mode: str,
         driver_messages: bool,
         faults: dict[str, Any],
+        counted: dict[str, int] | None = None,
     ) -> tuple[RunResult, dict]:
-        """A job run to its end (fault rows, calibration): it must succeed, exactly."""
+        """A job run to its end (fault rows, calibration): it must succeed, exactly.
+
+        ``counted`` (S3 committers): filled with the front's request count at the start
+        of each phase (and at ``done``), the job held at each phase while it is read.
+        """
         shape = SHAPES[shape_for(row, committer)]
         front = None
         endpoint = None
@@ -1218,9 +1246,13 @@ class KillHarness:
         result = RunResult(
             row.key, seed, committer, conflict_mode, "none", "none", 0.0, "?", "", "?"
         )
+        if counted is not None and front is not None:
+            spec.hold = "*"
         try:
             child = ChildJob(spec)
             try:
+                if spec.hold == "*":
+                    child.count_requests(front, counted, self.timeout)
                 code = child.finish(self.timeout)
             except subprocess.TimeoutExpired:
                 child.kill()
@@ -1258,11 +1290,13 @@ class KillHarness:
         rng = choice["rng"]
         committer, mode, phase = choice["committer"], choice["conflict_mode"], choice["phase"]
         at_request = choice["at_request"] if committer != "manifest" else None
+        delay = 0.0
         if at_request is None:
-            durations = self.calibrate(row, committer, mode)
-            delay = round(rng.uniform(0.0, durations.get(phase, 0.5)), 4)
-        else:
-            delay = 0.0
+            durations, requests = self.calibrate(row, committer)
+            if committer != "manifest" and requests.get(phase, 0) > 0:
+                at_request = rng.randint(1, requests[phase])  # one of the phase's requests
+            else:  # no S3 request in the phase: a moment in its first half
+                delay = round(rng.uniform(0.0, durations.get(phase, 0.5) / 2), 4)
         shape = SHAPES[shape_for(row, committer)]
         front = self.front(seed, shape.latency_ms) if committer != "manifest" else None
         spec, old = self.prepare(
@@ -1282,10 +1316,11 @@ class KillHarness:
         try:
             child = ChildJob(spec)
             reached = child.wait_for_phase(phase, self.timeout)
+            fired = True
             if reached and at_request is not None and front is not None:
                 front.add_rule("*", "delay", ms=600_000, nth=at_request)
                 child.go_on()
-                child.kill_when_fired(front, 0, self.timeout)
+                fired = child.kill_when_fired(front, 0, self.timeout)
             elif reached:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.process.wait(delay)
@@ -1300,6 +1335,12 @@ class KillHarness:
             if not reached:
                 result.outcome = "job failed before the phase"
                 result.problems.append(f"the job never reached {phase}: {child.stderr_tail()}")
+                return result
+            if child.phase != phase or not fired:
+                # A kill after the phase proves nothing about the phase: the row fails.
+                result.outcome = "kill missed its phase"
+                where = "the job had finished" if child.phase == "done" else f"in {child.phase}"
+                result.problems.append(f"the kill landed after {phase} ({where})")
                 return result
             if spec.committer != "manifest":
                 spec.endpoint = self.upstream_url  # recovery talks to the server directly

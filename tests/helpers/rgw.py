@@ -89,9 +89,11 @@ class RgwServer(S3Endpoint):
     credentials = (RGW_ACCESS_KEY, RGW_SECRET_KEY)
     region_name = RGW_REGION
 
-    def __init__(self, workdir: pathlib.Path, tls: bool = True) -> None:
+    def __init__(self, workdir: pathlib.Path, tls: bool = True, tcp_nodelay: bool = True) -> None:
         self.workdir = workdir
         self.tls = tls
+        #: False: beast's default (``benchmarks/rgw_nodelay.py`` measures the difference).
+        self.tcp_nodelay = tcp_nodelay
         self.fsid = str(uuid.uuid4())
         self._root = workdir
         self.mon_ports: tuple[int, int] | None = None
@@ -217,8 +219,9 @@ class RgwServer(S3Endpoint):
 
     def _write_config(self, root: pathlib.Path) -> None:
         # tcp_nodelay: without it RGW's replies sent in two writes wait for the client's
-        # delayed ACK, about 40 ms on many small requests (measured: benchmarks/write_path.py).
-        frontends = f"beast tcp_nodelay=1 endpoint={LOOPBACK}:{self.port}"
+        # delayed ACK, about 40 ms on many small requests (measured: benchmarks/rgw_nodelay.py).
+        nodelay = "tcp_nodelay=1 " if self.tcp_nodelay else ""
+        frontends = f"beast {nodelay}endpoint={LOOPBACK}:{self.port}"
         if self.tls:
             frontends += (
                 f" ssl_endpoint={LOOPBACK}:{self.tls_port} ssl_certificate={self.ca_file}"
