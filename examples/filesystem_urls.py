@@ -25,11 +25,13 @@ with EmbeddedS3Server() as server:
             for o in client.list_objects_v2(Bucket="bkt", Prefix="out/year").get("Contents", [])
         ],
     )
-    pending = json.loads(
-        client.get_object(
-            Bucket="bkt", Key="out/__magic/job-1/task-1/__base/year=2024/part-0.csv.pending"
-        )["Body"].read()
-    )
+    # The record's name is the file's, each element staged as ``_<name>.magicfs-task`` so
+    # that no glob of the destination's data matches it:
+    # out/__magic/job-1/task-1/__base/_year=2024.magicfs-task/_part-0.csv.magicfs-task.pending
+    listed = client.list_objects_v2(Bucket="bkt", Prefix="out/__magic/job-1/")["Contents"]
+    (record,) = [o["Key"] for o in listed if o["Key"].endswith(".pending")]
+    print("record:", record)
+    pending = json.loads(client.get_object(Bucket="bkt", Key=record)["Body"].read())
     client.complete_multipart_upload(
         Bucket=pending["bucket"],
         Key=pending["destinationKey"],
