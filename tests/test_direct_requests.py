@@ -47,6 +47,25 @@ def target(request: Any) -> S3Target:
     return s3_target(request)
 
 
+@pytest.fixture(params=["botocore-signer", "crt-signer"])
+def signer(request: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Who signs S3 requests: with awscrt installed (``botocore[crt]``, which the test
+    extra and many company images install) botocore signs S3 with ``CrtS3SigV4Auth``,
+    which hashes the payload itself; without it, with ``S3SigV4Auth``, whose payload
+    hash the direct way supplies for a part whose writer computed it."""
+    import botocore.auth
+    import botocore.compat
+
+    assert botocore.compat.HAS_CRT, "pip install -e '.[test]' (it brings botocore[crt])"
+    if request.param == "botocore-signer":
+        monkeypatch.setitem(botocore.auth.AUTH_TYPE_MAPS, "s3v4", botocore.auth.S3SigV4Auth)
+    else:
+        from botocore.crt.auth import CrtS3SigV4Auth
+
+        assert botocore.auth.AUTH_TYPE_MAPS["s3v4"] is CrtS3SigV4Auth
+    return str(request.param)
+
+
 class Wire:
     """Every request an s3fs client puts on the wire (botocore's ``before-send``)."""
 
@@ -107,7 +126,7 @@ def both_ways(store: S3Store, wire: Wire, operation: str, **params: Any) -> dict
     return answer
 
 
-def test_each_served_request_is_sent_and_read_as_the_client_sends_and_reads_it(target):
+def test_each_served_request_is_sent_and_read_as_the_client_sends_and_reads_it(target, signer):
     store = new_store(target.options)
     wire = Wire(store.fs)
     bucket, record = target.bucket, b'{"record": "\xc3\xa9"}' * 20
@@ -445,7 +464,9 @@ def test_jobs_sharing_a_client_all_go_the_direct_way_and_add_no_handlers(s3_serv
     assert counts == [counts[0]] * 4
 
 
-def test_a_writers_parts_go_the_direct_way_signed_with_the_hash_it_computed(s3_server, bucket):
+def test_a_writers_parts_go_the_direct_way_signed_with_the_hash_it_computed(
+    s3_server, bucket, signer
+):
     """Over plain HTTP a writer computes each part's SHA-256 with its checksum, off the
     IO loop, and the part goes the direct way signed with it: no retry bookkeeping
     headers (the direct way's), and the hash on the wire that of the part's bytes."""

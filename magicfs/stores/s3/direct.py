@@ -411,12 +411,12 @@ class DirectRequests:
             auth = await auth
         known = getattr(request.body, "sha256", None)
         hashes = getattr(auth, "payload", None)
-        if known is not None and hashes is not None and hasattr(auth, "_should_sha256_sign_payload"):
+        check = getattr(auth, "_should_sha256_sign_payload", None)
+        if known is not None and hashes is not None and check is not None:
             # botocore's own decision (plain HTTP, the s3 config's payload signing, a
             # checksum header over HTTPS); the hash it would compute, computed beforehand.
             # With awscrt installed (botocore[crt]) S3 is signed by CrtS3SigV4Auth, which
             # has no ``payload`` and hashes the body itself: it is left to do so.
-            check = auth._should_sha256_sign_payload
             position = request.body.tell()
             auth.payload = lambda r: known if check(r) and position == 0 else hashes(r)
         auth.add_auth(request)
