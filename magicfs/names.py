@@ -104,3 +104,5 @@ def journal_page(number: int) -> str:
 JOB_RECORDS_DIR = "_magicfs/jobs"
 JOB_RECORD_SUFFIX = ".json"
 JOB_FILE_LIST_SUFFIX = ".files.jsonl.gz"
+#: A replace job's old files still to delete, beside its head (``magicfs jobs vacuum``).
+RETIRE_LIST_SUFFIX = ".retire.jsonl.gz"

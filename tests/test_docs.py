@@ -127,6 +127,25 @@ def test_pages_refer_to_nothing_outside_the_repository(page):
         assert not found, f"refers to something outside the repository: {found}"
 
 
+#: A job's files appearing "at once": no store makes a job's files visible in one request
+#: (docs/readers.md); each file appears whole, one after another.
+AT_ONCE = re.compile(
+    r"\b(files?|jobs?|outputs?)\b[^.|]{0,40}\b(appear\w*|visible)\b[^.|]{0,40}\bat once"
+)
+
+
+@pytest.mark.parametrize(  # the changelog quotes what pages used to say
+    "page", [p for p in PAGES if p.name != "CHANGELOG.md"], ids=page_id
+)
+def test_no_page_says_a_jobs_files_appear_at_once(page):
+    found = [
+        f"{page_id(page)}:{number}: {line.strip()[:80]}"
+        for number, line in enumerate(page.read_text().splitlines(), 1)
+        if AT_ONCE.search(line)
+    ]
+    assert not found, f"a store shows a job's files one by one, not at once: {found}"
+
+
 @pytest.mark.parametrize("page", PAGES, ids=page_id)
 def test_relative_links_resolve(page):
     text = FENCE.sub("", page.read_text())

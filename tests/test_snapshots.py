@@ -295,29 +295,6 @@ def test_replace_keeps_the_old_files_until_the_new_snapshot_is_recorded(request,
     assert store.snapshot() == {"new/1.csv": b"n1\n"}
 
 
-def test_replace_retention_keeps_the_old_files_that_long_after_the_record(tmp_path):
-    """The first old file is deleted no sooner than ``replace_retention`` after the new
-    record's head was written (both seen by the store's filesystem as they happen)."""
-    import time
-
-    import fsspec
-
-    store = Store(f"file://{tmp_path}/out", {}, fsspec.filesystem("file"))
-    store.job({"old.csv": b"o\n"})
-    fs = faulty(store.fs)
-    seen: dict[str, float] = {}
-
-    def note(name: str, path: str) -> bool:
-        seen.setdefault(name, time.monotonic())
-        return False
-
-    fs.fail("pipe_file", when=lambda path, *_: is_head(path) and note("head", path))
-    fs.fail("rm_file", when=lambda path, *_: path.endswith("/old.csv") and note("old", path))
-    store.job({"new.csv": b"n\n"}, fs=fs, conflict_mode="replace", replace_retention=1.5)
-    assert seen["old"] - seen["head"] >= 1.5
-    assert store.listed() == {"new.csv"}
-
-
 def test_replace_reusing_an_old_name_deletes_the_old_files_first(tmp_path):
     """A new file under an old file's name replaces it in place when published, so no
     reader of the old snapshot could be kept whole: the old files go first, as before,

@@ -476,13 +476,19 @@ class StagingCommitter(OutputCommitter):
     def _load_record(self, path: str) -> PendingSet:
         return PendingSet.from_json(self._read_record(path), source=self._display(path))
 
-    def plan_replace(self, loaded: Loaded) -> list[str]:
+    def replaced_partitions(self, loaded: Loaded) -> list[str] | None:
         if not self.partitioned:
-            return self.destination.visible_files()
+            return None
         prefix = f"{self.dest_key}/" if self.dest_key else ""
         partitions = {
             c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload.commits()
-        } - {""}
+        }
+        return sorted(partitions - {""})
+
+    def plan_replace(self, loaded: Loaded) -> list[str]:
+        partitions = self.replaced_partitions(loaded)
+        if partitions is None:
+            return self.destination.visible_files()
         doomed: list[str] = []
         for partition in sorted(partitions):  # every file under it (directory markers aside)
             _, key = self.store.split(join(self.dest, partition))

@@ -238,6 +238,12 @@ class CommitterHooks(CommitterOptions, ABC):
     def delete_files(self, paths: list[str]) -> None:
         """Delete ``paths`` (missing ones are fine)."""
 
+    def replaced_partitions(self, loaded: Loaded) -> list[str] | None:  # optional hook
+        """``replace`` mode: the partition directories (relative to the destination) whose
+        old files the job replaces, when it replaces those only (the partitioned staging
+        committer); ``None``: the whole destination. What the job commit record says."""
+        return None
+
     def removed_old_files(self) -> None:  # optional hook
         """``replace`` mode: the old files are deleted (after the new ones were
         published and recorded); tidy what they leave (a local disk's empty directories)."""

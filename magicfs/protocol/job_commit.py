@@ -5,10 +5,11 @@
 
 ``success`` writes the job commit record (:mod:`.commit_record`: what readers of whole
 jobs read) and then ``_SUCCESS``. In ``replace`` mode the old files are deleted between
-the two (``delete_old``, after the committer's ``replace_retention``), so a reader of
-the old snapshot is not pulled from under and ``_SUCCESS`` still means "exactly the new
-data"; only where a new file reuses an old file's name (or the committer writes no
-record) does ``delete_old`` run before ``publish``, as it always did.
+the two (``delete_old``; with a ``replace_retention`` past 0 they are left to the next
+job or ``magicfs jobs vacuum``), so a reader of the old snapshot is not pulled from
+under; only where a new file reuses an old file's name (or the committer writes no
+record) does ``delete_old`` run before ``publish``, as it always did. Every commit then
+finishes what earlier replace jobs left to delete (:mod:`.commit_record`).
 
 In ``fail`` mode, stage *conflict* first claims the destination for the job
 (:mod:`magicfs.stores.claims`), then checks it for data; the claim is released once
@@ -251,13 +252,15 @@ class JobCommit:
                         self.recovery.delete_old(self.journal)
                 with self.stages("publish"):
                     published = c.publish(loaded)
+                replacing = self.journal is not None and self.journal.phase == "replacing"
                 with self.stages("success"):  # the record first: what snapshot readers read
-                    self.recovery.record.publish(loaded, resuming=self.resumed)
-                    recorded = time.monotonic()
-                if self.journal is not None and self.journal.phase == "replacing":
+                    retire = self._old_pages() if replacing else None
+                    record = self.recovery.record.publish(loaded, self.resumed, retire)
+                if replacing:
                     with self.stages("delete_old"):
-                        self.recovery.retire_old(self.journal, recorded)
+                        self.recovery.retire_old(record)
                 with self.stages("success"):
+                    self.recovery.record.vacuum_others()
                     rows = total_rows(self.messages)
                     filenames = c.save_success(loaded, published, self.start, rows)
             return published, filenames
@@ -321,6 +324,11 @@ class JobCommit:
                 self.journal = self.keeper.start(journal, doomed)
         elif doomed:
             c.delete_files(doomed)
+
+    def _old_pages(self) -> Iterator[list[str]]:
+        """The old files a ``replacing`` commit retires (its journal's delete pages)."""
+        assert self.keeper is not None and self.journal is not None
+        return self.keeper.pages(self.journal)
 
     def _old_files_can_wait(self, loaded: Loaded, doomed: list[str]) -> bool:
         """``replace`` mode: may the old files stay until the new ones are published and

@@ -22,8 +22,9 @@ from .cleanup import CLEANUP_MODES, BackgroundCleanup
 from .destination import Destination
 
 CONFLICT_MODES = ("append", "fail", "replace")
-#: The longest ``replace_retention`` (an hour): the job waits it out before it ends.
-MAX_REPLACE_RETENTION = 3600.0
+#: The longest ``replace_retention`` (30 days): the job does not wait it out, the next
+#: job on the destination or ``magicfs jobs vacuum`` deletes the old files after it.
+MAX_REPLACE_RETENTION = 30 * 86400.0
 
 
 def elapsed(start: float) -> float:
@@ -89,8 +90,9 @@ class CommitterOptions:
         self.progress = progress
         #: When a committed job's clean-up runs (:mod:`.cleanup`).
         self.cleanup = cleanup
-        #: ``replace`` mode: seconds the old files stay after the new snapshot is
-        #: published, for its readers to finish (:meth:`.recovery.Recovery.retire_old`).
+        #: ``replace``: seconds the old files stay after the new snapshot is published;
+        #: 0 by default, as plain readers would see duplicate rows (docs/readers.md says
+        #: why, and who deletes them later: the next job, ``magicfs jobs vacuum``).
         self.replace_retention = float(replace_retention)
         # The store itself, even when install() made its URLs build magic wrappers.
         if fs is not None:

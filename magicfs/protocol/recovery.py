@@ -31,6 +31,7 @@ import socket
 import time
 
 from ..errors import JobCommitError
+from ..records.job_record import JobRecord
 from ..records.journal import CommitJournal
 from .attempts import Messages
 from .commit_record import CommitRecord
@@ -163,32 +164,31 @@ class Recovery:
         journal.updated = int(time.time() * 1000)
         self.keeper.save(journal)
 
-    def retire_old(self, journal: CommitJournal, recorded: float) -> None:
+    def retire_old(self, record: JobRecord | None) -> None:
         """``replace`` mode, phase ``replacing``: the new snapshot is published (its
-        record written at ``recorded``, ``time.monotonic()``); after the committer's
-        ``replace_retention``, delete the old files the journal's pages name.
+        record, naming the old files in its retire list, is written). With the
+        committer's ``replace_retention`` at 0, delete the old files now; past 0, leave
+        them for readers of the old snapshot, to the next job on the destination or
+        ``magicfs jobs vacuum`` once it has passed (:mod:`.commit_record`).
 
-        The wait lets a reader that resolved the old snapshot just before finish reading
-        it (``docs/readers.md``). A commit that stops here is committed for snapshot
-        readers and not yet for ``_SUCCESS``-aware ones: ``commit_job()`` again (any
-        process: ``magicfs jobs recover``) deletes the rest and writes ``_SUCCESS``.
+        A commit that stops here is committed for snapshot readers and not yet for
+        ``_SUCCESS``-aware ones: the next job, ``magicfs jobs vacuum`` or ``commit_job()``
+        again (any process: ``magicfs jobs recover``) deletes the rest.
         """
-        assert self.keeper is not None
         c = self.committer
-        wait = c.replace_retention - (time.monotonic() - recorded)
-        if wait > 0:
+        assert record is not None  # phase "replacing" is chosen only with a record
+        if c.replace_retention > 0:
             log.info(
-                "job %s: replace mode keeps the old files %.1fs more for readers of the "
-                "old snapshot (replace_retention)",
+                "job %s: replace mode keeps the old files for %.0fs (replace_retention) for "
+                "readers of the old snapshot; the next job at %s or `magicfs jobs vacuum %s` "
+                "deletes them then",
                 c.job_id,
-                wait,
+                c.replace_retention,
+                c.url,
+                c.url,
             )
-            time.sleep(wait)
-        deleted = 0
-        for paths in self.keeper.pages(journal):
-            c.delete_files(paths)
-            deleted += len(paths)
-        c.removed_old_files()
+            return
+        deleted = self.record.retire_own(record)
         log.info("%s: replace mode deleted %d old files", c.url, deleted)
 
     def mark_committed(self, journal: CommitJournal, files: int, size: int, tasks: int) -> None:

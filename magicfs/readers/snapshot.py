@@ -90,9 +90,13 @@ class Snapshot:
 
     def committed_files(self) -> Iterator[CommittedFile]:
         """Each file once, relative to the destination, with the size its job wrote;
-        streamed (one file list at a time)."""
+        streamed (one file list at a time). A file under a partition that a later
+        ``replace-partitions`` job replaced is left out."""
         directory = records_dir(self.path)
-        lists = (read_file_list(self.fs, join(directory, job.file_list)) for job in self.jobs)
+        lists = (
+            _outside(read_file_list(self.fs, join(directory, job.file_list)), replaced)
+            for job, replaced in zip(self.jobs, _replaced_later(self.jobs), strict=True)
+        )
         if len(self.jobs) < 2:  # one job never names a file twice (checked at its commit)
             yield from itertools.chain.from_iterable(lists)
             return
@@ -137,6 +141,30 @@ class Snapshot:
         )
 
 
+def _replaced_later(jobs: list[JobRecord]) -> list[frozenset[str]]:
+    """For each job, the partitions that later jobs of the snapshot replaced."""
+    later: list[frozenset[str]] = []
+    replaced: frozenset[str] = frozenset()
+    for job in reversed(jobs):
+        later.append(replaced)
+        replaced = replaced | frozenset(job.partitions)
+    later.reverse()
+    return later
+
+
+def _outside(
+    entries: Iterator[CommittedFile], partitions: frozenset[str]
+) -> Iterator[CommittedFile]:
+    """``entries`` but those under one of ``partitions`` (a directory or below it)."""
+    if not partitions:
+        yield from entries
+        return
+    for entry in entries:
+        parts = entry.path.split("/")[:-1]
+        if not any("/".join(parts[:n]) in partitions for n in range(1, len(parts) + 1)):
+            yield entry
+
+
 def snapshot(
     dest: str,
     *,
@@ -146,7 +174,9 @@ def snapshot(
     """Resolve ``dest`` to the files of the jobs whose commit finished.
 
     ``append`` (and ``fail``) jobs add their files; a ``replace`` job starts again: the
-    snapshot is the newest replace job's files and every later job's. Never a file of
+    snapshot is the newest replace job's files and every later job's. A
+    ``replace-partitions`` job (the partitioned staging committer's ``replace``) adds
+    its files and takes out the older files of the partitions it wrote only. Never a file of
     a job that is committing, was killed mid-commit, failed, aborted or was rolled back.
 
     Read it in one line with any engine (``docs/readers.md``), e.g.

@@ -9,9 +9,15 @@ last file is visible and before ``_SUCCESS``, in two objects:
   Read as a stream, so a 1,000,000-file job is never one document in a reader's memory
   (about 30 bytes a file compressed); written through a local spool;
 * the **head**, ``<sequence>-<job id>.json`` (:class:`JobRecord`), written last: job id, mode
-  (``append`` or ``replace``), commit time, counts and the file list's name. Its
-  existence means the commit finished: a reader that finds no head ignores the list
-  (a commit that is running, was killed before its head, or was rolled back).
+  (``append``, ``replace``, or ``replace-partitions`` with the ``partitions`` it replaced),
+  commit time, counts and the file list's name. Its existence means the commit
+  finished: a reader that finds no head ignores the list (a commit that is running, was
+  killed before its head, or was rolled back);
+* for a replace job, the **retire list**, ``<sequence>-<job id>.retire.jsonl.gz`` (same
+  lines, sizes 0): the old files still to delete once ``retireAfter`` (milliseconds) has
+  passed. Written before the head, deleted once they are gone: while it exists with its
+  head, the deletion is unfinished, and the next job on the destination or
+  ``magicfs jobs vacuum`` finishes it (:mod:`magicfs.protocol.commit_record`).
 
 The sequence number (20 digits) is one more than the highest the writer found listed
 there when it wrote its record: it orders the jobs for readers
@@ -35,13 +41,13 @@ from typing import IO, Any, ClassVar, NamedTuple, Self
 from fsspec import AbstractFileSystem
 
 from ..errors import InvalidCommitData
-from ..names import JOB_FILE_LIST_SUFFIX, JOB_RECORD_SUFFIX, JOB_RECORDS_DIR
+from ..names import JOB_FILE_LIST_SUFFIX, JOB_RECORD_SUFFIX, JOB_RECORDS_DIR, RETIRE_LIST_SUFFIX
 from ..paths import join
 from ._base import Record, _display, now_millis
 from ._fields import MAX_STRING, FieldReader
 
 JOB_RECORD_NAME = "magicfs/JobCommitRecord"
-MODES = ("append", "replace")
+MODES = ("append", "replace", "replace-partitions")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 #: Longest line accepted in a file list (a path of MAX_STRING characters and its size).
 _MAX_LINE = MAX_STRING + 64
@@ -73,6 +79,10 @@ def file_list_name(sequence: int, job_id: str) -> str:
     return f"{sequence:0{SEQUENCE_DIGITS}d}-{job_id}{JOB_FILE_LIST_SUFFIX}"
 
 
+def retire_list_name(sequence: int, job_id: str) -> str:
+    return f"{sequence:0{SEQUENCE_DIGITS}d}-{job_id}{RETIRE_LIST_SUFFIX}"
+
+
 def parse_head_name(name: str) -> tuple[int, str] | None:
     """``(sequence, job id)`` of a head's name (the last element of its path); ``None``
     for anything else under the records' directory (file lists, unknown objects)."""
@@ -99,8 +109,20 @@ class JobRecord(Record):
     file_list: str  # its name, beside the head
     committer: str = ""
     committed: int = field(default_factory=now_millis)  # the writer's clock, milliseconds
+    #: ``replace-partitions``: the partition directories (relative) whose older files
+    #: leave the snapshot; the files elsewhere stay.
+    partitions: list[str] = field(default_factory=list)
+    #: A replace job's retire list (its name beside the head; "" for none) and the time
+    #: (the writer's clock, milliseconds) from which its files may be deleted.
+    retire: str = ""
+    retire_after: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if self.partitions:
+            extra["partitions"] = self.partitions
+        if self.retire:
+            extra.update(retire=self.retire, retireAfter=self.retire_after)
         return {
             "name": JOB_RECORD_NAME,
             "version": self.VERSION,
@@ -111,6 +133,7 @@ class JobRecord(Record):
             "bytes": self.bytes,
             "fileList": self.file_list,
             "committer": self.committer,
+            **extra,
         }
 
     @classmethod
@@ -120,9 +143,10 @@ class JobRecord(Record):
         mode = reader.string("mode") or ""
         if mode not in MODES:
             reader.fail("mode", f"must be one of {', '.join(MODES)}, found {mode!r}")
-        file_list = reader.string("fileList", nonempty=True) or ""
-        if "/" in file_list or file_list.startswith("."):
-            reader.fail("fileList", f"must name an object beside the head, found {file_list!r}")
+        file_list = _beside(reader, "fileList", required=True)
+        partitions = reader.string_list("partitions", required=False, nonempty_items=True)
+        if (mode == "replace-partitions") != bool(partitions):
+            reader.fail("partitions", "must list the replaced partitions, for that mode only")
         return cls(
             job_id=reader.string("jobId", nonempty=True) or "",
             mode=mode,
@@ -131,7 +155,18 @@ class JobRecord(Record):
             bytes=reader.integer("bytes", minimum=0),
             file_list=file_list,
             committer=reader.string("committer", required=False) or "",
+            partitions=partitions,
+            retire=_beside(reader, "retire", required=False),
+            retire_after=reader.integer("retireAfter", required=False, minimum=0),
         )
+
+
+def _beside(reader: FieldReader, key: str, required: bool) -> str:
+    """The name of an object beside the head (no directory, not hidden)."""
+    name = reader.string(key, required=required, nonempty=required) or ""
+    if "/" in name or name.startswith("."):
+        reader.fail(key, f"must name an object beside the head, found {name!r}")
+    return name
 
 
 def write_file_list(out: IO[bytes], files: Iterable[CommittedFile]) -> tuple[int, int]:

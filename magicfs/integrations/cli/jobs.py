@@ -44,6 +44,7 @@ from ...committers.jobs import JOB_COMMITTERS, JobState, describe_job, find_jobs
 from ...errors import JobCommitError, NothingToCommitError
 from ...layouts.magic import check_job_id
 from ...protocol.attempts import TaskCommitMessage
+from ...protocol.commit_record import vacuum
 from ...protocol.committer import OutputCommitter
 from ...statistics import FOREIGN_UPLOADS_ABORTED
 from ...stores.registry import DEFERRED_STORES
@@ -88,6 +89,22 @@ def add_parser(sub: Any) -> None:
         "--fail-if-any", action="store_true", help="exit 1 when any job is found (a CI guard)"
     )
     listing.set_defaults(handler=run_list)
+    vacuuming = actions.add_parser(
+        "vacuum",
+        help="delete the old files replace jobs left at PATH (their replace_retention passed)",
+        description="A replace job deletes the old files after its new snapshot is "
+        "published: at once with replace_retention 0, else the next job on the "
+        "destination or this command once the retention has passed. A job killed before "
+        "it deleted them leaves them too; this finishes every such deletion at PATH.",
+    )
+    _add_path(vacuuming)
+    vacuuming.add_argument(
+        "--ignore-retention",
+        action="store_true",
+        help="delete them now, even where a job's replace_retention has not passed (a "
+        "reader of an old snapshot then fails with FileNotFoundError and resolves again)",
+    )
+    vacuuming.set_defaults(handler=run_vacuum)
     for name, text in ACTIONS.items():
         action = actions.add_parser(name, help=text, description=text)
         _add_path(action)
@@ -175,6 +192,33 @@ def run_list(args: argparse.Namespace) -> int:
             for command, why in _explained_commands(job, default):
                 print(f"      {command}" + (f"    # {why}" if why else ""))
     return EXIT_FAILED if args.fail_if_any and jobs else EXIT_OK
+
+
+def run_vacuum(args: argparse.Namespace) -> int:
+    fs, path = open_fs(args.path, args)
+    url = fs.unstrip_protocol(path)
+    with store_errors(url):
+        committer = committer_for(url, fs=fs)
+        done = vacuum(committer, now=(1 << 62) if args.ignore_retention else None)
+    if args.json:
+        documents = [
+            {"jobId": r.job_id, "deleted": r.deleted, "waitingSeconds": r.waiting_ms / 1000}
+            for r in done
+        ]
+        print_json({"destination": url, "replaceJobs": documents})
+        return EXIT_OK
+    if not done:
+        print(f"{url}: no old files of a replace job left to delete")
+    for retired in done:
+        if retired.waiting_ms:
+            print(
+                f"{url}: replace job {retired.job_id}: its old files stay "
+                f"{retired.waiting_ms / 1000:.0f}s more (replace_retention)"
+            )
+        else:
+            deleted = plural(retired.deleted, "old file")
+            print(f"{url}: replace job {retired.job_id}: deleted {deleted}")
+    return EXIT_OK
 
 
 def _explained_commands(job: JobState, default: str) -> list[tuple[str, str]]:
