@@ -135,8 +135,9 @@ from ..records import (
     SinglePendingCommit,
 )
 from ..statistics import IOStatisticsStore
+from ..stores.binding import DeferredStoreSpec
 from ..stores.commit_ops import CommitOperations
-from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
+from ..stores.deferred import DeferredStore, collect, take
 from ..stores.job_check import job_still_active
 from ..stores.job_hooks import DeferredJobHooks, PendingListing, StoreOptions, option_names
 from ..stores.registry import committed_by, deferred_store_for

@@ -38,7 +38,8 @@ from ..errors import UnsupportedTaskOperation
 from ..layouts.magic import job_marker_for
 from ..layouts.manifest import ManifestJobLayout
 from ..paths import split_magic_path
-from ..stores.deferred import DeferredStore, DeferredStoreSpec
+from ..stores.binding import DeferredStoreSpec
+from ..stores.deferred import DeferredStore
 from ..stores.operator_view import no_scratch
 from .deferred_view import DeferredTaskView
 from .routed_view import RoutedTaskView

@@ -46,8 +46,8 @@ from fsspec.implementations.chained import ChainedFileSystem
 
 from ..errors import OutsideTaskPathError
 from ..paths import is_magic_path
+from ..stores.binding import DeferredStoreSpec
 from ..stores.capabilities import capabilities
-from ..stores.deferred import DeferredStoreSpec
 from ..stores.deferred_writer import WriterOptions
 from ..stores.registry import store_default, store_keywords
 from .deferred_view import DeferredTaskView

@@ -33,7 +33,7 @@ T = TypeVar("T")
 ID_LENGTH = 32
 #: Digits of a block's index within its file (50,000 blocks at most per blob).
 INDEX_DIGITS = 6
-#: The store's name: its registry key (:data:`.deferred.SPEC`) and
+#: The store's name: its registry key (:data:`.binding.SPEC`) and
 #: ``extraData["magicfs.store"]`` of its records, whose ``etags`` are block ids (none
 #: for an empty blob: :meth:`.deferred.BlockListDeferred.check` accepts that).
 BLOCK_LIST_STORE = "azure-block-list"

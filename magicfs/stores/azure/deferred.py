@@ -26,14 +26,9 @@ from ...records import SinglePendingCommit
 from ..deferred import (
     DeferredCapabilities,
     DeferredStoreBase,
-    DeferredStoreSpec,
     PendingWrite,
-    protocols,
 )
 from .blocks import BLOCK_LIST_STORE, BlockStore, _not_found
-from .job_hooks import BlockListCommitOptions, BlockListJobHooks
-from .operator_view import BlockListOperatorView
-from .writer import BlockListWrites
 
 T = TypeVar("T")
 
@@ -176,24 +171,3 @@ class BlockListDeferred(DeferredStoreBase):
     async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
         return
         yield  # not listed (CAPABILITIES.lists_pending)
-
-
-def _is_adlfs(fs: Any) -> bool:
-    """adlfs's AzureBlobFileSystem or a subclass (its block-blob client), not a wrapper
-    that merely answers to ``abfs``."""
-    cls = fs if isinstance(fs, type) else type(fs)
-    return any(c.__module__.startswith("adlfs.") for c in cls.__mro__)
-
-
-SPEC = DeferredStoreSpec(
-    name=BLOCK_LIST_STORE,
-    recognises=lambda fs: bool(protocols(fs) & {"abfs", "az", "abfss"}) and _is_adlfs(fs),
-    adapter=BlockListDeferred.for_job,
-    capabilities=CAPABILITIES,
-    committer="block-list",
-    opt_in="block_lists",
-    writes=BlockListWrites,
-    options=BlockListCommitOptions,
-    job_hooks=BlockListJobHooks,
-    operator_view=BlockListOperatorView,
-)
