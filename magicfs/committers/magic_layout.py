@@ -577,6 +577,13 @@ def _deferred_spec(dest: str, fs: Any, configuration: str) -> DeferredStoreSpec:
             f"{dest}: the {configuration} committer needs a destination on {stores}; "
             f"committer_for({dest!r}) picks the store's own committer"
         )
+    if configuration != spec.committer and not spec.generic_hooks_commit:
+        raise ValueError(
+            f"{dest}: committer={configuration!r} cannot commit {spec.name} jobs: its "
+            f"writers' records are read by the {spec.committer} committer only, so a task "
+            f"committed in another process would commit without its files. Use "
+            f"committer={spec.committer!r} (committer_for({dest!r}) picks it)"
+        )
     return spec
 
 
@@ -656,12 +663,11 @@ async def shared_check(deferred: DeferredStore, marker: str) -> bool:
     writers of this process that ask meanwhile: tasks committing at once send one HEAD,
     not one each. Any check that starts after the caller's last write answers it (the
     zombie handshake needs no more)."""
-    bucket, key = deferred.split(marker)
 
     async def head() -> bool:
         return await deferred.arecord_info(marker) is not None
 
-    return await job_still_active(bucket, key, head)
+    return await job_still_active(*deferred.check_key(marker), head)
 
 
 def load_pendings(

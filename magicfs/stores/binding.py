@@ -34,6 +34,12 @@ class DeferredStoreSpec:
     capabilities: DeferredCapabilities
     #: The committer (``committer_for`` name) that commits its jobs by default.
     committer: str
+    #: Can ``committer="magic-layout"`` (the generic hooks) commit what its writers save?
+    #: False where its writers' records are read only by its own job hooks (Azure's
+    #: writer records: a task committed in another process than its writers' would
+    #: commit without their files): ``magic-layout`` is then refused, naming
+    #: :attr:`committer`.
+    generic_hooks_commit: bool = True
     #: The :class:`~magicfs.filesystems.MagicFileSystem` keyword that must be True for
     #: its task view (``"block_lists"`` on Azure, whose adlfs also serves the manifest
     #: committer); ``None``: always.

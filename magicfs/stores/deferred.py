@@ -112,6 +112,12 @@ class DeferredStore(Protocol):
     def url(self, path: str) -> str:
         """``bucket/key`` with the store's protocol, for messages."""
 
+    def check_key(self, marker: str) -> tuple[str, str]:
+        """The key of the shared job check of ``marker`` (:mod:`.job_check`): where the
+        marker is, as the store's writers name it, and the marker. The committer's checks
+        share its writers' only when the keys are equal, so a store's writers and its
+        adapter take this key from one place in the store's folder."""
+
     # -- records: small whole objects (markers, .pending, .pendingset, _SUCCESS, journal) --
 
     async def aread_record(self, path: str, limit: int) -> bytes | None:
@@ -200,6 +206,14 @@ class DeferredStoreBase:
 
     def run(self, call: Coroutine[Any, Any, T]) -> T:
         return self.run_background(call).result()
+
+    def split(self, path: str) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def check_key(self, marker: str) -> tuple[str, str]:
+        """``(bucket, key)``: a store whose writers key their checks by bucket (S3, the
+        in-process store)."""
+        return self.split(marker)
 
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         raise NotImplementedError

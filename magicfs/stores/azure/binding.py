@@ -26,6 +26,7 @@ SPEC = DeferredStoreSpec(
     adapter=BlockListDeferred.for_job,
     capabilities=CAPABILITIES,
     committer="block-list",
+    generic_hooks_commit=False,  # writer records are read by BlockListJobHooks only
     opt_in="block_lists",
     writes=BlockListWrites,
     options=BlockListCommitOptions,

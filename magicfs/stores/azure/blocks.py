@@ -85,6 +85,15 @@ class BlockStore:
     def url(self, path: str) -> str:
         return str(self.fs.unstrip_protocol(path))
 
+    def check_key(self, path: str) -> tuple[str, str]:
+        """The shared job check's key of the marker at ``path``
+        (:mod:`~magicfs.stores.job_check`): the account's endpoint and container, and
+        the blob. The writers (:mod:`.writer`) and the adapter (:mod:`.deferred`) both
+        take it from here, so their checks of one marker are shared, and never those of
+        two accounts with a container of the same name."""
+        container, blob = self.split(path)
+        return f"{self.fs.service_client.url}/{container}", blob
+
     # -- running on adlfs's loop -------------------------------------------------------------
 
     def submit(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:

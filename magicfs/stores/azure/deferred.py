@@ -65,6 +65,9 @@ class BlockListDeferred(DeferredStoreBase):
     def url(self, path: str) -> str:
         return path if "://" in path else self.blocks.url(path)
 
+    def check_key(self, marker: str) -> tuple[str, str]:
+        return self.blocks.check_key(marker)  # the writers' own (:meth:`BlockStore.check_key`)
+
     # -- records ----------------------------------------------------------------------------
 
     async def aread_record(self, path: str, limit: int) -> bytes | None:
