@@ -7,9 +7,8 @@ import os
 import uuid
 from typing import Any
 
-import fsspec
 import pytest
-from helpers.adapter_contract import AdapterContract
+from helpers.adapter_contract import AdapterContract, mem_deferred_root
 
 
 class TestS3Adapter(AdapterContract):
@@ -34,14 +33,6 @@ class TestAzureAdapter(AdapterContract):
 
 class TestMemDeferredAdapter(AdapterContract):
     def make(self, request: pytest.FixtureRequest) -> tuple[Any, str, str, dict[str, Any]]:
-        fs = fsspec.filesystem("mem-deferred")
         root = f"adapter-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-        def forget() -> None:
-            for _, upload_id in fs.pending(root + "/"):
-                fs.discard(upload_id)
-            if fs.exists(root):
-                fs.rm(root, recursive=True)
-
-        request.addfinalizer(forget)
+        fs = mem_deferred_root(request, root)
         return fs, root, f"mem-deferred://{root}", {"fs": fs}

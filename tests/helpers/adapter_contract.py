@@ -111,3 +111,20 @@ class AdapterContract:
         finally:
             committer.abort_task(task)
             committer.abort_job()
+
+
+def mem_deferred_root(request: pytest.FixtureRequest, root: str) -> Any:
+    """The ``mem-deferred`` filesystem, with ``root`` (its staged writes and files)
+    forgotten when the test ends: the in-process store's fixture for every suite."""
+    import fsspec
+
+    fs = fsspec.filesystem("mem-deferred")
+
+    def forget() -> None:
+        for _, upload_id in fs.pending(root + "/"):
+            fs.discard(upload_id)
+        if fs.exists(root):
+            fs.rm(root, recursive=True)
+
+    request.addfinalizer(forget)
+    return fs
