@@ -14,8 +14,8 @@ import os
 import uuid
 from typing import Any
 
-import fsspec
 import pytest
+from helpers.adapter_contract import mem_deferred_root
 from helpers.contract import CommitterContract, Pair, Target
 from helpers.task_paths import Destination, TaskPathContract, TaskStore
 
@@ -29,16 +29,8 @@ class TestMemDeferredContract(CommitterContract):
     committers = ("magic-layout",)
 
     def make_target(self, request: pytest.FixtureRequest, pair: Pair, tmp_path: Any) -> Target:
-        fs = fsspec.filesystem("mem-deferred")
         root = f"contract-{os.getpid()}-{tmp_path.name}"
-
-        def forget() -> None:
-            for _, upload_id in fs.pending(root + "/"):
-                fs.discard(upload_id)
-            if fs.exists(root):
-                fs.rm(root, recursive=True)
-
-        request.addfinalizer(forget)
+        fs = mem_deferred_root(request, root)
         return Target(self, pair, fs, f"mem-deferred://{root}/out", {"fs": fs}, bucket=root)
 
     def lists_pending(self, target: Target) -> bool:

@@ -137,8 +137,9 @@ from ..records import (
 )
 from ..records.job_record import CommittedFile
 from ..statistics import IOStatisticsStore
+from ..stores.binding import DeferredStoreSpec
 from ..stores.commit_ops import CommitOperations
-from ..stores.deferred import DeferredStore, DeferredStoreSpec, collect, take
+from ..stores.deferred import DeferredStore, collect, take
 from ..stores.job_check import job_still_active
 from ..stores.job_hooks import DeferredJobHooks, PendingListing, StoreOptions, option_names
 from ..stores.registry import committed_by, deferred_store_for
@@ -584,6 +585,13 @@ def _deferred_spec(dest: str, fs: Any, configuration: str) -> DeferredStoreSpec:
             f"{dest}: the {configuration} committer needs a destination on {stores}; "
             f"committer_for({dest!r}) picks the store's own committer"
         )
+    if configuration != spec.committer and not spec.generic_hooks_commit:
+        raise ValueError(
+            f"{dest}: committer={configuration!r} cannot commit {spec.name} jobs: its "
+            f"writers' records are read by the {spec.committer} committer only, so a task "
+            f"committed in another process would commit without its files. Use "
+            f"committer={spec.committer!r} (committer_for({dest!r}) picks it)"
+        )
     return spec
 
 
@@ -663,12 +671,11 @@ async def shared_check(deferred: DeferredStore, marker: str) -> bool:
     writers of this process that ask meanwhile: tasks committing at once send one HEAD,
     not one each. Any check that starts after the caller's last write answers it (the
     zombie handshake needs no more)."""
-    bucket, key = deferred.split(marker)
 
     async def head() -> bool:
         return await deferred.arecord_info(marker) is not None
 
-    return await job_still_active(bucket, key, head)
+    return await job_still_active(*deferred.check_key(marker), head)
 
 
 def load_pendings(

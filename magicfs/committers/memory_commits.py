@@ -137,7 +137,7 @@ async def ajob_signals(deferred: DeferredStore, layout: MagicJobLayout) -> froze
         found = await collect(deferred.alist_prefixed(layout.job_signals_prefix))
         return JobCheck(marker in found, layout.touched_tasks(found))
 
-    checked = await job_check(*deferred.split(marker), head, listing)
+    checked = await job_check(*deferred.check_key(marker), head, listing)
     if not checked.active:
         return None
     assert checked.touched is not None  # a listing (it asked for one)

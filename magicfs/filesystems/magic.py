@@ -46,11 +46,12 @@ from fsspec.implementations.chained import ChainedFileSystem
 
 from ..errors import OutsideTaskPathError
 from ..paths import is_magic_path
+from ..stores.binding import DeferredStoreSpec
 from ..stores.capabilities import capabilities
-from ..stores.deferred import DeferredStoreSpec
 from ..stores.deferred_writer import WriterOptions
 from ..stores.registry import store_default, store_keywords
 from .deferred_view import DeferredTaskView
+from .job_views import JobViews
 from .originals import store_filesystem, unwrapped
 from .routed_view import RoutedTaskView
 
@@ -170,6 +171,8 @@ class MagicFileSystem(ChainedFileSystem):
         self.check_job_active = check_job_active
         self.background_close = background_close
         self.job_root = job_root.rstrip("/") if job_root else None
+        #: Set on a store whose deferred view is opt-in and not opted in (:mod:`.job_views`).
+        self.job_views: JobViews | None = None
         self.view = self._choose_view()
 
     @classmethod
@@ -183,17 +186,36 @@ class MagicFileSystem(ChainedFileSystem):
 
     def _choose_view(self) -> DeferredTaskView | RoutedTaskView:
         """The deferred store's view when the registry knows the store (and its opt-in
-        keyword, if it has one, is True); else the rename stores' routed view."""
+        keyword, if it has one, is True); else the rename stores' routed view. On a store
+        with an opt-in not said True (Azure without ``block_lists=True``) each task path
+        then goes where its job's committer looks (:mod:`.job_views`)."""
         found = capabilities(self.fs)
         spec = found.deferred_store
-        opted_in = spec is not None and (
-            spec.opt_in is None or bool(self.store_options.get(spec.opt_in, False))
-        )
+        said = self.store_options.get(spec.opt_in) if spec and spec.opt_in else None
+        opted_in = spec is not None and (spec.opt_in is None or bool(said))
         if spec is not None and spec.writes is not None and opted_in:
-            return DeferredTaskView(spec.writes(self.fs, self._writer_options(spec)))
-        return RoutedTaskView(
+            return self._deferred_view(spec)
+        routed = RoutedTaskView(
             self.fs, needs_directories=found.needs_directories, appends=found.appends
         )
+        if spec is not None and spec.writes is not None:
+            writes = spec
+
+            def deferred() -> DeferredTaskView:
+                return self._deferred_view(writes)
+
+            self.job_views = JobViews(
+                spec, self.fs, None if said is None else bool(said), routed, deferred
+            )
+        return routed
+
+    def _deferred_view(self, spec: DeferredStoreSpec) -> DeferredTaskView:
+        assert spec.writes is not None
+        return DeferredTaskView(spec.writes(self.fs, self._writer_options(spec)))
+
+    def _view_for(self, path: str) -> DeferredTaskView | RoutedTaskView:
+        """The view of task path ``path`` (the store's name for it)."""
+        return self.view if self.job_views is None else self.job_views.view_for(path)
 
     def _writer_options(self, spec: DeferredStoreSpec) -> WriterOptions:
         return WriterOptions(
@@ -287,20 +309,23 @@ class MagicFileSystem(ChainedFileSystem):
             kwargs["cache_options"] = cache_options
         if not autocommit:
             kwargs["autocommit"] = False
-        return self.view.open(self._inner(path), mode, **kwargs)
+        inner = self._inner(path)
+        return self._view_for(inner).open(inner, mode, **kwargs)
 
     def cat_file(
         self, path: str, start: int | None = None, end: int | None = None, **kw: Any
     ) -> bytes:
         if not self._task(path):
             return cast(bytes, self.fs.cat_file(path, start=start, end=end, **kw))
-        return self.view.cat_file(self._inner(path), start=start, end=end, **kw)
+        inner = self._inner(path)
+        return self._view_for(inner).cat_file(inner, start=start, end=end, **kw)
 
     def pipe_file(self, path: str, value: bytes, mode: str = "overwrite", **kwargs: Any) -> Any:
         if not self._task(path):
             self._refuse_outside_tasks(path, "pipe_file")
             return self.fs.pipe_file(path, value, mode=mode, **kwargs)
-        self.view.pipe_file(self._inner(path), value, mode=mode, **kwargs)
+        inner = self._inner(path)
+        self._view_for(inner).pipe_file(inner, value, mode=mode, **kwargs)
 
     def put_file(self, lpath: str, rpath: str, callback: Any = None, **kwargs: Any) -> Any:
         if callback is not None:
@@ -309,31 +334,36 @@ class MagicFileSystem(ChainedFileSystem):
             self._refuse_outside_tasks(rpath, "put_file")
             return self.fs.put_file(lpath, rpath, **kwargs)
         kwargs.pop("callback", None)
-        self.view.put_file(lpath, self._inner(rpath), **kwargs)
+        inner = self._inner(rpath)
+        self._view_for(inner).put_file(lpath, inner, **kwargs)
 
     def get_file(self, rpath: str, lpath: str, callback: Any = None, **kwargs: Any) -> Any:
         if callback is not None:
             kwargs["callback"] = callback
         if not self._task(rpath):
             return self.fs.get_file(rpath, lpath, **kwargs)
-        self.view.get_file(self._inner(rpath), lpath, **kwargs)
+        inner = self._inner(rpath)
+        self._view_for(inner).get_file(inner, lpath, **kwargs)
 
     def cp_file(self, path1: str, path2: str, **kwargs: Any) -> Any:
         self._refuse_outside_tasks(path2, "cp_file")  # each target not on a task path
         if not (self._task(path1) or self._task(path2)):
             return self.fs.cp_file(path1, path2, **kwargs)
-        self.view.cp_file(self._inner(path1), self._inner(path2), **kwargs)
+        view = self._view_for(self._inner(path2 if self._task(path2) else path1))
+        view.cp_file(self._inner(path1), self._inner(path2), **kwargs)
 
     def touch(self, path: str, truncate: bool = True, **kwargs: Any) -> Any:
         if not self._task(path):
             self._refuse_outside_tasks(path, "touch")
             return self.fs.touch(path, truncate=truncate, **kwargs)
-        self.view.touch(self._inner(path), truncate=truncate, **kwargs)
+        inner = self._inner(path)
+        self._view_for(inner).touch(inner, truncate=truncate, **kwargs)
 
     def info(self, path: str, **kwargs: Any) -> dict[str, Any]:
         if not self._task(path):
             return cast(dict[str, Any], self.fs.info(path, **kwargs))
-        return self.view.info(self._inner(path), **kwargs)
+        inner = self._inner(path)
+        return self._view_for(inner).info(inner, **kwargs)
 
     def ls(self, path: str, detail: bool | None = None, **kwargs: Any) -> list[Any]:
         """``ls``; ``detail`` defaults as the wrapped filesystem's does (stores differ)."""
@@ -341,7 +371,8 @@ class MagicFileSystem(ChainedFileSystem):
             detail = inspect.signature(self.fs.ls).parameters["detail"].default is True
         if not self._task(path):
             return cast(list[Any], self.fs.ls(path, detail=detail, **kwargs))
-        return self.view.ls(self._inner(path), detail=detail, **kwargs)
+        inner = self._inner(path)
+        return self._view_for(inner).ls(inner, detail=detail, **kwargs)
 
     def find(
         self,
@@ -353,15 +384,17 @@ class MagicFileSystem(ChainedFileSystem):
     ) -> Any:
         if not self._task(path):
             return self.fs.find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
-        return self.view.find(
-            self._inner(path), maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs
+        inner = self._inner(path)
+        return self._view_for(inner).find(
+            inner, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs
         )
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> Any:
         if not self._task(path):
             return self.fs.rm(path, recursive=recursive, maxdepth=maxdepth)
         paths = [self._inner(p) for p in (path if isinstance(path, list) else [path])]
-        self.view.rm(paths, recursive=recursive, maxdepth=maxdepth)
+        view = self._view_for(next(p for p in paths if is_magic_path(p)))
+        view.rm(paths, recursive=recursive, maxdepth=maxdepth)
 
     def rm_file(self, path: str) -> Any:
         """Delete the one file named ``path``, its name taken literally.
@@ -374,12 +407,14 @@ class MagicFileSystem(ChainedFileSystem):
         """
         if not self._task(path):
             return self.fs.rm_file(path)
-        self.view.rm_file(self._inner(path))
+        inner = self._inner(path)
+        self._view_for(inner).rm_file(inner)
 
     delete = rm
 
     def invalidate_cache(self, path: str | None = None) -> None:
-        self.fs.invalidate_cache(self.view.into(self._inner(path)) if path else None)
+        inner = self._inner(path) if path else None
+        self.fs.invalidate_cache(self._view_for(inner).into(inner) if inner else None)
 
     # -- compound operations ---------------------------------------------------------------------
 
@@ -396,14 +431,16 @@ class MagicFileSystem(ChainedFileSystem):
         self._refuse_outside_tasks(path2, "mv")  # each target not on a task path
         if not (self._task(path1) or self._task(path2)):
             return self.fs.mv(path1, path2, recursive=recursive, **kwargs)
-        if isinstance(self.view, RoutedTaskView):  # the store's own move: a rename on disk
+        target = path2 if self._task(path2) else path1
+        view = self._view_for(self._inner(target[0] if isinstance(target, list) else target))
+        if isinstance(view, RoutedTaskView):  # the store's own move: a rename on disk
             inner1 = (
                 [self._inner(p) for p in path1] if isinstance(path1, list) else self._inner(path1)
             )
             inner2 = (
                 [self._inner(p) for p in path2] if isinstance(path2, list) else self._inner(path2)
             )
-            return self.view.mv(inner1, inner2, recursive=recursive, **kwargs)
+            return view.mv(inner1, inner2, recursive=recursive, **kwargs)
         self._check_sources(path1, recursive, kwargs.get("maxdepth"), "move")
         return super().mv(path1, path2, recursive=recursive, **kwargs)
 
@@ -437,10 +474,13 @@ class MagicFileSystem(ChainedFileSystem):
         self, path: Any, recursive: bool, maxdepth: int | None, operation: str
     ) -> None:
         """Refuse, before anything is done, a source the task view cannot read."""
-        if not self.deferred_writes or not self._task(path):
+        if not self._task(path):
             return
-        sources = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
-        self.view.check_sources([self._inner(p) for p in sources], operation)
+        first = path[0] if isinstance(path, list) else path
+        view = self._view_for(self._inner(first))
+        if isinstance(view, DeferredTaskView):
+            sources = self.expand_path(path, recursive=recursive, maxdepth=maxdepth)
+            view.check_sources([self._inner(p) for p in sources], operation)
 
 
 def names_task_path(path: Any, inner: Callable[[str], str]) -> bool:
@@ -471,7 +511,8 @@ def _passed(name: str) -> Any:
     def method(self: MagicFileSystem, path: Any, *args: Any, **kwargs: Any) -> Any:
         if not self._task(path):
             return getattr(self.fs, name)(path, *args, **kwargs)
-        return self.view.call(name, self._inner(path), *args, **kwargs)
+        inner = self._inner(path)
+        return self._view_for(inner).call(name, inner, *args, **kwargs)
 
     method.__name__ = name
     method.__doc__ = f"``{name}`` of the wrapped filesystem (task paths routed on rename stores)."

@@ -23,7 +23,8 @@ from typing import Any
 
 __all__ = ["Capabilities", "capabilities", "is_local", "protocols", "speaks_s3"]
 
-from .deferred import DeferredStoreSpec, protocols
+from .binding import DeferredStoreSpec
+from .deferred import protocols
 from .registry import deferred_store_for
 
 _LOCAL = {"file", "local"}

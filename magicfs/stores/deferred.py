@@ -5,7 +5,8 @@ becoming visible; the task saves a ``.pending`` record (Hadoop's ``SinglePending
 and job commit makes the file visible from that record alone. Each such store has one
 adapter implementing :class:`DeferredStore`, bound to one job; the committer over the
 magic layout (:mod:`magicfs.committers.magic_layout`) is written once against it, and the
-registry (:mod:`.registry`) says which adapter serves which fsspec filesystem.
+registry (:mod:`.registry`) says which adapter serves which fsspec filesystem; each store's
+binding (:mod:`.binding`) declares its adapter with its other halves.
 
 =====================  ===============================  ===============================
 operation              S3 (:mod:`.s3.deferred`)          Azure Blob (:mod:`.azure.deferred`)
@@ -35,13 +36,9 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ..records import SinglePendingCommit
-
-if TYPE_CHECKING:
-    from .failures import StoreFailures
-    from .job_hooks import JobHooksFactory, StoreOptions
 
 T = TypeVar("T")
 
@@ -114,6 +111,12 @@ class DeferredStore(Protocol):
 
     def url(self, path: str) -> str:
         """``bucket/key`` with the store's protocol, for messages."""
+
+    def check_key(self, marker: str) -> tuple[str, str]:
+        """The key of the shared job check of ``marker`` (:mod:`.job_check`): where the
+        marker is, as the store's writers name it, and the marker. The committer's checks
+        share its writers' only when the keys are equal, so a store's writers and its
+        adapter take this key from one place in the store's folder."""
 
     # -- records: small whole objects (markers, .pending, .pendingset, _SUCCESS, journal) --
 
@@ -204,6 +207,14 @@ class DeferredStoreBase:
     def run(self, call: Coroutine[Any, Any, T]) -> T:
         return self.run_background(call).result()
 
+    def split(self, path: str) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def check_key(self, marker: str) -> tuple[str, str]:
+        """``(bucket, key)``: a store whose writers key their checks by bucket (S3, the
+        in-process store)."""
+        return self.split(marker)
+
     async def adelete_published(self, commits: Sequence[SinglePendingCommit]) -> int:
         raise NotImplementedError
 
@@ -254,45 +265,6 @@ class AdapterFactory(Protocol):
     def __call__(
         self, fs: Any, job_id: str, scratch_dir: Callable[[], str], **options: Any
     ) -> DeferredStore: ...
-
-
-@dataclass(frozen=True)
-class DeferredStoreSpec:
-    """One deferred store, declared once (listed by :mod:`.registry`)."""
-
-    #: The store's name (``"s3"``, ``"azure-block-list"``): registry key, messages.
-    name: str
-    #: Does an fsspec filesystem (class or instance) belong to this store? Judged by what
-    #: it is (its class), never by a protocol name a wrapper could also answer to.
-    recognises: Callable[[Any], bool]
-    #: The commit side (:class:`DeferredStore`) for one job.
-    adapter: AdapterFactory
-    capabilities: DeferredCapabilities
-    #: The committer (``committer_for`` name) that commits its jobs by default.
-    committer: str
-    #: The :class:`~magicfs.filesystems.MagicFileSystem` keyword that must be True for
-    #: its task view (``"block_lists"`` on Azure, whose adlfs also serves the manifest
-    #: committer); ``None``: always.
-    opt_in: str | None = None
-    #: The write side (the task view's writer hooks), ``(fs, options) -> writes``.
-    writes: Callable[..., Any] | None = None
-    #: The task view's keywords its writers take, typed (a dataclass: the
-    #: :class:`~magicfs.filesystems.MagicFileSystem` keywords it declares reach its
-    #: writers as one instance, ``WriterOptions.store``; ``None``: none).
-    writer_options: type[Any] | None = None
-    #: Its committer's options, typed (:class:`~.job_hooks.StoreOptions`; ``None``: none).
-    options: type[StoreOptions] | None = None
-    #: What its jobs add to the magic-layout flow (:class:`~.job_hooks.DeferredJobHooks`
-    #: or a subclass; ``None``: the generic hooks).
-    job_hooks: JobHooksFactory | None = None
-    #: What the operator commands (``magicfs uploads``, ``magicfs jobs``) ask of it beyond
-    #: the adapter, ``(adapter) -> view``: a subclass of :class:`~.operator_view.OperatorView`
-    #: in the store's folder; ``None``: the generic view over the adapter.
-    operator_view: Callable[[Any], Any] | None = None
-    #: How to read its client's errors for messages (:class:`~.failures.StoreFailures`:
-    #: code, HTTP status, its own words, no connection, no bucket, the exception types
-    #: it raises besides ``OSError``); ``None``: the exception's class says all it can.
-    failures: StoreFailures | None = None
 
 
 def pending_writes(commits: Iterable[SinglePendingCommit]) -> list[PendingWrite]:

@@ -1,7 +1,7 @@
 """Every deferred store, declared once: the one place that knows which stores exist.
 
-A deferred store (:mod:`.deferred`) is one :class:`~.deferred.DeferredStoreSpec`, written
-beside its adapter; this module lists them. Everything that behaves differently per
+A deferred store (:mod:`.deferred`) is one :class:`~.binding.DeferredStoreSpec`, written
+in its folder's ``binding.py``; this module lists them. Everything that behaves differently per
 deferred store — ``committer_for``'s default, the task view
 (:class:`~magicfs.filesystems.MagicFileSystem`), the capabilities
 (:mod:`.capabilities`), the CLI (:func:`operator_view_for`, :func:`explain`) — asks
@@ -14,12 +14,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .azure.deferred import SPEC as AZURE_BLOCK_LISTS
-from .deferred import DeferredStore, DeferredStoreSpec
+from .azure.binding import SPEC as AZURE_BLOCK_LISTS
+from .binding import DeferredStoreSpec
+from .deferred import DeferredStore
 from .failures import Failure, read
-from .memory_deferred.adapter import SPEC as IN_PROCESS
+from .memory_deferred.binding import SPEC as IN_PROCESS
 from .operator_view import OperatorView, no_scratch
-from .s3.deferred import SPEC as S3_MULTIPART
+from .s3.binding import SPEC as S3_MULTIPART
 
 #: The deferred stores, in the order they are tried.
 DEFERRED_STORES: tuple[DeferredStoreSpec, ...] = (S3_MULTIPART, AZURE_BLOCK_LISTS, IN_PROCESS)

@@ -33,7 +33,7 @@ T = TypeVar("T")
 ID_LENGTH = 32
 #: Digits of a block's index within its file (50,000 blocks at most per blob).
 INDEX_DIGITS = 6
-#: The store's name: its registry key (:data:`.deferred.SPEC`) and
+#: The store's name: its registry key (:data:`.binding.SPEC`) and
 #: ``extraData["magicfs.store"]`` of its records, whose ``etags`` are block ids (none
 #: for an empty blob: :meth:`.deferred.BlockListDeferred.check` accepts that).
 BLOCK_LIST_STORE = "azure-block-list"
@@ -84,6 +84,15 @@ class BlockStore:
 
     def url(self, path: str) -> str:
         return str(self.fs.unstrip_protocol(path))
+
+    def check_key(self, path: str) -> tuple[str, str]:
+        """The shared job check's key of the marker at ``path``
+        (:mod:`~magicfs.stores.job_check`): the account's endpoint and container, and
+        the blob. The writers (:mod:`.writer`) and the adapter (:mod:`.deferred`) both
+        take it from here, so their checks of one marker are shared, and never those of
+        two accounts with a container of the same name."""
+        container, blob = self.split(path)
+        return f"{self.fs.service_client.url}/{container}", blob
 
     # -- running on adlfs's loop -------------------------------------------------------------
 

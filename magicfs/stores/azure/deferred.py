@@ -26,14 +26,9 @@ from ...records import SinglePendingCommit
 from ..deferred import (
     DeferredCapabilities,
     DeferredStoreBase,
-    DeferredStoreSpec,
     PendingWrite,
-    protocols,
 )
 from .blocks import BLOCK_LIST_STORE, BlockStore, _not_found
-from .job_hooks import BlockListCommitOptions, BlockListJobHooks
-from .operator_view import BlockListOperatorView
-from .writer import BlockListWrites
 
 T = TypeVar("T")
 
@@ -69,6 +64,9 @@ class BlockListDeferred(DeferredStoreBase):
 
     def url(self, path: str) -> str:
         return path if "://" in path else self.blocks.url(path)
+
+    def check_key(self, marker: str) -> tuple[str, str]:
+        return self.blocks.check_key(marker)  # the writers' own (:meth:`BlockStore.check_key`)
 
     # -- records ----------------------------------------------------------------------------
 
@@ -176,24 +174,3 @@ class BlockListDeferred(DeferredStoreBase):
     async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
         return
         yield  # not listed (CAPABILITIES.lists_pending)
-
-
-def _is_adlfs(fs: Any) -> bool:
-    """adlfs's AzureBlobFileSystem or a subclass (its block-blob client), not a wrapper
-    that merely answers to ``abfs``."""
-    cls = fs if isinstance(fs, type) else type(fs)
-    return any(c.__module__.startswith("adlfs.") for c in cls.__mro__)
-
-
-SPEC = DeferredStoreSpec(
-    name=BLOCK_LIST_STORE,
-    recognises=lambda fs: bool(protocols(fs) & {"abfs", "az", "abfss"}) and _is_adlfs(fs),
-    adapter=BlockListDeferred.for_job,
-    capabilities=CAPABILITIES,
-    committer="block-list",
-    opt_in="block_lists",
-    writes=BlockListWrites,
-    options=BlockListCommitOptions,
-    job_hooks=BlockListJobHooks,
-    operator_view=BlockListOperatorView,
-)

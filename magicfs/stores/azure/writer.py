@@ -217,9 +217,8 @@ class BlockFileHooks:
         async def check() -> bool:
             return await self.blocks.exists(container, marker)
 
-        # Shared by the writers of this account's job marker (never another store's).
-        endpoint = self.blocks.fs.service_client.url
-        return await job_still_active(f"{endpoint}/{container}", marker, check)
+        # Shared with the committer's checks of this marker (the adapter's key is this).
+        return await job_still_active(*self.blocks.check_key(self.job_marker), check)
 
     async def astage(self, number: int, body: bytes) -> str:
         """Put Block; the first block settles the ids' length first."""

@@ -19,10 +19,9 @@ from typing import Any, TypeVar
 from ...errors import InvalidCommitData
 from ...records import SinglePendingCommit
 from ..create_only import is_create_only
-from ..deferred import DeferredCapabilities, DeferredStoreBase, DeferredStoreSpec, PendingWrite
+from ..deferred import DeferredCapabilities, DeferredStoreBase, PendingWrite
 from .fs import MemoryDeferredFileSystem
-from .operator_view import MemoryOperatorView
-from .writer import STORE_NAME, MemoryWrites, run_background
+from .writer import STORE_NAME, run_background
 
 T = TypeVar("T")
 
@@ -145,17 +144,3 @@ class MemoryDeferred(DeferredStoreBase):
     async def alist_pending(self, prefix: str) -> AsyncIterator[PendingWrite]:
         for path, upload_id in self.fs.pending(prefix):
             yield PendingWrite(path, upload_id)
-
-
-SPEC = DeferredStoreSpec(
-    name=STORE_NAME,
-    recognises=lambda fs: (
-        isinstance(fs, MemoryDeferredFileSystem)
-        or (isinstance(fs, type) and issubclass(fs, MemoryDeferredFileSystem))
-    ),
-    adapter=MemoryDeferred.for_job,
-    capabilities=CAPABILITIES,
-    committer="magic-layout",
-    writes=MemoryWrites,
-    operator_view=MemoryOperatorView,
-)

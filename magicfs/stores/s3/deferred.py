@@ -40,20 +40,14 @@ from ..create_only import is_create_only
 from ..deferred import (
     DeferredCapabilities,
     DeferredStoreBase,
-    DeferredStoreSpec,
     PendingWrite,
-    protocols,
 )
 from . import checksums, create_claims
 from .conditional import aconditional_support
-from .failures import FAILURES
-from .job_hooks import S3CommitOptions, S3JobHooks
-from .operator_view import S3OperatorView
 from .retry import DEFAULT_POLICY, RetryPolicy
 from .store import S3Store, error_code
 from .sweep import RecordedUpload, abort_uploads, uploads_of
 from .tracking import META_JOB_ID
-from .writer import S3WriterOptions, S3Writes
 
 log = logging.getLogger("magicfs.s3.commit")
 
@@ -279,20 +273,3 @@ class S3Deferred(DeferredStoreBase):
         if prefix.endswith("/") and key:
             key += "/"
         return bucket, key
-
-
-SPEC = DeferredStoreSpec(
-    name="s3",
-    # s3fs and its subclasses: what matters is the multipart upload API (magicfs's own
-    # installed wrappers answer to "s3" too, but have no ``call_s3``).
-    recognises=lambda fs: bool(protocols(fs) & {"s3", "s3a"}) and hasattr(fs, "call_s3"),
-    adapter=S3Deferred.for_job,
-    capabilities=CAPABILITIES,
-    committer="magic",
-    writes=S3Writes,
-    writer_options=S3WriterOptions,
-    options=S3CommitOptions,
-    job_hooks=S3JobHooks,
-    operator_view=S3OperatorView,
-    failures=FAILURES,
-)
