@@ -40,7 +40,8 @@ import sys
 from typing import Any
 
 from ...committers import committer_for, default_committer
-from ...committers.jobs import JOB_COMMITTERS, JobState, describe_job, find_jobs
+from ...committers.job_families import JOB_COMMITTERS, family_of
+from ...committers.jobs import JobState, describe_job, find_jobs
 from ...errors import JobCommitError, NothingToCommitError
 from ...layouts.magic import check_job_id
 from ...protocol.attempts import TaskCommitMessage
@@ -510,9 +511,10 @@ def check_records_exist(
     """Every record the messages name is one of this job's task records and is there
     (else the commit would fail and abort the job): one listing of its tasks directory."""
     fs = committer.store_fs
-    tasks_dir = getattr(getattr(committer, "layout", None), "tasks_dir", None)
-    if tasks_dir is None:  # not a committer of ``magicfs jobs``
+    family = family_of(committer.name)
+    if family is None:  # not a committer of ``magicfs jobs``
         return
+    tasks_dir = family.records_dir(committer)
     outside = [m for m in messages if m.record.rsplit("/", 1)[0] != tasks_dir]
     if outside:
         raise CliError(
@@ -520,11 +522,7 @@ def check_records_exist(
             f"outside job {committer.job_id}'s task records ({outside[0].record}, not in "
             f"{fs.unstrip_protocol(tasks_dir)}): give this job's messages"
         )
-    fs.invalidate_cache(tasks_dir)
-    try:
-        present = {entry.rstrip("/") for entry in fs.ls(tasks_dir, detail=False)}
-    except FileNotFoundError:
-        present = set()
+    present = family.stored_records(committer)
     missing = sorted({m.record for m in messages} - present)
     if missing:
         raise CliError(
