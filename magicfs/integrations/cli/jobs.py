@@ -43,7 +43,6 @@ from ...committers import committer_for, default_committer
 from ...committers.job_families import JOB_COMMITTERS, family_of
 from ...committers.jobs import JobState, describe_job, find_jobs
 from ...errors import JobCommitError, NothingToCommitError
-from ...layouts.magic import check_job_id
 from ...protocol.attempts import TaskCommitMessage
 from ...protocol.committer import OutputCommitter
 from ...statistics import FOREIGN_UPLOADS_ABORTED
@@ -53,6 +52,7 @@ from .common import (
     EXIT_OK,
     CliError,
     add_common_options,
+    job_id_argument,
     open_fs,
     plural,
     print_json,
@@ -92,7 +92,9 @@ def add_parser(sub: Any) -> None:
     for name, text in ACTIONS.items():
         action = actions.add_parser(name, help=text, description=text)
         _add_path(action)
-        action.add_argument("--job", required=True, type=_job_id, metavar="ID", help="the job id")
+        action.add_argument(
+            "--job", required=True, type=job_id_argument, metavar="ID", help="the job id"
+        )
         action.add_argument(
             "--committer",
             choices=JOB_COMMITTERS,
@@ -140,13 +142,6 @@ def _add_choices(parser: argparse.ArgumentParser) -> None:
 def _add_path(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH", help="the jobs' destination (fsspec URL)")
     add_common_options(parser)
-
-
-def _job_id(text: str) -> str:
-    try:
-        return check_job_id(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # -- list ----------------------------------------------------------------------------------------

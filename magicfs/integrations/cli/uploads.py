@@ -60,7 +60,7 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from ...layouts.magic import MagicJobLayout, check_job_id
+from ...layouts.magic import MagicJobLayout
 from ...names import UNMARKED_FILE
 from ...parallel import loop_map
 from ...paths import marked_destinations
@@ -78,6 +78,7 @@ from .common import (
     add_common_options,
     duration,
     human_bytes,
+    job_id_argument,
     open_fs,
     plural,
     store_errors,
@@ -159,19 +160,12 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--job",
         metavar="ID",
-        type=_job_id,
+        type=job_id_argument,
         help="only uploads recorded in that job's magic tree PATH/__magic_job-ID/ "
         "(markers, .pending and .pendingset files)",
     )
     add_common_options(parser)
     parser.set_defaults(handler=run)
-
-
-def _job_id(text: str) -> str:
-    try:
-        return check_job_id(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @dataclass(slots=True)
