@@ -253,12 +253,7 @@ def to_parquet(
     columns = [partition_on] if isinstance(partition_on, str) else list(partition_on or [])
     check_columns("partition_on", columns, ddf.columns)
     job = job_committer(
-        JOB_ID_SOURCE,
-        dest,
-        committer,
-        storage_options=storage_options,
-        conflict_mode=conflict_mode,
-        committer_options=committer_options,
+        JOB_ID_SOURCE, dest, committer, storage_options, conflict_mode, committer_options
     )
     names = PartNames(job.job_id, ".parquet", padding_for(ddf.npartitions), name_function)
     writer = _ParquetWriter(names, tuple(columns), write_index, dict(to_parquet_kwargs))
@@ -291,12 +286,7 @@ def to_csv(
         COMPRESSION_SUFFIXES.get(compression, "") if isinstance(compression, str) else ""
     )
     job = job_committer(
-        JOB_ID_SOURCE,
-        dest,
-        committer,
-        storage_options=storage_options,
-        conflict_mode=conflict_mode,
-        committer_options=committer_options,
+        JOB_ID_SOURCE, dest, committer, storage_options, conflict_mode, committer_options
     )
     names = PartNames(job.job_id, suffix, padding_for(ddf.npartitions), name_function)
     return _run_job(ddf, _CsvWriter(names, dict(to_csv_kwargs)), job, compute_kwargs)

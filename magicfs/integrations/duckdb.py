@@ -563,9 +563,9 @@ def copy_job(
         JOB_ID_SOURCE,
         dest,
         committer,
-        storage_options=storage_options,
-        conflict_mode=conflict_mode,
-        committer_options=committer_options,
+        storage_options,
+        conflict_mode,
+        committer_options,
         conflict_mode_given=conflict_mode is not None,
     )
     return CopyJob(connection if connection is not None else duckdb.default_connection(), built)

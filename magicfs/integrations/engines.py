@@ -73,10 +73,10 @@ def job_committer(
     engine: str,
     dest: str,
     committer: str | OutputCommitter | None,
-    *,
     storage_options: dict[str, Any] | None,
     conflict_mode: str | None,
     committer_options: Mapping[str, Any] | None,
+    *,
     conflict_mode_given: bool = False,
 ) -> OutputCommitter:
     """The committer of an engine's job: ``committer`` itself when the caller built it

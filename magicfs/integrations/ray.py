@@ -113,12 +113,7 @@ class CommittedDatasink(Datasink[TaskCommitMessage]):
         if isinstance(partition_cols, str):
             partition_cols = [partition_cols]
         self._committer = job_committer(
-            JOB_ID_SOURCE,
-            dest,
-            committer,
-            storage_options=storage_options,
-            conflict_mode=conflict_mode,
-            committer_options=committer_options,
+            JOB_ID_SOURCE, dest, committer, storage_options, conflict_mode, committer_options
         )
         self._format = fmt
         self._partition_cols = tuple(partition_cols or ())
