@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from ..layouts import job_index
 from ..names import MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SUFFIX, TEMPORARY
@@ -117,6 +117,18 @@ def listed_names(fs: Any, directory: str) -> list[str]:
     return [e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != directory]
 
 
+C = TypeVar("C", bound=OutputCommitter)
+
+
+def _member(committers: tuple[str, ...], committer: OutputCommitter, cls: type[C]) -> C:
+    """``committer`` as its family's class ``cls``: the family is known by the
+    committer's name (the one registration says which names configure ``cls``), so this
+    checks the name, never the type; a committer of another family is a caller's bug."""
+    if committer.name not in committers:
+        raise ValueError(f"{committer.name}: not a committer of {', '.join(committers)}")
+    return cast(C, committer)
+
+
 def _configurations(cls: type[OutputCommitter]) -> tuple[str, ...]:
     """The ``committer_for`` names configuring ``cls`` (the one registration)."""
     return tuple(name for name, (klass, _) in COMMITTERS.items() if klass is cls)
@@ -129,9 +141,7 @@ class MagicLayoutFamily:
     committers = _configurations(MagicLayoutCommitter)
 
     def _own(self, committer: OutputCommitter) -> MagicLayoutCommitter:
-        if committer.name not in self.committers:
-            raise ValueError(f"{committer.name} is not a magic-layout committer")
-        return cast(MagicLayoutCommitter, committer)
+        return _member(self.committers, committer, MagicLayoutCommitter)
 
     def default_committer(self, store_fs: Any) -> str | None:
         spec = deferred_store_for(store_fs)
@@ -189,9 +199,7 @@ class ManifestFamily:
     committers = _configurations(ManifestCommitter)
 
     def _own(self, committer: OutputCommitter) -> ManifestCommitter:
-        if committer.name not in self.committers:
-            raise ValueError(f"{committer.name} is not the manifest committer")
-        return cast(ManifestCommitter, committer)
+        return _member(self.committers, committer, ManifestCommitter)
 
     def default_committer(self, store_fs: Any) -> str | None:
         # The manifest committer's own refusal: S3 has no rename.
