@@ -808,12 +808,24 @@ def test_uploads_on_azure_list_staged_blobs_and_refuse_to_abort(
 
     listed = run_cli("uploads", "list", dest, "--json", *options)
     assert listed.code == 0, listed.output
-    staged = listed.json()["staged"]
-    assert [(e["url"], e["blocks"], e["bytes"]) for e in staged] == [
-        (f"abfs://{azure_container}/out/dropped.bin", 1, 700)
-    ]
+    document = listed.json()  # the one uploads schema, S3's: one element a pending write
+    assert (document["store"], document["can_abort"], document["count"]) == (
+        "azure-block-list",
+        False,
+        1,
+    )
+    assert [
+        (e["uri"], e["key"], e["upload_id"], e["parts"], e["bytes"], e["status"])
+        for e in document["uploads"]
+    ] == [(f"abfs://{azure_container}/out/dropped.bin", "out/dropped.bin", None, 1, 700, "pending")]
     text = run_cli("uploads", "list", dest, *options)
     assert "Total: 1 name with staged blocks" in text.stdout, text.output
+    assert "out/dropped.bin  1 staged block" in text.stdout, text.output
+
+    dry = run_cli("uploads", "abort", dest, "--json", *options)
+    assert dry.code == 0, dry.output
+    assert [e["status"] for e in dry.json()["uploads"]] == ["cannot abort"]
+    assert dry.json()["aborted"] == 0
 
     forced = run_cli("uploads", "abort", dest, "--force", *options)
     assert forced.code == 2

@@ -144,7 +144,7 @@ def test_jobs_and_uploads_on_azure_block_lists(abfs, azure_container, azurite_se
     assert code == 0, err
     document = json.loads(out)
     assert document["store"] == "azure-block-list"
-    assert {(e["url"], e["blocks"], e["bytes"]) for e in document["staged"]} == {
+    assert {(e["uri"], e["parts"], e["bytes"]) for e in document["uploads"]} == {
         (f"abfs://{azure_container}/out/kept.bin", 1, 10),
         (f"abfs://{azure_container}/out/dropped.bin", 1, 70),
     }

@@ -649,3 +649,21 @@ def test_plain_dask_overwrite_deletes_old_data_before_a_failing_job(s3_dest):
     kept = s3_dest.read_parquet().reset_index(drop=True)  # (dask stores its own index name)
     pd.testing.assert_frame_equal(kept, old.compute().reset_index(drop=True))
     assert s3_dest.pending() == []
+
+
+def test_a_ready_made_committer_is_used_as_it_is_and_options_beside_it_are_refused(tmp_path):
+    """The engines' one ready-made-committer rule (``engines.job_committer``): a committer
+    the caller built is the job's; options given beside it are refused by name, never
+    dropped; a name builds one with the engine as its job id's source."""
+    from magicfs.integrations.engines import job_committer
+
+    url = f"file://{tmp_path}/out"
+    ready = magicfs.committer_for(url)
+    assert job_committer("magicfs.dask", url, ready, None, "append", None) is ready
+    with pytest.raises(TypeError, match=r"magicfs\.ray: .*pass storage_options=, committer_opt"):
+        job_committer("magicfs.ray", url, ready, {}, None, {"threads": 2})
+    with pytest.raises(TypeError, match=r"pass conflict_mode= to magicfs\.committer_for"):
+        job_committer("magicfs.duckdb", url, ready, None, "replace", None, conflict_mode_given=True)
+    built = job_committer("magicfs.dask", url, "manifest", None, None, {"threads": 3})
+    assert (built.name, built.threads, built.conflict_mode) == ("manifest", 3, "append")
+    assert built is not ready and not (tmp_path / "out").exists()  # nothing written yet

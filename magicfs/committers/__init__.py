@@ -6,9 +6,7 @@ import difflib
 import inspect
 from typing import Any
 
-import fsspec
-
-from ..filesystems.originals import store_class, unwrapped
+from ..filesystems.originals import store_of
 from ..protocol.committer import (
     CONFLICT_MODES,
     JobSummary,
@@ -117,10 +115,7 @@ def default_committer(dest: str, fs: Any = None) -> str:
     named: its deferred store's own (:mod:`magicfs.stores.registry`), else ``manifest``.
     The store is ``fs`` when given, else the URL's filesystem class (none is built)."""
     # The store's own filesystem, never magicfs.install()'s wrapper (it hides S3's).
-    store = unwrapped(fs)
-    if store is None:
-        store = store_class(fsspec.core.split_protocol(dest)[0] or "file")
-    spec = deferred_store_for(store)
+    spec = deferred_store_for(store_of(dest, fs))
     return spec.committer if spec is not None else ManifestCommitter.name
 
 

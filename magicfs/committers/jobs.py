@@ -31,32 +31,23 @@ and driver's shared filesystem; recover them with ``committer_for(..., committer
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidCommitData
 from ..layouts import job_index
-from ..layouts.magic import MagicJobLayout
-from ..layouts.manifest import ManifestJobLayout
-from ..names import JOB_MARKER, MAGIC_JOB_PREFIX, MANIFEST_SUFFIX, PENDINGSET_SUFFIX, TEMPORARY
-from ..paths import is_magic_element, join
+from ..names import JOB_MARKER, TEMPORARY
+from ..paths import is_magic_element
 from ..protocol.committer import OutputCommitter
-from ..stores.deferred import collect, take
-from ..stores.registry import operator_view_for
+from ..records._base import iso_millis
 from . import committer_for
-from .magic_layout import MagicLayoutCommitter
+from .job_families import FAMILIES, JOB_COMMITTERS, family_of, listed_names
 from .manifest import ManifestCommitter
 
 log = logging.getLogger("magicfs.jobs")
 
 STATES = ("active", "committing", "committed", "ended", "done", "unknown")
-#: A job marker is a small JSON document; more than this is not one of ours.
-MARKER_BYTES = 1 << 20
-#: The committers whose jobs are found here (an index entry naming another is read as
-#: the store's own committer's).
-JOB_COMMITTERS = ("magic", "block-list", "magic-layout", "manifest")
 #: The states of a job that left nothing to find (:func:`describe_job`).
 LEFT_NOTHING = ("done", "unknown")
 #: Directories a walk for jobs visits at most (local disks, memory: no index there).
@@ -185,75 +176,43 @@ class _Candidate:
 
 
 def _trees_at(probe: OutputCommitter) -> list[_Candidate]:
-    """The jobs whose trees lie directly at the probe's destination, by their names."""
-    store_fs, root = probe.store_fs, probe.dest
-    found = [_Candidate(root, job_id, probe.name, True) for job_id in _magic_trees(probe)]
-    if _manifest_serves(probe):
+    """The jobs whose trees lie directly at the probe's destination, by their names: each
+    family that keeps jobs on the store asked for its own (on S3, the magic layout's one
+    delimited listing; the manifest committer refuses S3, so no ``_temporary/`` is
+    listed there). A tree is taken for the probe's committer when the probe is of its
+    family, else for the family's committer on this store."""
+    found = []
+    for family in FAMILIES:
+        committer = family.default_committer(probe.store_fs)
+        if probe.name in family.committers:
+            committer = probe.name
+        if committer is None:
+            continue
         found += [
-            _Candidate(root, name, ManifestCommitter.name, True)
-            for name in _names(store_fs, join(root, TEMPORARY))
-            if not name.isdigit()  # FileOutputCommitter's _temporary/<app attempt>
+            _Candidate(probe.dest, job_id, committer, True) for job_id in family.job_trees(probe)
         ]
     return found
 
 
-def _manifest_serves(probe: OutputCommitter) -> bool:
-    """Does the manifest committer serve the probe's store (it refuses a store without
-    rename, such as S3)? Asked of the committer itself: it sends no request."""
-    if isinstance(probe, ManifestCommitter):
-        return True
-    try:
-        committer_for(probe.url, committer=ManifestCommitter.name, fs=probe.store_fs)
-    except ValueError:
-        return False
-    return True
-
-
-def _magic_trees(probe: OutputCommitter) -> list[str]:
-    """The job ids of the ``__magic_job-<id>`` trees at the probe's destination, by the
-    names there (the store's operator view: on S3 one delimited listing)."""
-    if not isinstance(probe, MagicLayoutCommitter):
-        return []
-    view = operator_view_for(probe.store_fs, probe.deferred)
-    if view is None:
-        return []
-    prefix = join(probe.dest, MAGIC_JOB_PREFIX)
-    named = view.iterate(view.alist_named(prefix))
-    return sorted({path[len(prefix) :] for path in named if path.startswith(prefix)})
-
-
 def _below(probe: OutputCommitter) -> list[_Candidate]:
     """The jobs at or below the probe's destination that the store's index names (or, with
-    no index, that a walk of the directories finds)."""
+    no index, that a walk of the directories finds); the index is read the way the
+    probe's family calls its store."""
     where = job_index.bucket_and_key(probe.store_fs, probe.dest)
-    if where is None:
+    family = family_of(probe.name)
+    if where is None or family is None:
         return _walk(probe)
     bucket, key = where
-    directory = job_index.index_directory(bucket, key)
-    if isinstance(probe, MagicLayoutCommitter):
-        return _indexed(probe, bucket, directory)
-    probe.store_fs.invalidate_cache(directory)
-    entries = [job_index.parse_entry(bucket, path) for path in probe.store_fs.find(directory)]
+    entries = family.indexed(probe, bucket, job_index.index_directory(bucket, key))
     return [
-        _Candidate(entry.destination, entry.job_id, probe.name, False)
+        _Candidate(
+            entry.destination,
+            entry.job_id,
+            entry.committer if entry.committer in JOB_COMMITTERS else probe.name,
+            False,
+        )
         for entry in entries
-        if entry is not None
     ]
-
-
-def _indexed(probe: MagicLayoutCommitter, bucket: str, directory: str) -> list[_Candidate]:
-    """The index entries below ``directory`` through the probe's deferred store (S3: paged,
-    retried, paced), each read for its committer (at once, on the store's IO loop)."""
-    deferred = probe.deferred
-    listed = deferred.run(collect(deferred.alist_records(directory)))
-    entries = [e for e in (job_index.parse_entry(bucket, path) for path in listed) if e]
-    reads = [deferred.run_background(deferred.aread_record(e.entry, MARKER_BYTES)) for e in entries]
-    found = []
-    for entry, read in zip(entries, reads, strict=True):
-        named = job_index.entry_committer(read.result())
-        committer = named if named in JOB_COMMITTERS else probe.name
-        found.append(_Candidate(entry.destination, entry.job_id, committer, False))
-    return found
 
 
 def _walk(probe: OutputCommitter) -> list[_Candidate]:
@@ -276,7 +235,7 @@ def _walk(probe: OutputCommitter) -> list[_Candidate]:
             if name == TEMPORARY:
                 found += [
                     _Candidate(directory, job_id, ManifestCommitter.name, True)
-                    for job_id in _names(fs, entry)
+                    for job_id in listed_names(fs, entry)
                     if not job_id.isdigit()
                 ]
             elif not is_magic_element(name):  # a job's magic tree holds no job
@@ -338,13 +297,14 @@ def describe_job(committer: OutputCommitter) -> JobState:
     if keeper is not None:
         with contextlib.suppress(InvalidCommitData):
             journal = keeper.read()
-    marker = _marker(committer)
-    records = _task_records(committer)
+    family = family_of(committer.name)
+    marker = family.marker(committer) if family else None
+    records = family.task_records(committer) if family else 0
     if journal is not None:
         state = "committed" if journal.phase == "committed" else "committing"
     elif marker is not None:
         state = "active"
-    elif records or _tree_left(committer):
+    elif records or (family is not None and family.tree_left(committer)):
         state = "ended"
     else:  # nothing of it left: cleaned up after its commit, or never here
         state = "done" if committer.job_state() == "committed" else "unknown"
@@ -356,80 +316,9 @@ def describe_job(committer: OutputCommitter) -> JobState:
         phase=journal.phase if journal else None,
         task_records=records,
         deletes=journal.deletes if journal else 0,
-        started=_iso(marker.get("created")) if marker else None,
+        started=iso_millis(marker.get("created")) if marker else None,
         host=marker.get("hostname") if marker else None,
     )
-
-
-def _marker(committer: OutputCommitter) -> dict[str, Any] | None:
-    layout = getattr(committer, "layout", None)
-    if layout is None:
-        return None
-    if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
-        data = committer.deferred.read(layout.job_marker, MARKER_BYTES)
-        if data is None:
-            return None
-    else:
-        try:
-            data = committer.store_fs.cat_file(layout.job_marker, start=0, end=MARKER_BYTES)
-        except FileNotFoundError:
-            return None
-    try:
-        document = json.loads(data)
-    except ValueError:
-        return {}
-    return document if isinstance(document, dict) else {}
-
-
-def _task_records(committer: OutputCommitter) -> int:
-    layout = getattr(committer, "layout", None)
-    if isinstance(layout, MagicJobLayout):  # every committed attempt has its own record
-        directory, suffix = layout.tasks_dir, PENDINGSET_SUFFIX
-    elif isinstance(layout, ManifestJobLayout):
-        directory, suffix = layout.manifests_dir, MANIFEST_SUFFIX
-    else:
-        return 0
-    if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
-        deferred = committer.deferred
-        files = deferred.run(collect(deferred.alist_records(directory, recursive=False)))
-        records = [p for p in files if p.endswith(suffix)]
-        return len(committer.layout.chosen_records([], records))  # one per task
-    return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
-
-
-def _tree_left(committer: OutputCommitter) -> bool:
-    """Is anything left under the job's own directory (its tree)? One listing request."""
-    layout = getattr(committer, "layout", None)
-    if isinstance(layout, MagicJobLayout):
-        directory = layout.magic_dir
-    elif isinstance(layout, ManifestJobLayout):
-        directory = layout.job_dir
-    else:
-        return False
-    if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
-        deferred = committer.deferred
-        return bool(deferred.run(take(deferred.alist_records(directory), 1)))
-    return bool(_names(committer.store_fs, directory))
-
-
-def _names(fs: Any, directory: str) -> list[str]:
-    fs.invalidate_cache(directory)
-    try:
-        entries = fs.ls(directory, detail=False)
-    except FileNotFoundError:
-        return []
-    except NotADirectoryError:
-        return []
-    return [e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != directory]
-
-
-def _iso(millis: Any) -> str | None:
-    import datetime
-
-    if not isinstance(millis, int):
-        return None
-    moment = datetime.datetime.fromtimestamp(millis / 1000, datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 __all__ = ["JOB_MARKER", "STATES", "JobState", "describe_job", "find_jobs"]

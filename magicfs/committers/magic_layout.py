@@ -111,7 +111,7 @@ import fsspec
 from ..errors import InvalidCommitData, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
-from ..filesystems.originals import store_class, unwrapped
+from ..filesystems.originals import store_of
 from ..job_context import job_context
 from ..layouts import job_index
 from ..layouts.magic import MagicJobLayout
@@ -575,10 +575,7 @@ def BlockListCommitter(dest: str, **options: Any) -> MagicLayoutCommitter:
 def _deferred_spec(dest: str, fs: Any, configuration: str) -> DeferredStoreSpec:
     """The deferred store of ``dest`` (or ``fs``), refused unless ``configuration``
     commits it (a store's own, or ``magic-layout``: any)."""
-    store = unwrapped(fs)
-    if store is None:
-        store = store_class(fsspec.core.split_protocol(dest)[0] or "file")
-    spec = deferred_store_for(store)
+    spec = deferred_store_for(store_of(dest, fs))
     if spec is None or (configuration != "magic-layout" and spec.committer != configuration):
         stores = ", ".join(s.name for s in committed_by(configuration)) or "a deferred store"
         raise ValueError(

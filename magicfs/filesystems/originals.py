@@ -59,6 +59,16 @@ def unwrapped(fs: Any) -> Any:
     return fs
 
 
+def store_of(url: str, fs: Any = None) -> Any:
+    """The store ``url`` is on, for asking the registry which store it is: ``fs``
+    unwrapped (:func:`unwrapped`) when given, else the store's own class for the URL's
+    protocol (``file`` for a plain path); no filesystem is built."""
+    store = unwrapped(fs)
+    if store is None:
+        store = store_class(fsspec.core.split_protocol(url)[0] or "file")
+    return store
+
+
 def unwrapped_class(cls: Any) -> Any:
     """A filesystem class, or the class an installed class stands for."""
     while getattr(cls, "wrapped_class", None) is not None:

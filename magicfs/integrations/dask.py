@@ -64,6 +64,7 @@ from .engines import (
     PartNames,
     abort_job_quietly,
     check_columns,
+    job_committer,
     new_attempt_number,
     padding_for,
     rows_written,
@@ -251,7 +252,9 @@ def to_parquet(
         )
     columns = [partition_on] if isinstance(partition_on, str) else list(partition_on or [])
     check_columns("partition_on", columns, ddf.columns)
-    job = _build_committer(dest, committer, storage_options, conflict_mode, committer_options)
+    job = job_committer(
+        JOB_ID_SOURCE, dest, committer, storage_options, conflict_mode, committer_options
+    )
     names = PartNames(job.job_id, ".parquet", padding_for(ddf.npartitions), name_function)
     writer = _ParquetWriter(names, tuple(columns), write_index, dict(to_parquet_kwargs))
     return _run_job(ddf, writer, job, compute_kwargs)
@@ -282,7 +285,9 @@ def to_csv(
     suffix = ".csv" + (
         COMPRESSION_SUFFIXES.get(compression, "") if isinstance(compression, str) else ""
     )
-    job = _build_committer(dest, committer, storage_options, conflict_mode, committer_options)
+    job = job_committer(
+        JOB_ID_SOURCE, dest, committer, storage_options, conflict_mode, committer_options
+    )
     names = PartNames(job.job_id, suffix, padding_for(ddf.npartitions), name_function)
     return _run_job(ddf, _CsvWriter(names, dict(to_csv_kwargs)), job, compute_kwargs)
 
@@ -311,29 +316,6 @@ def write_partitions(
 
 
 # -- the job ------------------------------------------------------------------------------------
-
-
-def _build_committer(
-    dest: str,
-    committer: str | OutputCommitter | None,
-    storage_options: dict[str, Any] | None,
-    conflict_mode: str,
-    committer_options: Mapping[str, Any] | None,
-) -> OutputCommitter:
-    if isinstance(committer, OutputCommitter):
-        if storage_options is not None or committer_options:
-            raise TypeError(
-                "magicfs.dask: a ready-made committer already has its storage and options; "
-                "pass storage_options= and committer_options= to magicfs.committer_for instead"
-            )
-        return committer
-    return committer_for(
-        dest,
-        committer=committer,
-        storage_options=storage_options,
-        conflict_mode=conflict_mode,
-        **{"job_id_source": JOB_ID_SOURCE, **dict(committer_options or {})},
-    )
 
 
 def _run_job(

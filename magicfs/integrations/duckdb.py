@@ -83,9 +83,9 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
 
 import fsspec
 
-from ..committers import JobSummary, OutputCommitter, TaskCommitMessage, committer_for
+from ..committers import JobSummary, OutputCommitter, TaskCommitMessage
 from ..filesystems import MagicFileSystem
-from .engines import PartNames, abort_job_quietly
+from .engines import PartNames, abort_job_quietly, job_committer
 
 __all__ = ["FORMATS", "CopyJob", "copy", "copy_job"]
 
@@ -560,22 +560,15 @@ def copy_job(
         **committer_options: other :func:`magicfs.committer_for` options (``job_id``,
             ``threads``, ``in_memory``...).
     """
-    if isinstance(committer, OutputCommitter):
-        if storage_options is not None or conflict_mode is not None or committer_options:
-            raise TypeError(
-                "magicfs.duckdb: a ready-made committer already has its storage and options; "
-                "pass storage_options=, conflict_mode= and other options to "
-                "magicfs.committer_for instead"
-            )
-        built = committer
-    else:
-        built = committer_for(
-            dest,
-            committer=committer,
-            storage_options=storage_options,
-            conflict_mode=conflict_mode or "append",
-            **{"job_id_source": JOB_ID_SOURCE, **committer_options},
-        )
+    built = job_committer(
+        JOB_ID_SOURCE,
+        dest,
+        committer,
+        storage_options,
+        conflict_mode,
+        committer_options,
+        conflict_mode_given=conflict_mode is not None,
+    )
     return CopyJob(connection if connection is not None else duckdb.default_connection(), built)
 
 
@@ -610,7 +603,7 @@ def copy(
     Returns the :class:`~magicfs.JobSummary`. On any failure the job is aborted (nothing
     visible, no upload left) and the error raised.
     """
-    if conflict_mode is None and not isinstance(committer, OutputCommitter):
+    if conflict_mode is None and (committer is None or isinstance(committer, str)):
         conflict_mode = default_conflict_mode(options)
     job = copy_job(
         dest,

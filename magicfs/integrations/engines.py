@@ -20,10 +20,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ..committers import OutputCommitter, TaskAttempt
+from ..committers import OutputCommitter, TaskAttempt, committer_for
 
 log = logging.getLogger("magicfs.engines")
 
@@ -67,6 +67,52 @@ class PartitionTask:
     def work_path(self) -> str:
         """The attempt's output root (``base_dir`` for pyarrow's ``write_dataset``)."""
         return self.attempt.work_path
+
+
+def job_committer(
+    engine: str,
+    dest: str,
+    committer: str | OutputCommitter | None,
+    storage_options: dict[str, Any] | None,
+    conflict_mode: str | None,
+    committer_options: Mapping[str, Any] | None,
+    *,
+    conflict_mode_given: bool = False,
+) -> OutputCommitter:
+    """The committer of an engine's job: ``committer`` itself when the caller built it
+    (a ready-made committer), else :func:`magicfs.committer_for` of its name (``None``:
+    the store's default) with the options; ``engine`` (``magicfs.dask``) is the job id's
+    source and names the engine in messages.
+
+    A ready-made committer has its storage and options already: giving them here too is
+    refused (``TypeError`` naming them) rather than silently dropped. ``conflict_mode``
+    counts as given only when ``conflict_mode_given`` (an engine whose parameter has a
+    default cannot tell). Decision: whether ``committer`` is a name is asked, not what
+    class it is (anything else is taken for a committer).
+    """
+    if committer is None or isinstance(committer, str):
+        return committer_for(
+            dest,
+            committer=committer,
+            storage_options=storage_options,
+            conflict_mode=conflict_mode or "append",
+            **{"job_id_source": engine, **dict(committer_options or {})},
+        )
+    given = [
+        name
+        for name, present in (
+            ("storage_options=", storage_options is not None),
+            ("conflict_mode=", conflict_mode_given),
+            ("committer_options=", bool(committer_options)),
+        )
+        if present
+    ]
+    if given:
+        raise TypeError(
+            f"{engine}: a ready-made committer already has its storage and options; "
+            f"pass {', '.join(given)} to magicfs.committer_for instead"
+        )
+    return committer
 
 
 def rows_written(returned: object) -> int | None:

@@ -50,12 +50,13 @@ except ImportError as missing:  # pragma: no cover - depends on the environment
         f"magicfs.ray needs Ray Data ({missing}): pip install 'magicfs[ray]'"
     ) from missing
 
-from ..committers import JobSummary, OutputCommitter, TaskCommitMessage, committer_for
+from ..committers import JobSummary, OutputCommitter, TaskCommitMessage
 from ..errors import CommitFailedError
 from .engines import (
     PartNames,
     abort_job_quietly,
     check_columns,
+    job_committer,
     new_attempt_number,
     write_tables,
 )
@@ -111,21 +112,9 @@ class CommittedDatasink(Datasink[TaskCommitMessage]):
             )
         if isinstance(partition_cols, str):
             partition_cols = [partition_cols]
-        if isinstance(committer, OutputCommitter):
-            if storage_options is not None or committer_options:
-                raise TypeError(
-                    "magicfs.ray: a ready-made committer already has its storage and options; "
-                    "pass storage_options= and committer_options= to magicfs.committer_for"
-                )
-            self._committer = committer
-        else:
-            self._committer = committer_for(
-                dest,
-                committer=committer,
-                storage_options=storage_options,
-                conflict_mode=conflict_mode,
-                **{"job_id_source": JOB_ID_SOURCE, **(committer_options or {})},
-            )
+        self._committer = job_committer(
+            JOB_ID_SOURCE, dest, committer, storage_options, conflict_mode, committer_options
+        )
         self._format = fmt
         self._partition_cols = tuple(partition_cols or ())
         self._names = PartNames(self._committer.job_id, f".{fmt}")

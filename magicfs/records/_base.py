@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from typing import Any, ClassVar, Self, cast
@@ -86,3 +87,19 @@ def now_millis() -> int:
 def java_date(millis: int) -> str:
     """``java.util.Date.toString()`` in UTC, e.g. ``Wed Oct 09 13:20:00 UTC 2024``."""
     return time.strftime("%a %b %d %H:%M:%S UTC %Y", time.gmtime(millis / 1000))
+
+
+def iso_seconds(moment: datetime.datetime) -> str:
+    """``moment`` in UTC, ISO 8601 to the second with a ``Z`` (``2026-12-07T06:08:31Z``):
+    how magicfs's own output shows a time (a naive ``moment`` is taken as UTC)."""
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.astimezone(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def iso_millis(millis: Any) -> str | None:
+    """A record's epoch milliseconds (a marker's ``created``) as :func:`iso_seconds`;
+    ``None`` for anything but a positive integer (absent, zero: Hadoop's "not set")."""
+    if not isinstance(millis, int) or isinstance(millis, bool) or millis <= 0:
+        return None
+    return iso_seconds(datetime.datetime.fromtimestamp(millis / 1000, datetime.UTC))

@@ -26,7 +26,8 @@ from typing import Any, TextIO
 
 import fsspec
 
-from ...filesystems.originals import EXTRAS, store_class
+from ...filesystems.originals import EXTRAS, store_of
+from ...layouts.magic import check_job_id
 from ...stores.deferred import take
 from ...stores.failures import Failure
 from ...stores.operator_view import OperatorView
@@ -231,16 +232,19 @@ def _client_options(url: str, options: dict[str, Any]) -> dict[str, Any]:
     """``options`` with the client settings ``url``'s deferred store gives its filesystem
     when a committer builds it (S3: timeouts and retries that fail fast on a wrong or
     dead endpoint): asked of the registry by the URL's filesystem class, none built."""
-    protocol = fsspec.core.split_protocol(url)[0]
-    spec = deferred_store_for(store_class(protocol)) if protocol else None
+    spec = deferred_store_for(store_of(url)) if fsspec.core.split_protocol(url)[0] else None
     if spec is None or spec.options is None:
         return options
     return spec.options().filesystem_options(options, CLIENT_THREADS)
 
 
-def is_local(fs: Any) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return "file" in protocols or "local" in protocols
+def job_id_argument(text: str) -> str:
+    """``--job ID``'s type: a valid job id (:func:`~magicfs.layouts.magic.check_job_id`),
+    else argparse's usage error (exit 2) with the id's rule."""
+    try:
+        return check_job_id(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @contextmanager

@@ -28,7 +28,6 @@ from ...records import (
     TaskManifest,
 )
 from ...records._base import Record
-from . import render
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -39,6 +38,10 @@ from .common import (
     print_json,
 )
 from .common import read_limited as read_file
+from .render import manifest as render_manifest
+from .render import pending as render_pending
+from .render import pendingset as render_pendingset
+from .render import success as render_success
 
 log = logging.getLogger("magicfs.cli.inspect")
 
@@ -153,10 +156,10 @@ def describe(record: Record, kind: str, url: str, limit: int) -> list[str]:
     what = KINDS[kind][1]
     lines = [f"{url}: valid {what}, Hadoop {type(record).__name__}"]
     if isinstance(record, SinglePendingCommit):
-        return lines + render.pending(record, limit)
+        return lines + render_pending(record, limit)
     if isinstance(record, PendingSet):
-        return lines + render.pendingset(record, limit)
+        return lines + render_pendingset(record, limit)
     if isinstance(record, TaskManifest):
-        return lines + render.manifest(record, limit)
+        return lines + render_manifest(record, limit)
     assert isinstance(record, SuccessData)
-    return lines + render.success(record, limit)
+    return lines + render_success(record, limit)

@@ -40,9 +40,9 @@ import sys
 from typing import Any
 
 from ...committers import committer_for, default_committer
-from ...committers.jobs import JOB_COMMITTERS, JobState, describe_job, find_jobs
+from ...committers.job_families import JOB_COMMITTERS, family_of
+from ...committers.jobs import JobState, describe_job, find_jobs
 from ...errors import JobCommitError, NothingToCommitError
-from ...layouts.magic import check_job_id
 from ...protocol.attempts import TaskCommitMessage
 from ...protocol.commit_record import vacuum
 from ...protocol.committer import OutputCommitter
@@ -53,6 +53,7 @@ from .common import (
     EXIT_OK,
     CliError,
     add_common_options,
+    job_id_argument,
     open_fs,
     plural,
     print_json,
@@ -108,7 +109,9 @@ def add_parser(sub: Any) -> None:
     for name, text in ACTIONS.items():
         action = actions.add_parser(name, help=text, description=text)
         _add_path(action)
-        action.add_argument("--job", required=True, type=_job_id, metavar="ID", help="the job id")
+        action.add_argument(
+            "--job", required=True, type=job_id_argument, metavar="ID", help="the job id"
+        )
         action.add_argument(
             "--committer",
             choices=JOB_COMMITTERS,
@@ -156,13 +159,6 @@ def _add_choices(parser: argparse.ArgumentParser) -> None:
 def _add_path(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="PATH", help="the jobs' destination (fsspec URL)")
     add_common_options(parser)
-
-
-def _job_id(text: str) -> str:
-    try:
-        return check_job_id(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 # -- list ----------------------------------------------------------------------------------------
@@ -554,9 +550,10 @@ def check_records_exist(
     """Every record the messages name is one of this job's task records and is there
     (else the commit would fail and abort the job): one listing of its tasks directory."""
     fs = committer.store_fs
-    tasks_dir = getattr(getattr(committer, "layout", None), "tasks_dir", None)
-    if tasks_dir is None:  # not a committer of ``magicfs jobs``
+    family = family_of(committer.name)
+    if family is None:  # not a committer of ``magicfs jobs``
         return
+    tasks_dir = family.records_dir(committer)
     outside = [m for m in messages if m.record.rsplit("/", 1)[0] != tasks_dir]
     if outside:
         raise CliError(
@@ -564,11 +561,7 @@ def check_records_exist(
             f"outside job {committer.job_id}'s task records ({outside[0].record}, not in "
             f"{fs.unstrip_protocol(tasks_dir)}): give this job's messages"
         )
-    fs.invalidate_cache(tasks_dir)
-    try:
-        present = {entry.rstrip("/") for entry in fs.ls(tasks_dir, detail=False)}
-    except FileNotFoundError:
-        present = set()
+    present = family.stored_records(committer)
     missing = sorted({m.record for m in messages} - present)
     if missing:
         raise CliError(

@@ -6,7 +6,6 @@ own Hadoop JSON (``to_dict()``) instead. Long lists are cut at ``limit`` entries
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +17,7 @@ from ...records import (
     SuccessData,
     TaskManifest,
 )
+from ...records._base import iso_millis
 from .common import fields, first, human_bytes, plural
 
 
@@ -25,13 +25,6 @@ def statistics(snapshot: IOStatisticsSnapshot) -> list[str]:
     """Hadoop's pretty IOStatistics under a ``Statistics:`` heading (nothing if empty)."""
     text = snapshot.pretty()
     return ["Statistics:", text] if text else ["Statistics: none"]
-
-
-def millis_date(millis: int) -> str | None:
-    if not millis:
-        return None
-    moment = datetime.datetime.fromtimestamp(millis / 1000, tz=datetime.UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def extra(data: dict[str, str], title: str) -> list[str]:
@@ -49,7 +42,7 @@ def pending(commit: SinglePendingCommit, limit: int) -> list[str]:
             ("written as", commit.uri),
             ("job id", commit.job_id),
             ("task", commit.task_id),
-            ("created", commit.date or millis_date(commit.created)),
+            ("created", commit.date or iso_millis(commit.created)),
             ("text", commit.text),
         ],
         indent="  ",
@@ -170,7 +163,7 @@ def success(record: SuccessData, limit: int) -> list[str]:
             ("job id", record.job_id),
             ("job id source", record.job_id_source),
             ("host", record.hostname),
-            ("date", record.date or millis_date(record.timestamp)),
+            ("date", record.date or iso_millis(record.timestamp)),
             ("files", _known(totals.files, lambda n: f"{n:,}")),
             ("bytes", _known(totals.bytes, human_bytes)),
             ("tasks", _known(totals.tasks, lambda n: f"{n:,}")),

@@ -19,7 +19,6 @@ from ...errors import InvalidCommitData
 from ...names import SUCCESS_FILE
 from ...paths import join
 from ...records import SuccessData
-from . import render
 from .common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -32,6 +31,8 @@ from .common import (
 )
 from .common import read_limited as read_file
 from .inspect_record import load
+from .render import JobTotals
+from .render import success as render_success
 
 log = logging.getLogger("magicfs.cli.success")
 
@@ -104,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         print(f"{url}: job {record.job_id or '(no id)'}")
-        print("\n".join(render.success(record, args.limit)))
+        print("\n".join(render_success(record, args.limit)))
     if not record.success:
         print(f"magicfs: {url}: the job did not succeed (success: false)", file=sys.stderr)
         return EXIT_FAILED
@@ -121,7 +122,7 @@ def summary(record: SuccessData) -> dict[str, Any]:
         "hostname": record.hostname,
         "date": record.date,
         "timestamp": record.timestamp,
-        **render.JobTotals.of(record).to_dict(),
+        **JobTotals.of(record).to_dict(),
         "filenames": list(record.filenames),
     }
 

@@ -2,8 +2,11 @@
 
 Any registered deferred store is served through its operator view
 (:mod:`magicfs.stores.operator_view`: listing, measuring and discarding its pending
-writes); a store that cannot discard them (Azure's staged blocks) is listed by
-:mod:`.staged`. On S3 the command is Hadoop's ``hadoop s3guard uploads``, with three
+writes), in one report with one JSON schema whatever the store. A store that cannot
+discard them (Azure: the names holding staged blocks, which it bills for until they
+expire) is listed the same way, each write without an upload id or initiation time;
+``abort`` there changes nothing and says why (:func:`refuse_on_keeping_store`). On S3
+the command is Hadoop's ``hadoop s3guard uploads``, with three
 differences that make it safer to run:
 
 * ``abort`` is a dry run unless ``--force`` (Hadoop prompts instead; a dry run works
@@ -57,11 +60,12 @@ from typing import Any, Protocol
 
 from tqdm import tqdm
 
-from ...layouts.magic import MagicJobLayout, check_job_id
+from ...layouts.magic import MagicJobLayout
 from ...names import UNMARKED_FILE
 from ...parallel import loop_map
 from ...paths import marked_destinations
 from ...progress import batches, progress_bar
+from ...records._base import iso_seconds
 from ...stores.operator_view import OperatorView, Owner, Pending
 from ...stores.registry import DEFERRED_STORES, deferred_store_for, operator_view_for
 from ...stores.spool import KeySet
@@ -74,11 +78,11 @@ from .common import (
     add_common_options,
     duration,
     human_bytes,
+    job_id_argument,
     open_fs,
     plural,
     store_errors,
 )
-from .staged import run_staged
 
 log = logging.getLogger("magicfs.cli.uploads")
 
@@ -156,19 +160,12 @@ def _add_selection(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--job",
         metavar="ID",
-        type=_job_id,
+        type=job_id_argument,
         help="only uploads recorded in that job's magic tree PATH/__magic_job-ID/ "
         "(markers, .pending and .pendingset files)",
     )
     add_common_options(parser)
     parser.set_defaults(handler=run)
-
-
-def _job_id(text: str) -> str:
-    try:
-        return check_job_id(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 @dataclass(slots=True)
@@ -183,7 +180,8 @@ class Upload:
     url: str = ""
     parts: int = 0
     bytes: int = 0
-    #: ``pending`` (listed), ``would abort``, ``aborted``, ``already gone``, ``failed``
+    #: ``pending`` (listed), ``would abort``, ``aborted``, ``already gone``, ``failed``,
+    #: ``cannot abort`` (``abort`` on a store that cannot discard: Azure's blocks)
     status: str = "pending"
     error: str | None = None
 
@@ -193,15 +191,15 @@ class Upload:
         return Pending(path, self.upload_id, self.initiated, self.parts, self.bytes)
 
     def initiated_text(self) -> str:
-        return _iso(self.initiated) if self.initiated else "(unknown)"
+        return iso_seconds(self.initiated) if self.initiated else "(unknown)"
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "bucket": self.bucket,
             "key": self.key,
             "uri": self.url,
-            "upload_id": self.upload_id,
-            "initiated": _iso(self.initiated) if self.initiated else None,
+            "upload_id": self.upload_id or None,
+            "initiated": iso_seconds(self.initiated) if self.initiated else None,
             "parts": self.parts,
             "bytes": self.bytes,
             "status": self.status,
@@ -220,11 +218,19 @@ class Selection:
     cutoff: datetime.datetime | None
     #: ``bucket/prefix`` as its store names it (``s3://bucket/prefix``).
     url: str = ""
+    #: The deferred store's registered name (``s3``, ``azure-block-list``).
+    store: str = ""
+    #: What a staged piece of a pending write is called there (S3: ``part``).
+    part_noun: str = "part"
+    #: Can the store discard a pending write (``abort --force``)? Not Azure's blocks.
+    can_abort: bool = True
+    #: Why nothing is discarded there (the store's operator view says).
+    cannot_discard: str = ""
 
     def describe(self) -> str:
         text = self.url
         if self.cutoff is not None:
-            text += f", initiated at or before {_iso(self.cutoff)}"
+            text += f", initiated at or before {iso_seconds(self.cutoff)}"
         if self.job:
             text += f", recorded by job {self.job}"
         return text
@@ -293,10 +299,10 @@ def run(args: argparse.Namespace) -> int:
             EXIT_USAGE,
         )
     if not view.capabilities.discards_pending:
-        return run_staged(args, view, path, _store_name(fs))
+        refuse_on_keeping_store(args, view)
     bucket, key = view.split(path)
     if not bucket:
-        raise CliError(f"{args.path}: no bucket in the path", EXIT_USAGE)
+        raise CliError(f"{args.path}: no bucket (container) in the path", EXIT_USAGE)
     if args.older_than and not view.knows_initiation:
         raise CliError(
             f"{args.path}: --older-than selects by initiation time, which this store does "
@@ -311,14 +317,47 @@ def run(args: argparse.Namespace) -> int:
         job=args.job,
         cutoff=cutoff_for(older_than, datetime.datetime.now(datetime.UTC)),
         url=view.url(f"{bucket}/{upload_prefix(key)}"),
+        store=_store_name(fs),
+        part_noun=view.part_noun,
+        can_abort=view.capabilities.discards_pending,
+        cannot_discard=view.cannot_discard,
     )
     with store_errors(selection.url), recorded_by_job(view, selection) as recorded:
         uploads = measure(view, select(view, selection, recorded))
         if args.action == "abort":
             uploads = abort(view, uploads, dry_run=not args.force)
+            if not selection.can_abort:
+                uploads = _kept(uploads)
         with contextlib.closing(uploads):
             totals = report(args, selection, uploads)
     return exit_code(args, selection, totals)
+
+
+def refuse_on_keeping_store(args: argparse.Namespace, view: OperatorView) -> None:
+    """On a store that cannot discard pending writes (Azure's staged blocks), refuse what
+    only a discarding store can do: ``abort --force``, and ``--job``/``--older-than``.
+
+    Decision: ``abort`` there changes nothing and says why (each write's status is
+    ``cannot abort``); ``--force`` is refused. The only way to force staged data out
+    would be to publish something at that name, which would make a file visible:
+    magicfs never does that.
+    """
+    if args.action == "abort" and args.force:
+        raise CliError(f"{args.path}: cannot abort here. {view.cannot_discard}", EXIT_USAGE)
+    if args.job or args.older_than:
+        raise CliError(
+            f"{args.path}: --job and --older-than select pending writes a store can "
+            "discard; on this store the listing shows every name under PATH with "
+            f"{view.part_noun}s",
+            EXIT_USAGE,
+        )
+
+
+def _kept(uploads: Iterable[Upload]) -> Generator[Upload, None, None]:
+    """``abort`` on a store that cannot discard: every write stays, and says so."""
+    for upload in uploads:
+        upload.status = "cannot abort"
+        yield upload
 
 
 def _store_name(fs: Any) -> str:
@@ -364,7 +403,7 @@ def _initiated_by(uploads: Iterable[Upload], cutoff: datetime.datetime) -> Itera
         if upload.initiated is not None and upload.initiated <= cutoff:
             count += 1
             yield upload
-    log.info("%d of them initiated at or before %s", count, _iso(cutoff))
+    log.info("%d of them initiated at or before %s", count, iso_seconds(cutoff))
 
 
 def _recorded(
@@ -538,10 +577,10 @@ class TextReport:
         print(f"Uploads under {self.selection.describe()}:")
 
     def upload(self, upload: Upload) -> None:
-        print(upload_line(self.args.action, upload))
+        print(upload_line(self.args.action, upload, self.selection.part_noun))
 
     def finish(self, totals: Totals) -> None:
-        print(total_line(self.args, totals))
+        print(total_line(self.args, totals, self.selection))
 
 
 class JsonReport:
@@ -559,10 +598,12 @@ class JsonReport:
         out.member("action", self.args.action)
         out.member("dry_run", self.args.action == "abort" and not self.args.force)
         out.member("path", selection.url)
+        out.member("store", selection.store)
+        out.member("can_abort", selection.can_abort)
         out.member("bucket", selection.bucket)
         out.member("prefix", selection.prefix)
         out.member("older_than_seconds", selection.older_than)
-        out.member("initiated_before", _iso(selection.cutoff) if selection.cutoff else None)
+        out.member("initiated_before", iso_seconds(selection.cutoff) if selection.cutoff else None)
         out.member("job", selection.job)
         out.begin_array("uploads")
 
@@ -584,18 +625,24 @@ class JsonReport:
         return self.out
 
 
-def upload_line(action: str, upload: Upload) -> str:
-    """One upload's line of the text output (fixed columns: see :data:`BYTES_WIDTH`)."""
+def upload_line(action: str, upload: Upload, part_noun: str = "part") -> str:
+    """One upload's line of the text output (fixed columns: see :data:`BYTES_WIDTH`); a
+    write with no upload id (Azure's staged blocks) ends with its staged pieces."""
     status = "" if action == "list" else f"{upload.status:<{STATUS_WIDTH}}  "
+    which = f"upload {upload.upload_id}" if upload.upload_id else plural(upload.parts, part_noun)
     return (
         f"  {status}{upload.initiated_text():<{INITIATED_WIDTH}}  "
-        f"{upload.bytes:>{BYTES_WIDTH},} bytes  {upload.url}  upload {upload.upload_id}"
+        f"{upload.bytes:>{BYTES_WIDTH},} bytes  {upload.url}  {which}"
     )
 
 
-def total_line(args: argparse.Namespace, totals: Totals) -> str:
+def total_line(args: argparse.Namespace, totals: Totals, selection: Selection) -> str:
     parked = human_bytes(totals.bytes)
     found = plural(totals.count, "upload")
+    if not selection.can_abort:
+        names = plural(totals.count, "name")
+        line = f"Total: {names} with {selection.part_noun}s, {parked} staged."
+        return line if args.action == "list" else f"{line}\n{selection.cannot_discard}"
     if args.action == "list":
         return f"Total: {found} found, {parked} parked."
     if not args.force:
@@ -628,10 +675,3 @@ def exit_code(args: argparse.Namespace, selection: Selection, totals: Totals) ->
         )
         return EXIT_FAILED
     return EXIT_OK
-
-
-def _iso(moment: datetime.datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    text = moment.astimezone(datetime.UTC).isoformat(timespec="seconds")
-    return text.replace("+00:00", "Z")
