@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import networkx
 import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "magicfs"
@@ -75,19 +76,27 @@ def module_file(dotted: str) -> str | None:
 
 
 def imports_of(source: pathlib.Path) -> list[str]:
-    """The magicfs modules ``source`` imports (relative imports, resolved)."""
+    """The magicfs modules ``source`` imports (relative imports resolved), wherever the
+    import stands: in a function, or under ``TYPE_CHECKING`` (mypy and a reader follow
+    those too). ``from . import x`` imports the package itself first (its
+    ``__init__.py`` runs), then ``x``: both count."""
     package = ["magicfs", *source.relative_to(PACKAGE).parent.parts]
     found = []
     for node in ast.walk(ast.parse(source.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = ".".join(package[: len(package) - node.level + 1])
+        if isinstance(node, ast.ImportFrom) and (node.level or _ours(node.module)):
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
             if node.module:
-                found.append(f"{base}.{node.module}")
+                found.append(f"{base}.{node.module}" if base else node.module)
             else:
+                found.append(base)
                 found += [f"{base}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
             found += [a.name for a in node.names if a.name.startswith("magicfs.")]
     return found
+
+
+def _ours(module: str | None) -> bool:
+    return module is not None and (module == "magicfs" or module.startswith("magicfs."))
 
 
 MODULES = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py"))
@@ -126,3 +135,53 @@ def test_only_the_stores_know_a_store(module):
         and target.count("/") > 1
     ]
     assert own == [] or module in STORE_SPECIFIC, f"{module} imports a store's own module: {own}"
+
+
+def import_graph() -> networkx.DiGraph:
+    """Every module of magicfs, an edge to each module it imports (:func:`imports_of`)."""
+    graph = networkx.DiGraph()
+    for module in MODULES:
+        graph.add_node(module)
+        for dotted in imports_of(PACKAGE / module):
+            target = module_file(dotted)
+            if target is not None and target != module:
+                graph.add_edge(module, target)
+    return graph
+
+
+#: Import loops being removed on other branches right now, each named by its modules.
+#: Only these may stand, and only until those branches merge: the lead deletes each entry
+#: as its branch lands (a loop not listed, or a listed one that grew, fails).
+LOOPS_BEING_REMOVED = [
+    # branch `binding`: one binding per store (issue 56, item 4)
+    {"stores/commit_ops.py", "stores/deferred.py", "stores/job_hooks.py"},
+    {"stores/azure/deferred.py", "stores/azure/job_hooks.py", "stores/azure/operator_view.py"},
+    {"stores/memory_deferred/adapter.py", "stores/memory_deferred/operator_view.py"},
+    {"stores/s3/deferred.py", "stores/s3/job_hooks.py", "stores/s3/operator_view.py"},
+    # branch `operator2`: the operator commands (issue 56, item 5)
+    {
+        "integrations/cli/__init__.py",
+        "integrations/cli/inspect_record.py",
+        "integrations/cli/success.py",
+    },
+]
+
+
+def test_no_import_loops():
+    """No module imports itself through others (issue 56): a loop is one module in
+    several files, which a reader cannot read in order and Python may import half-done.
+    Each loop is reported as its modules (a strongly connected component of the graph)."""
+    loops = [
+        sorted(component)
+        for component in networkx.strongly_connected_components(import_graph())
+        if len(component) > 1 and component not in LOOPS_BEING_REMOVED
+    ]
+    assert sorted(loops) == [], f"modules importing each other in a loop: {sorted(loops)}"
+
+
+def test_the_loop_finder_finds_a_loop():
+    """The check above can fail: two modules that import each other make a loop."""
+    graph = import_graph()
+    graph.add_edge("protocol/options.py", "protocol/committer.py")  # committer imports options
+    found = [c for c in networkx.strongly_connected_components(graph) if len(c) > 1]
+    assert {"protocol/options.py", "protocol/committer.py"} <= set().union(*found)

@@ -4,9 +4,9 @@ The attempt's pendingset, saved and then the job checked (the zombie handshake: 
 either saved its record before the job's end began, or finds the job gone and withdraws
 its uploads); the committed attempt's records dropped where the store does not keep them;
 an abort's markers in another process than the attempt's own, saved while the job is
-checked. Functions of the committer (:class:`~.magic_layout.MagicLayoutCommitter`), which
-both of its commit paths share (:mod:`.magic_layout`, listing; :mod:`.memory_commits`,
-from memory).
+checked. Functions of the job as :class:`TaskRecordsJob` names it (what the
+magic-layout committer's two commit paths share: :mod:`.magic_layout`, listing;
+:mod:`.memory_commits`, from memory), so that neither module imports the committer's.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ import concurrent.futures
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..errors import JobNotActiveError
-from ..protocol.tasks import require_active_job
+from ..layouts.magic import MagicJobLayout
+from ..protocol.attempts import TaskAttempt
+from ..protocol.tasks import TaskJob, require_active_job
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
@@ -26,17 +28,37 @@ from ..records import (
     SinglePendingCommit,
     declared_checksums,
 )
+from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredStore
-
-if TYPE_CHECKING:
-    from ..protocol.attempts import TaskAttempt
-    from .magic_layout import MagicLayoutCommitter
+from ..stores.job_hooks import DeferredJobHooks
 
 log = logging.getLogger("magicfs.committer.magic_layout")
 
 
+class TaskRecordsJob(TaskJob, Protocol):
+    """What a magic-layout task commit or abort uses of its job, and all it uses."""
+
+    @property
+    def layout(self) -> MagicJobLayout: ...
+
+    @property
+    def deferred(self) -> DeferredStore: ...
+
+    @property
+    def store_hooks(self) -> DeferredJobHooks: ...
+
+    def job_signals(self) -> frozenset[str] | None:
+        """``None`` once the job has ended, else the tasks marked touched."""
+
+    def operations(self) -> CommitOperations: ...
+
+    def abort_task(self, task: TaskAttempt) -> None: ...
+
+    def delete_files(self, paths: list[str]) -> None: ...
+
+
 def new_pendingset(
-    job: MagicLayoutCommitter,
+    job: TaskRecordsJob,
     task: TaskAttempt,
     commits: list[SinglePendingCommit],
     stats: IOStatisticsSnapshot,
@@ -52,7 +74,7 @@ def new_pendingset(
 
 
 def save_task_record(
-    job: MagicLayoutCommitter,
+    job: TaskRecordsJob,
     task: TaskAttempt,
     pendingset: PendingSet,
     data: bytes,
@@ -86,7 +108,7 @@ def save_task_record(
         raise
 
 
-def drop_attempt_records(job: MagicLayoutCommitter, task: TaskAttempt, listed: list[str]) -> None:
+def drop_attempt_records(job: TaskRecordsJob, task: TaskAttempt, listed: list[str]) -> None:
     """Delete the committed attempt's markers and records (``listed`` by its commit),
     as Hadoop's magic committer deletes the attempt directory at task commit: the
     pendingset now holds every commit. Failures, and anything written into the
@@ -97,7 +119,7 @@ def drop_attempt_records(job: MagicLayoutCommitter, task: TaskAttempt, listed: l
         log.warning("task %s: its file records stay until job clean-up: %s", task.attempt_id, error)
 
 
-def leave_aborted_marker(job: MagicLayoutCommitter, task: TaskAttempt, touched: bool) -> None:
+def leave_aborted_marker(job: TaskRecordsJob, task: TaskAttempt, touched: bool) -> None:
     """An abort in a process that did not set the attempt up: only a marker can tell
     the process that did (and any other) that the attempt may not commit; ``touched``:
     with its task's touched marker, where that commit may trust its memory

@@ -43,25 +43,20 @@ this mode; they are never published, and the job's clean-up deletes them with it
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from ..protocol.attempts import TaskCommitMessage
+from ..layouts.magic import MagicJobLayout
+from ..protocol.attempts import TaskAttempt, TaskCommitMessage
 from ..protocol.hooks import TaskCommit
 from ..protocol.tasks import task_committed
 from ..stores.deferred import DeferredStore, collect
 from ..stores.job_check import JobCheck, job_check
 from ..task_files import TASK_FILES, TaskFile
-from .attempt_records import new_pendingset, save_task_record
-
-if TYPE_CHECKING:
-    from ..layouts.magic import MagicJobLayout
-    from ..protocol.attempts import TaskAttempt
-    from .magic_layout import MagicLayoutCommitter
+from .attempt_records import TaskRecordsJob, new_pendingset, save_task_record
 
 log = logging.getLogger("magicfs.committer.magic_layout")
 
 
-def trusting_job(job: MagicLayoutCommitter) -> bool:
+def trusting_job(job: TaskRecordsJob) -> bool:
     """Whether ``job``'s first attempts may trust their memory: its attempts' commits stay
     where they were set up, and its store keeps attempt records until the job ends (S3's
     ``in_memory``; Azure's commits delete what they list, so they list)."""
@@ -69,7 +64,7 @@ def trusting_job(job: MagicLayoutCommitter) -> bool:
     return hooks.keeps_attempt_records and hooks.commits_stay_where_set_up
 
 
-def trusts_memory(job: MagicLayoutCommitter, task: TaskAttempt) -> bool:
+def trusts_memory(job: TaskRecordsJob, task: TaskAttempt) -> bool:
     """Whether ``task``'s commit here may trust this process's memory: a trusting job,
     the task's first attempt (a later one lists: :func:`touches_task`), set up here and
     not ended here."""
@@ -81,14 +76,14 @@ def trusts_memory(job: MagicLayoutCommitter, task: TaskAttempt) -> bool:
     )
 
 
-def touches_task(job: MagicLayoutCommitter, task: TaskAttempt) -> bool:
+def touches_task(job: TaskRecordsJob, task: TaskAttempt) -> bool:
     """Whether ``task``'s commit marks its task touched before listing it: a later
     attempt, in a trusting job."""
     return trusting_job(job) and task.attempt_number > 0
 
 
 def commit_from_memory(
-    job: MagicLayoutCommitter, commit: TaskCommit, files: list[TaskFile]
+    job: TaskRecordsJob, commit: TaskCommit, files: list[TaskFile]
 ) -> TaskCommitMessage | None:
     """Commit ``commit.task`` from this process's memory (``files``: its registry
     entries): its pendingset saved, then the job checked by one shared listing.

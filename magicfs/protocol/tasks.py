@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Iterator
+from typing import Protocol
 
 from ..errors import CommitFailedError, JobNotActiveError
 from ..layouts.magic import task_attempt_id as layout_attempt_id
@@ -25,6 +26,25 @@ from .hooks import CommitterHooks, TaskCommit
 from .options import elapsed
 
 log = logging.getLogger("magicfs.committer")
+
+
+class TaskJob(Protocol):
+    """What the task side's shared checks read of a job: whose it is, where, and whether
+    it is still active (any committer's hooks answer it)."""
+
+    @property
+    def name(self) -> str:
+        """The committer's name, for messages."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def url(self) -> str:
+        """The destination's URL, for messages."""
+
+    def job_active(self) -> bool:
+        """Whether the job has been set up and has not ended."""
 
 
 class TaskLifecycle:
@@ -133,7 +153,7 @@ class TaskLifecycle:
             raise ValueError(f"task attempt {task.attempt_id} belongs to job {task.job_id}")
 
 
-def require_active_job(hooks: CommitterHooks, task: TaskAttempt) -> None:
+def require_active_job(hooks: TaskJob, task: TaskAttempt) -> None:
     """Refuse to start an attempt of a job that was never set up or has ended."""
     if not hooks.job_active():
         raise JobNotActiveError(
@@ -142,7 +162,7 @@ def require_active_job(hooks: CommitterHooks, task: TaskAttempt) -> None:
         )
 
 
-def not_started_error(hooks: CommitterHooks, task: TaskAttempt, hint: str = "") -> Exception:
+def not_started_error(hooks: TaskJob, task: TaskAttempt, hint: str = "") -> Exception:
     """Why an attempt cannot commit (no ``.started`` marker, or no proof it was set up):
     job ended, or never set up, or aborted (or, staging committers, already committed:
     its files are gone).
@@ -163,7 +183,7 @@ def not_started_error(hooks: CommitterHooks, task: TaskAttempt, hint: str = "") 
 
 
 def task_committed(
-    hooks: CommitterHooks,
+    hooks: TaskJob,
     task: TaskAttempt,
     record: str,
     files: int,
