@@ -149,24 +149,6 @@ def import_graph() -> networkx.DiGraph:
     return graph
 
 
-#: Import loops being removed on other branches right now, each named by its modules.
-#: Only these may stand, and only until those branches merge: the lead deletes each entry
-#: as its branch lands (a loop not listed, or a listed one that grew, fails).
-LOOPS_BEING_REMOVED = [
-    # branch `binding`: one binding per store (issue 56, item 4)
-    {"stores/commit_ops.py", "stores/deferred.py", "stores/job_hooks.py"},
-    {"stores/azure/deferred.py", "stores/azure/job_hooks.py", "stores/azure/operator_view.py"},
-    {"stores/memory_deferred/adapter.py", "stores/memory_deferred/operator_view.py"},
-    {"stores/s3/deferred.py", "stores/s3/job_hooks.py", "stores/s3/operator_view.py"},
-    # branch `operator2`: the operator commands (issue 56, item 5)
-    {
-        "integrations/cli/__init__.py",
-        "integrations/cli/inspect_record.py",
-        "integrations/cli/success.py",
-    },
-]
-
-
 def test_no_import_loops():
     """No module imports itself through others (issue 56): a loop is one module in
     several files, which a reader cannot read in order and Python may import half-done.
@@ -174,7 +156,7 @@ def test_no_import_loops():
     loops = [
         sorted(component)
         for component in networkx.strongly_connected_components(import_graph())
-        if len(component) > 1 and component not in LOOPS_BEING_REMOVED
+        if len(component) > 1
     ]
     assert sorted(loops) == [], f"modules importing each other in a loop: {sorted(loops)}"
 
