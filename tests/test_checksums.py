@@ -279,7 +279,7 @@ def test_crc32c_needs_botocores_crt_extension(bucket, s3_options):
         committer = MagicCommitter(
             f"s3://{bucket}/out", storage_options=s3_options, checksum="crc32c"
         )
-        assert committer.checksum == "CRC32C"
+        assert committer.flow.checksum == "CRC32C"
         return
     says = "checksum='crc32c' needs botocore's CRT extension: pip install 'botocore[crt]'"
     with pytest.raises(ValueError, match=re.escape(says)):
@@ -390,7 +390,7 @@ def test_staging_uploads_carry_checksums_to_the_completion(target):
     committer.setup_job()
     data = b"staged" * (2 << 20)  # 12 MiB: two 8 MiB parts
     message = write_task(committer, 0, {"s.bin": data})
-    records = fsspec.core.url_to_fs(committer.staging_dir)[0]  # on local disk
+    records = fsspec.core.url_to_fs(committer.flow.staging_dir)[0]  # on local disk
     (commit,) = json.loads(records.cat_file(message.record))["commits"]
     parts = commit["extraData"]["magicfs.checksum.parts"].split(",")
     assert parts == [

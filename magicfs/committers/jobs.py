@@ -214,7 +214,7 @@ def _magic_trees(probe: OutputCommitter) -> list[str]:
     names there (the store's operator view: on S3 one delimited listing)."""
     if not isinstance(probe, MagicLayoutCommitter):
         return []
-    view = operator_view_for(probe.store_fs, probe.deferred)
+    view = operator_view_for(probe.store_fs, probe.flow.deferred)
     if view is None:
         return []
     prefix = join(probe.dest, MAGIC_JOB_PREFIX)
@@ -244,7 +244,7 @@ def _below(probe: OutputCommitter) -> list[_Candidate]:
 def _indexed(probe: MagicLayoutCommitter, bucket: str, directory: str) -> list[_Candidate]:
     """The index entries below ``directory`` through the probe's deferred store (S3: paged,
     retried, paced), each read for its committer (at once, on the store's IO loop)."""
-    deferred = probe.deferred
+    deferred = probe.flow.deferred
     listed = deferred.run(collect(deferred.alist_records(directory)))
     entries = [e for e in (job_index.parse_entry(bucket, path) for path in listed) if e]
     reads = [deferred.run_background(deferred.aread_record(e.entry, MARKER_BYTES)) for e in entries]
@@ -333,7 +333,7 @@ def _committer(url: str, candidate: _Candidate, probe: OutputCommitter) -> Outpu
 
 def describe_job(committer: OutputCommitter) -> JobState:
     """The state of ``committer``'s job (see the module docstring)."""
-    keeper = committer.journal_keeper()
+    keeper = committer.flow.journal_keeper()
     journal = None
     if keeper is not None:
         with contextlib.suppress(InvalidCommitData):
@@ -362,11 +362,11 @@ def describe_job(committer: OutputCommitter) -> JobState:
 
 
 def _marker(committer: OutputCommitter) -> dict[str, Any] | None:
-    layout = getattr(committer, "layout", None)
+    layout = getattr(committer.flow, "layout", None)
     if layout is None:
         return None
     if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
-        data = committer.deferred.read(layout.job_marker, MARKER_BYTES)
+        data = committer.flow.deferred.read(layout.job_marker, MARKER_BYTES)
         if data is None:
             return None
     else:
@@ -382,7 +382,7 @@ def _marker(committer: OutputCommitter) -> dict[str, Any] | None:
 
 
 def _task_records(committer: OutputCommitter) -> int:
-    layout = getattr(committer, "layout", None)
+    layout = getattr(committer.flow, "layout", None)
     if isinstance(layout, MagicJobLayout):  # every committed attempt has its own record
         directory, suffix = layout.tasks_dir, PENDINGSET_SUFFIX
     elif isinstance(layout, ManifestJobLayout):
@@ -390,16 +390,16 @@ def _task_records(committer: OutputCommitter) -> int:
     else:
         return 0
     if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
-        deferred = committer.deferred
+        deferred = committer.flow.deferred
         files = deferred.run(collect(deferred.alist_records(directory, recursive=False)))
         records = [p for p in files if p.endswith(suffix)]
-        return len(committer.layout.chosen_records([], records))  # one per task
+        return len(committer.flow.layout.chosen_records([], records))  # one per task
     return sum(1 for name in _names(committer.store_fs, directory) if name.endswith(suffix))
 
 
 def _tree_left(committer: OutputCommitter) -> bool:
     """Is anything left under the job's own directory (its tree)? One listing request."""
-    layout = getattr(committer, "layout", None)
+    layout = getattr(committer.flow, "layout", None)
     if isinstance(layout, MagicJobLayout):
         directory = layout.magic_dir
     elif isinstance(layout, ManifestJobLayout):
@@ -407,7 +407,7 @@ def _tree_left(committer: OutputCommitter) -> bool:
     else:
         return False
     if isinstance(committer, MagicLayoutCommitter):  # the store's calls: retried, paced
-        deferred = committer.deferred
+        deferred = committer.flow.deferred
         return bool(deferred.run(take(deferred.alist_records(directory), 1)))
     return bool(_names(committer.store_fs, directory))
 

@@ -510,7 +510,7 @@ def check_records_exist(
     """Every record the messages name is one of this job's task records and is there
     (else the commit would fail and abort the job): one listing of its tasks directory."""
     fs = committer.store_fs
-    tasks_dir = getattr(getattr(committer, "layout", None), "tasks_dir", None)
+    tasks_dir = getattr(getattr(committer.flow, "layout", None), "tasks_dir", None)
     if tasks_dir is None:  # not a committer of ``magicfs jobs``
         return
     outside = [m for m in messages if m.record.rsplit("/", 1)[0] != tasks_dir]
