@@ -350,13 +350,13 @@ def profile_types(target: Any, count: int, runs: int) -> dict[str, dict[str, dic
 
     options = {**target.storage_options, "skip_instance_cache": True}
     committer = magicfs.committer_for(f"s3://{BUCKET}/out", storage_options=options)
-    store = committer.store_hooks.store
+    store = committer.flow.store_hooks.store
     client = target.boto3_client()
     client.create_bucket(Bucket=BUCKET)
     requests = Requests(store, client)
     store.run(store.ahead_object(BUCKET, "out/record.pending"))  # the client exists now
     other = magicfs.committer_for(f"s3://{BUCKET}/out", storage_options=options)
-    other_store = other.store_hooks.store
+    other_store = other.flow.store_hooks.store
     other_store.run(other_store.ahead_object(BUCKET, "out/record.pending"))
     other_store.fs.s3.meta.events.register("request-created.s3", client_way)
     by_client = Requests(other_store, client).types()
@@ -412,8 +412,8 @@ def setup_cpu(target: Any, count: int) -> tuple[float, float]:
     for _ in range(count):
         start = time.process_time()
         committer = magicfs.committer_for(f"s3://{BUCKET}/out", storage_options=options)
-        committer.store_hooks.store.run(
-            committer.store_hooks.store.ahead_object(BUCKET, "out/record.pending")
+        committer.flow.store_hooks.store.run(
+            committer.flow.store_hooks.store.ahead_object(BUCKET, "out/record.pending")
         )
         m.append(time.process_time() - start)
         start = time.process_time()

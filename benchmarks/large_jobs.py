@@ -278,7 +278,7 @@ def set_up_job(
         storage_options=storage_options(endpoint),
         progress=False,
     )
-    assert committer.layout == MagicJobLayout(f"{BUCKET}/{DEST_KEY}", job_id)
+    assert committer.flow.layout == MagicJobLayout(f"{BUCKET}/{DEST_KEY}", job_id)
     committer.setup_job()
     spec = {
         "endpoint": endpoint,
@@ -391,8 +391,8 @@ def commit_child(spec: dict[str, Any]) -> dict[str, Any]:
         "client_calls": dict(calls),
         "stages": stages,
         "rss_by_stage": rss_by_stage(stages, samples),
-        "rate_cuts": committer.store_hooks.store.rate.cuts,
-        "final_rate": committer.store_hooks.store.rate.rate(),
+        "rate_cuts": committer.flow.store_hooks.store.rate.cuts,
+        "final_rate": committer.flow.store_hooks.store.rate.rate(),
     }
     if tracer is not None:
         stop, best = tracer

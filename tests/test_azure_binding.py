@@ -35,8 +35,8 @@ def test_writers_and_the_committer_share_one_job_check(
         f"abfs://{logged_container}/out", storage_options=azurite_logged.storage_options
     )
     committer.setup_job()
-    marker = committer.layout.job_marker
-    adapter = committer.deferred
+    marker = committer.flow.layout.job_marker
+    adapter = committer.flow.deferred
     magic_path = split_magic_path(committer.task_attempt(0).path("x.csv"))
     assert magic_path is not None
     hooks = BlockListWrites(abfs_logged, WriterOptions()).hooks(

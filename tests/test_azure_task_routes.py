@@ -14,6 +14,7 @@ from __future__ import annotations
 import adlfs
 import fsspec
 import pytest
+from helpers import data_files
 
 import magicfs
 from magicfs.errors import UnsupportedTaskOperation
@@ -28,8 +29,9 @@ def installed():
 
 
 def _listing(options, root: str) -> list[str]:
+    """The data files under ``root`` (the job commit records under ``_magicfs/`` aside)."""
     plain = adlfs.AzureBlobFileSystem(skip_instance_cache=True, **options)
-    return sorted(plain.find(root))
+    return data_files(sorted(plain.find(root)))
 
 
 def test_plain_abfs_writes_reach_a_block_list_job(installed, azurite_server, azure_container):

@@ -426,7 +426,7 @@ def test_staging_uploads_carry_checksums_to_the_completion(target):
     committer.setup_job()
     data = b"staged" * (2 << 20)  # 12 MiB: two 8 MiB parts
     message = write_task(committer, 0, {"s.bin": data})
-    records = fsspec.core.url_to_fs(committer.staging_dir)[0]  # on local disk
+    records = fsspec.core.url_to_fs(committer.flow.staging_dir)[0]  # on local disk
     (commit,) = json.loads(records.cat_file(message.record))["commits"]
     parts = commit["extraData"]["magicfs.checksum.parts"].split(",")
     assert parts == [

@@ -146,18 +146,18 @@ def test_a_missing_task_message_is_refused_by_name_and_publishes_nothing(dest):
 def test_the_job_marker_says_which_job_is_active_on_every_store(dest, algorithm):
     committer = make(dest, algorithm)
     committer.setup_job()
-    assert committer.job_active()
+    assert committer.flow.job_active()
     marker = f"_temporary/0/_magicfs_job-{committer.job_id}.json"
     assert marker in files(dest)
     with pytest.raises(JobAlreadyActiveError, match="already active"):
         make(dest, algorithm, job_id=committer.job_id).setup_job()
-    assert not make(dest, algorithm).job_active()  # another job id: not this marker
+    assert not make(dest, algorithm).flow.job_active()  # another job id: not this marker
     committer.commit_job([committer.commit_task(write_task(committer, 0))])
-    assert not committer.job_active() and marker not in files(dest)
+    assert not committer.flow.job_active() and marker not in files(dest)
     aborted = make(dest, algorithm)
     aborted.setup_job()
     aborted.abort_job()
-    assert not aborted.job_active()
+    assert not aborted.flow.job_active()
     assert [f for f in files(dest) if f.startswith("_temporary")] == []
 
 

@@ -386,7 +386,9 @@ def test_task_commit_lists_its_attempt_while_the_last_upload_finishes(
     held = order.index("done", "UploadPart", "part-2.csv")
     assert order.index("sent", "ListObjectsV2") < held
     if attempt:
-        marker = committer.deferred.split(committer.layout.touched_marker(task.attempt_id))[1]
+        marker = committer.flow.deferred.split(
+            committer.flow.layout.touched_marker(task.attempt_id)
+        )[1]
         touched = order.index("done", "PutObject", marker)
         assert touched < order.index("sent", "ListObjectsV2")
     assert message.files == 3

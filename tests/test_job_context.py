@@ -141,14 +141,14 @@ def test_the_retry_budget_is_the_jobs_across_its_writers(faults_front, bucket, m
     assert all("retry budget of 1 s for this job is spent" in str(e) for _, e in failures)
     # One first try per file, then ten retries for the whole job.
     assert faults_front.stats()["UploadPart"]["requests"] == WRITERS + 10
-    assert committer.context.statistics.counter("store_io_retry") == 10
+    assert committer.flow.context.statistics.counter("store_io_retry") == 10
     faults_front.clear()
     committer.abort_job()
 
 
 def test_a_writer_finds_its_jobs_context_by_the_job_its_path_names(s3_options, bucket):
     committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
-    assert job_context(committer.job_id, f"s3://{bucket}/out/") is committer.context
+    assert job_context(committer.job_id, f"s3://{bucket}/out/") is committer.flow.context
     assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/elsewhere") is None
     committer.setup_job()
     attempt = committer.task_attempt(0)
@@ -157,12 +157,12 @@ def test_a_writer_finds_its_jobs_context_by_the_job_its_path_names(s3_options, b
         f.write(b"a")
         writer = TASK_FILES.get(attempt.path("a.bin").split("://")[-1]).writer
         # The writer's calls and the committer's share the job's rate and budget.
-        assert writer.hooks.store.context is committer.context
-        assert writer.hooks.store.rate is committer.deferred.store.rate
-        assert writer.hooks.store.budget is committer.deferred.store.budget
+        assert writer.hooks.store.context is committer.flow.context
+        assert writer.hooks.store.rate is committer.flow.deferred.store.rate
+        assert writer.hooks.store.budget is committer.flow.deferred.store.budget
     committer.commit_job([committer.commit_task(attempt)])
     # A context pickles as its job: unpickled here, it is this process's context.
-    assert pickle.loads(pickle.dumps(committer.context)) is committer.context
+    assert pickle.loads(pickle.dumps(committer.flow.context)) is committer.flow.context
 
 
 def test_a_closed_context_shuts_its_pools_and_is_forgotten():

@@ -257,7 +257,7 @@ def test_an_index_entry_whose_job_left_nothing_lists_no_job(store, caplog):
     assert len(stale) == 2 and any(gone.job_id in m for m in stale)
     assert any("ghost-1" in m for m in stale)
     # A job whose marker is gone but whose tree remains is listed: it needs a clean-up.
-    deep.end_job(check=False)
+    deep.flow.end_job(check=False)
     assert found(store, "deep") == [(deep.url, deep.job_id, "ended", 1)]
     deep.abort_job()
     gone.abort_job()  # its clean-up deletes its stale entry
@@ -327,7 +327,7 @@ def _allowed(prefix: str, jobs: list[magicfs.OutputCommitter]) -> bool:
     """A listing of the index, or of a job's own state at its destination: never of data."""
     if prefix.startswith(INDEX + "/"):
         return True
-    bases = [f"{job.dest_key}/" if job.dest_key else "" for job in jobs]
+    bases = [f"{job.flow.dest_key}/" if job.flow.dest_key else "" for job in jobs]
     return any(prefix.startswith((f"{b}__magic_job-", f"{b}_temporary")) for b in bases)
 
 
@@ -446,7 +446,7 @@ def test_a_committed_job_leaves_no_tree_for_the_next_job_to_count(store, in_memo
     for _ in range(2):
         job = store.committer("out", in_memory=in_memory)
         message = run_one_task(job, "part-0.csv")
-        assert job.store_hooks.unmarked  # alone on its destination: nothing left before it
+        assert job.flow.store_hooks.unmarked  # alone on its destination: nothing left before it
         job.commit_job([message])
         listed = store.fs.call_s3(
             "list_objects_v2", Bucket=store.base, Prefix="out/__magic_job-", Delimiter="/"

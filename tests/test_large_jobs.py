@@ -490,7 +490,8 @@ def test_a_throttled_commit_slows_down_and_loses_nothing(
     names = {t: [f"f{t}-{n}" for n in range(10)] for t in range(4)}
     messages = run_tasks(committer, names)
     assert committer.store_fs.s3.meta.config.retries["mode"] == "standard"
-    assert committer.store_hooks.store.rate.rate() is None  # no limit before the store throttles
+    # no limit before the store throttles
+    assert committer.flow.store_hooks.store.rate.rate() is None
     faults_front.add_rule("CompleteMultipartUpload", "503", rate=0.15)
     monkeypatch.setattr(Progress, "every", 0.0)  # a progress line per completion
     with caplog.at_level(logging.INFO, logger="magicfs.s3.commit"):
@@ -498,11 +499,11 @@ def test_a_throttled_commit_slows_down_and_loses_nothing(
     answered = faults_front.stats()["CompleteMultipartUpload"]["faults"]["503"]
     assert summary.files == 40 and answered >= 2
     assert (
-        committer.store_hooks.store.throttled == answered
+        committer.flow.store_hooks.store.throttled == answered
     )  # every SlowDown seen, retries included
     assert (
-        committer.store_hooks.store.rate.cuts >= 1
-        and committer.store_hooks.store.rate.rate() is not None
+        committer.flow.store_hooks.store.rate.cuts >= 1
+        and committer.flow.store_hooks.store.rate.rate() is not None
     )
     assert summary.counters["store_io_throttled"] == answered  # and in _SUCCESS's statistics
     keys = visible_keys(s3_client, bucket)
@@ -520,7 +521,7 @@ def test_a_store_that_does_not_count_throttling_reports_no_count(monkeypatch, ca
     throttled replies (``counts_throttling``): the in-process store does not, and a 0 in
     ``_SUCCESS`` would claim a count nobody made."""
     committer = magicfs.committer_for("mem-deferred://uncounted/out")
-    assert not committer.deferred.capabilities.counts_throttling
+    assert not committer.flow.deferred.capabilities.counts_throttling
     committer.setup_job()
     with committer.attempt(0) as run, committer.fs.open(run.task.path("a.bin"), "wb") as f:
         f.write(b"x")

@@ -167,3 +167,88 @@ def test_the_loop_finder_finds_a_loop():
     graph.add_edge("protocol/options.py", "protocol/committer.py")  # committer imports options
     found = [c for c in networkx.strongly_connected_components(graph) if len(c) > 1]
     assert {"protocol/options.py", "protocol/committer.py"} <= set().union(*found)
+
+
+def committer_classes() -> list[type]:
+    """Every committer class ``committer_for`` makes (``COMMITTERS``), once each."""
+    from magicfs.committers import COMMITTERS
+
+    return sorted({cls for cls, _ in COMMITTERS.values()}, key=lambda c: c.__name__)
+
+
+#: The most public names a committer class may have (issue 56): the user's verbs
+#: (Hadoop's ``OutputCommitter``: set-up, task attempt, commit and abort of tasks and
+#: the job, clean-up) and what users read today (docs/api.md: ``job_id``, ``dest``,
+#: ``fs``, ``storage_options``...). The protocol's hooks are its ``flow``'s.
+MOST_PUBLIC_NAMES = 25
+
+
+@pytest.mark.parametrize("cls", committer_classes(), ids=lambda c: c.__name__)
+def test_a_committer_shows_the_users_verbs_only(cls):
+    public = sorted(name for name in dir(cls) if not name.startswith("_"))
+    assert len(public) <= MOST_PUBLIC_NAMES, f"{cls.__name__}: {len(public)} public names: {public}"
+    # the hooks are the flow's, not the committer's
+    hooks = {"commit_task_files", "publish", "load_records", "clean_up", "end_job", "prepare_job"}
+    assert hooks.isdisjoint(public), f"{cls.__name__} shows hooks: {hooks & set(public)}"
+
+
+def test_a_committer_holds_its_options_as_a_frozen_value():
+    import dataclasses
+
+    from magicfs.protocol.hooks import CommitterHooks
+    from magicfs.protocol.options import CommitterOptions
+
+    assert dataclasses.is_dataclass(CommitterOptions)
+    assert CommitterOptions.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    assert CommitterOptions not in CommitterHooks.__mro__  # composition, not inheritance
+
+
+def store_hooks_classes() -> list[type]:
+    """The store hooks every registered deferred store makes, and the generic ones."""
+    from magicfs.stores.job_hooks import DeferredJobHooks
+    from magicfs.stores.registry import DEFERRED_STORES
+
+    found = {DeferredJobHooks}
+    found |= {spec.job_hooks for spec in DEFERRED_STORES if isinstance(spec.job_hooks, type)}
+    return sorted(found, key=lambda c: c.__name__)
+
+
+@pytest.mark.parametrize("cls", store_hooks_classes(), ids=lambda c: c.__name__)
+def test_store_hooks_are_given_the_job_not_the_committer(cls):
+    """A store's hooks see the job through its narrow interface (``LayoutJob``): no
+    signature of theirs names a committer class, a flow or the protocol's hooks."""
+    import inspect
+
+    forbidden = {c.__name__ for c in committer_classes()}
+    forbidden |= {c.flow_class.__name__ for c in committer_classes()}
+    forbidden |= {"OutputCommitter", "CommitterHooks"}
+    named = []
+    for name, member in inspect.getmembers(cls, inspect.isfunction):
+        for annotation in member.__annotations__.values():
+            text = annotation if isinstance(annotation, str) else repr(annotation)
+            named += [f"{name}: {word}" for word in forbidden if word in text]
+    assert named == []
+    job = inspect.signature(cls.__init__).parameters["job"].annotation
+    assert job == "LayoutJob"
+
+
+def test_a_magic_layout_jobs_store_hooks_hold_the_job_object_and_it_pickles():
+    """What the hooks are given at run time is the job object, not the committer nor its
+    flow; it travels with the committer and gets the unpickled process's statistics."""
+    import pickle
+
+    import fsspec
+
+    import magicfs
+    from magicfs.committers.layout_job import MagicLayoutJob
+
+    fs = fsspec.filesystem("mem-deferred")
+    committer = magicfs.committer_for("mem-deferred://layers/out", fs=fs)
+    public = [name for name in dir(committer) if not name.startswith("_")]  # with `flow`
+    assert len(public) <= MOST_PUBLIC_NAMES, public
+    hooks = committer.flow.store_hooks
+    assert type(hooks.job) is MagicLayoutJob
+    assert hooks.job is committer.flow.job
+    copy = pickle.loads(pickle.dumps(committer))
+    assert copy.flow.store_hooks.job is copy.flow.job
+    assert copy.flow.job.stats is copy.stats and copy.stats is not committer.stats

@@ -77,7 +77,7 @@ def test_commit_job_without_messages_lists_the_committed_tasks(make_committer, s
 
 def task_records(client, bucket: str, committer) -> list[str]:
     """The committed-task records in the job's tree: the attempts' and the tasks'."""
-    prefix = committer.deferred.split(committer.layout.job_attempt_dir)[1] + "/"
+    prefix = committer.flow.deferred.split(committer.flow.layout.job_attempt_dir)[1] + "/"
     listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
     return sorted(o["Key"][len(prefix) :] for o in listed if o["Key"].endswith(".pendingset"))
 
@@ -130,7 +130,9 @@ def test_attempts_that_did_not_see_each_other_publish_one_of_them_whole(
         write_text(committer, task, "b", f"b of {task.attempt_number}\n")
     for task in reversed(attempts):  # attempt 1 first: attempt 0's commit then sees it
         committer.commit_task(task)
-    task_record = committer.deferred.split(committer.layout.pendingset(attempts[0].task_id))[1]
+    task_record = committer.flow.deferred.split(
+        committer.flow.layout.pendingset(attempts[0].task_id)
+    )[1]
     s3_client.delete_object(Bucket=bucket, Key=task_record)  # as if it had not seen it
     assert committer.commit_job().files == 2
     assert [read(s3_client, bucket, f"out/{n}") for n in "ab"] == ["a of 1\n", "b of 1\n"]

@@ -105,12 +105,14 @@ def test_retried_commit_after_a_crash_completes_the_job(make_committer, s3_clien
     # The first commit completes 3 of 6 uploads and then the driver dies (no clean-up).
     committer = make_committer(threads=1)
     messages = run_tasks(committer, {0: ["a", "b", "c"], 1: ["d", "e", "f"]})
-    loaded = committer.load_records(committer._check_messages(messages, committer.layout.tasks_dir))
+    loaded = committer.flow.load_records(
+        committer.flow._check_messages(messages, committer.flow.layout.tasks_dir)
+    )
     first_three = list(loaded.payload.commits())[:3]
     loaded.discard()
-    committer.end_job()
+    committer.flow.end_job()
     for commit in first_three:
-        committer.operations().complete(commit)
+        committer.flow.records.operations().complete(commit)
     assert len(visible_keys(s3_client, bucket)) == 3
 
     # A restarted driver (a new committer object, same job id) retries. Real S3 has
@@ -149,7 +151,7 @@ def test_no_such_upload_for_a_foreign_object_is_a_failure(make_committer, s3_cli
 
 def pending_key(committer, task_index: int, name: str) -> str:
     task = committer.task_attempt(task_index)
-    return committer.deferred.split(pending_path(task.path(name)))[1]
+    return committer.flow.deferred.split(pending_path(task.path(name)))[1]
 
 
 def edit_json(s3_client, bucket: str, key: str, change) -> None:
@@ -394,7 +396,8 @@ def test_task_commit_racing_the_job_end_is_rejected(make_committer, s3_client, b
     def end_job(params):
         if params["Key"].endswith(f"{task.attempt_id}.pendingset"):
             s3_client.delete_object(
-                Bucket=bucket, Key=committer.deferred.split(committer.layout.job_marker)[1]
+                Bucket=bucket,
+                Key=committer.flow.deferred.split(committer.flow.layout.job_marker)[1],
             )
         return False
 

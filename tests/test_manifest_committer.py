@@ -207,11 +207,11 @@ def test_task_commit_after_the_job_ended_is_withdrawn(store):
     task = committer.task_attempt(0)
     committer.setup_task(task)
     committer.fs.pipe_file(task.path("late"), b"1")
-    store.fs.rm_file(committer.layout.job_marker)  # the job ends while the task commits
+    store.fs.rm_file(committer.flow.layout.job_marker)  # the job ends while the task commits
     with pytest.raises(JobNotActiveError, match="ended before task attempt"):
         committer.commit_task(task)
-    assert not store.fs.exists(committer.layout.manifest(task.task_id))
-    assert not store.fs.exists(committer.layout.attempt_manifest(task.attempt_id))
+    assert not store.fs.exists(committer.flow.layout.manifest(task.task_id))
+    assert not store.fs.exists(committer.flow.layout.attempt_manifest(task.attempt_id))
 
 
 # --- failures ----------------------------------------------------------------------------------
@@ -220,7 +220,7 @@ def test_task_commit_after_the_job_ended_is_withdrawn(store):
 def rename_operation(store: Store) -> str:
     return (
         "mv"
-        if ManifestCommitter(store.dest, fs=store.fs).store.supports_atomic_rename
+        if ManifestCommitter(store.dest, fs=store.fs).flow.store.supports_atomic_rename
         else "cp_file"
     )
 
@@ -297,7 +297,7 @@ def test_manifest_source_outside_its_attempt_is_refused(store):
     messages = run_tasks(committer, {0: ["a"], 1: ["b"]})
     record = messages[0].record
     document = json.loads(store.fs.cat_file(record))
-    document["files"][0]["s"] = ManifestCommitter(store.dest, fs=store.fs).store.uri(outside)
+    document["files"][0]["s"] = ManifestCommitter(store.dest, fs=store.fs).flow.store.uri(outside)
     store.fs.pipe_file(record, json.dumps(document).encode())
     with pytest.raises(
         CommitFailedError, match=r"files\[0\].s: .*precious.csv is not in the working directory"
@@ -400,7 +400,7 @@ def test_a_file_that_appears_in_the_way_after_task_commit(tmp_path):
 
 
 def stage_context(committer) -> StageContext:
-    return committer._context()
+    return committer.flow._context()
 
 
 def test_stages_alone_load_create_rename_validate(store):

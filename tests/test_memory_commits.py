@@ -90,13 +90,13 @@ def test_tasks_committing_at_once_list_no_attempt_and_share_their_job_checks(tar
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         messages = list(pool.map(job.commit_task, tasks))
     listings = [key for op, key in calls.made if op == "ListObjectsV2"]
-    signals = job.deferred.split(job.layout.job_signals_prefix)[1]
+    signals = job.flow.deferred.split(job.flow.layout.job_signals_prefix)[1]
     assert set(listings) == {signals}  # never a task's attempts
     # Shared: fewer listings than tasks (a listing per task is what no sharing makes;
     # runs here made 2 to 4 for the 8 tasks on moto and RGW).
     assert 1 <= len(listings) < len(tasks)
     assert sorted(k for op, k in calls.made if op == "PutObject") == sorted(
-        job.deferred.split(m.record)[1] for m in messages
+        job.flow.deferred.split(m.record)[1] for m in messages
     )
     assert [op for op, _ in calls.made if op not in ("ListObjectsV2", "PutObject")] == []
     job.commit_job(messages)
@@ -171,7 +171,7 @@ def test_a_file_written_around_magicfs_is_never_published_and_goes_with_the_tree
     trusts its memory does not see it (file mode refuses it at task commit); it is never
     published, and the job's clean-up deletes it."""
     job, task = one_task(target, "good.csv")
-    key = job.deferred.split(task.path("around.csv"))[1]
+    key = job.flow.deferred.split(task.path("around.csv"))[1]
     target.client.put_object(Bucket=target.bucket, Key=key, Body=b"plain write")
     message = job.commit_task(task)
     assert message.files == 1
@@ -195,8 +195,8 @@ def test_writers_whose_task_commits_soon_send_no_job_check_of_their_own(target, 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         commits = [pool.submit(commit_three_files, job, n) for n in range(4)]
         messages = [c.result() for c in commits]
-    marker = job.deferred.split(job.layout.job_marker)[1]
-    signals = job.deferred.split(job.layout.job_signals_prefix)[1]
+    marker = job.flow.deferred.split(job.flow.layout.job_marker)[1]
+    signals = job.flow.deferred.split(job.flow.layout.job_signals_prefix)[1]
     assert [op for op, key in calls.made if key == marker] == []  # no HEAD of the marker
     assert {key for op, key in calls.made if op == "ListObjectsV2"} == {signals}
     finish_checks_at_exit()  # none left waiting either

@@ -260,14 +260,14 @@ def test_an_append_job_neither_takes_nor_waits_for_the_claim(tmp_path):
     (append promises nothing about other jobs), and leaves the claim to its holder."""
     dest = f"file://{tmp_path}/out"
     holder = magicfs.committer_for(dest, conflict_mode="fail")
-    assert holder.destination.fail_claim().take(holder.job_id, holder.url) is None
+    assert holder.options.destination.fail_claim().take(holder.job_id, holder.url) is None
     committer = magicfs.committer_for(dest)
     committer.setup_job()
     with committer.attempt(0) as task:
         committer.fs.pipe_file(task.path("a.csv"), b"a\n")
     committer.commit_job([task.message])
     assert claim_holder(committer.store_fs, dest) == holder.job_id
-    assert holder.release_claim() and claim_holder(committer.store_fs, dest) is None
+    assert holder.flow.release_claim() and claim_holder(committer.store_fs, dest) is None
 
 
 # --- SeaweedFS: what its conditional writes do when raced -------------------------------------

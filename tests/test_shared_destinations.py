@@ -138,7 +138,7 @@ def killed_writer(
     process = subprocess.Popen(
         [sys.executable, "-c", WRITER, str(spec)], stdout=subprocess.PIPE, text=True, env=_env()
     )
-    key = f"{job.dest_key}/{name}"
+    key = f"{job.flow.dest_key}/{name}"
     try:
         deadline = time.monotonic() + 60
         while not any(k == key for k, _ in uploads(client, bucket)):
@@ -160,7 +160,7 @@ def test_a_job_alone_sends_no_marker_per_file(rgw_s3, rgw_client, rgw_bucket, in
     job = committer(rgw_s3, rgw_bucket, in_memory=in_memory)
     job.setup_job()
     tree = f"out/__magic_job-{job.job_id}/"
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     assert f"{tree}_magicfs_unmarked" in objects(rgw_client, rgw_bucket, tree)
     assert job.storage_options["magic"]["intent_markers"] is False
     task = job.task_attempt(0)
@@ -192,7 +192,7 @@ def test_a_job_sharing_its_destination_keeps_its_markers(rgw_s3, rgw_client, rgw
     second = committer(rgw_s3, rgw_bucket)
     calls = Calls(rgw_s3)
     second.setup_job()
-    assert first.store_hooks.unmarked and not second.store_hooks.unmarked
+    assert first.flow.store_hooks.unmarked and not second.flow.store_hooks.unmarked
     # set-up looked for other jobs' trees at the destination and each level above it
     assert ("ListObjectsV2", "out/__magic_job-") in calls.made
     assert ("ListObjectsV2", "__magic_job-") in calls.made
@@ -202,7 +202,7 @@ def test_a_job_sharing_its_destination_keeps_its_markers(rgw_s3, rgw_client, rgw
     calls.clear()
     write(second, task, "b.csv")
     TASK_FILES.settle()
-    marker = second.deferred.split(marker_path(task.path("b.csv")))[1]
+    marker = second.flow.deferred.split(marker_path(task.path("b.csv")))[1]
     assert calls.made[:2] == [("PutObject", marker), ("CreateMultipartUpload", "out/b.csv")]
     second.commit_job([second.commit_task(task)])
     first.commit_job([committed_task(first, 0, "a.csv")])
@@ -215,7 +215,7 @@ def test_intent_markers_always_keeps_them(rgw_s3, rgw_client, rgw_bucket):
     job = committer(rgw_s3, rgw_bucket, intent_markers="always")
     calls = Calls(rgw_s3)
     job.setup_job()
-    assert not job.store_hooks.unmarked
+    assert not job.flow.store_hooks.unmarked
     assert not any(op == "ListObjectsV2" for op, _ in calls.made)  # nothing to decide
     job.commit_job([committed_task(job, 0, "a.csv")])
     assert calls.counts()["PutObject"] >= 3  # job marker, intent marker, .pending, ...
@@ -237,7 +237,7 @@ def test_set_up_snapshots_the_pending_uploads_and_reads_no_clock(
     request_log.attach(s3)
     job = committer(s3, bucket)
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     assert [op for op in request_log.operations if "Multipart" in op] == ["ListMultipartUploads"]
     record = f"out/__magic_job-{job.job_id}/_magicfs_unmarked"
     document = json.loads(s3_client.get_object(Bucket=bucket, Key=record)["Body"].read())
@@ -261,7 +261,7 @@ def test_more_than_a_page_of_pending_uploads_keeps_markers(s3, s3_client, bucket
     job = committer(s3, bucket)
     with caplog.at_level(logging.INFO, logger="magicfs.committer.magic"):
         job.setup_job()
-    assert not job.store_hooks.unmarked
+    assert not job.flow.store_hooks.unmarked
     assert "more than 1000 uploads are pending under s3://" in caplog.text
     job.commit_job([committed_task(job, 0, "a.csv")])
     assert sorted(list_all_uploads(s3_client, bucket)) == sorted(made)  # none of them swept
@@ -291,7 +291,7 @@ def test_an_unreadable_snapshot_spares_what_the_job_does_not_name(
 ):
     job = committer(s3, bucket)
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     record = f"out/__magic_job-{job.job_id}/_magicfs_unmarked"
     s3_client.put_object(Bucket=bucket, Key=record, Body=b"{tampered")
     # a plain upload started during the job: unmarked, the job would take it; unreadable
@@ -307,7 +307,7 @@ def test_an_unreadable_snapshot_spares_what_the_job_does_not_name(
     driver = committer(s3, bucket, job_id=job.job_id)
     with caplog.at_level(logging.WARNING, logger="magicfs.s3.tracking"):
         driver.setup_job(resume=True)
-        assert driver.store_hooks.unmarked
+        assert driver.flow.store_hooks.unmarked
         driver.commit_job([message])
     assert f"s3://{bucket}/{record}: unreadable unmarked record" in caplog.text
     assert visible(s3_client, bucket) == ["out/_SUCCESS", "out/a.csv"]
@@ -343,7 +343,7 @@ def test_a_writer_killed_in_another_process_is_refused_at_task_commit(
 ):
     job = committer(s3, bucket, in_memory=in_memory)
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     task = job.task_attempt(0)
     job.setup_task(task)  # here; the writer below runs in another process
     write(job, task, "done.csv")
@@ -386,7 +386,7 @@ def test_two_jobs_on_one_destination_never_abort_each_others_uploads(
     alone.setup_job()
     marked = committer(rgw_s3, rgw_bucket, in_memory=in_memory)
     marked.setup_job()
-    assert alone.store_hooks.unmarked and not marked.store_hooks.unmarked
+    assert alone.flow.store_hooks.unmarked and not marked.flow.store_hooks.unmarked
     messages = {
         "alone": [committed_task(alone, 0, "alone.csv")],
         "marked": [committed_task(marked, 0, "marked.csv")],
@@ -418,7 +418,7 @@ def test_nested_jobs_never_abort_each_others_uploads(
     outer.setup_job()
     # Neither sees the other at set-up (a nested tree is below the outer job's listing,
     # and the nested job looked before the outer one existed): both are unmarked.
-    assert nested.store_hooks.unmarked and outer.store_hooks.unmarked
+    assert nested.flow.store_hooks.unmarked and outer.flow.store_hooks.unmarked
     messages = {
         "outer": [committed_task(outer, 0, "sub/outer.csv", "top.csv")],
         "nested": [committed_task(nested, 0, "nested.csv")],
@@ -450,7 +450,7 @@ def test_uploads_older_than_the_job_are_spared(rgw_s3, rgw_client, rgw_bucket):
     old = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/old.bin")["UploadId"]
     job = committer(rgw_s3, rgw_bucket)  # at once: no clock, no margin
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     # What the unmarked mode gives up: a plain upload started during the job is its.
     during = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/during.bin")
     job.commit_job([committed_task(job, 0, "a.csv")])
@@ -465,7 +465,7 @@ def test_hidden_names_are_never_swept_by_snapshot_and_keep_their_markers(
 ):
     job = committer(rgw_s3, rgw_bucket)
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     # another committer's upload under a hidden name (FileOutputCommitter's _temporary)
     other = rgw_client.create_multipart_upload(Bucket=rgw_bucket, Key="out/_temporary/0/x")
     failed = job.task_attempt(1)
@@ -476,7 +476,7 @@ def test_hidden_names_are_never_swept_by_snapshot_and_keep_their_markers(
     calls = Calls(rgw_s3)
     write(job, task, "_meta/kept.csv")
     TASK_FILES.settle()
-    marker = ("PutObject", job.deferred.split(marker_path(task.path("_meta/kept.csv")))[1])
+    marker = ("PutObject", job.flow.deferred.split(marker_path(task.path("_meta/kept.csv")))[1])
     assert calls.made.index(marker) < calls.made.index(
         ("CreateMultipartUpload", "out/_meta/kept.csv")
     )
@@ -494,9 +494,9 @@ def test_the_mode_survives_resume(rgw_s3, rgw_client, rgw_bucket):
     job = committer(rgw_s3, rgw_bucket)
     job.setup_job()
     resumed = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
-    assert not resumed.store_hooks.unmarked  # not known before it reads the store
+    assert not resumed.flow.store_hooks.unmarked  # not known before it reads the store
     resumed.setup_job(resume=True)
-    assert resumed.store_hooks.unmarked
+    assert resumed.flow.store_hooks.unmarked
     assert resumed.storage_options["magic"]["intent_markers"] is False
     calls = Calls(rgw_s3)
     message = committed_task(resumed, 0, "a.csv")
@@ -522,7 +522,7 @@ def test_task_commit_finds_the_unmarked_files_of_another_process_by_their_record
     # not the process that set up the attempt: that writer kept its marker
     assert [k for k in tree if "/__base/" in k] == [marker_path(file), pending_path(file)]
     elsewhere = committer(rgw_s3, rgw_bucket, job_id=job.job_id)
-    assert not elsewhere.store_hooks.unmarked  # it learns the mode from the tree
+    assert not elsewhere.flow.store_hooks.unmarked  # it learns the mode from the tree
     message = elsewhere.commit_task(elsewhere.task_attempt(0))
     job.commit_job([message])
     assert visible(rgw_client, rgw_bucket) == ["out/_SUCCESS", "out/a.csv"]
@@ -535,12 +535,12 @@ def test_create_only_files_keep_their_marker_and_are_refused_across_writers(
 ):
     job = committer(rgw_s3, rgw_bucket)
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     task = job.task_attempt(0)
     job.setup_task(task)
     calls = Calls(rgw_s3)
     first = job.fs.open(task.path("once.csv"), "xb")
-    marker = ("PutObject", job.deferred.split(marker_path(task.path("once.csv")))[1])
+    marker = ("PutObject", job.flow.deferred.split(marker_path(task.path("once.csv")))[1])
     assert calls.made.index(marker) < calls.made.index(("CreateMultipartUpload", "out/once.csv"))
     spec = tmp_path / "second.pkl"
     spec.write_bytes(pickle.dumps((job, task.path("once.csv"), "xb", None)))
@@ -570,7 +570,7 @@ def test_uploads_abort_job_takes_an_unmarked_jobs_killed_writers_only(
     dead.setup_job()
     live = committer(rgw_s3, rgw_bucket)
     live.setup_job()
-    assert dead.store_hooks.unmarked and not live.store_hooks.unmarked
+    assert dead.flow.store_hooks.unmarked and not live.flow.store_hooks.unmarked
     task = dead.task_attempt(0)
     dead.setup_task(task)
     killed_writer(dead, task, "dead.csv", rgw_client, rgw_bucket, tmp_path)
@@ -622,7 +622,7 @@ def test_an_outer_jobs_sweep_spares_a_nested_jobs_file_no_record_names(
     nested.setup_job()
     outer = committer(rgw_s3, rgw_bucket, "out")
     outer.setup_job()
-    assert nested.store_hooks.unmarked and outer.store_hooks.unmarked
+    assert nested.flow.store_hooks.unmarked and outer.flow.store_hooks.unmarked
     task = nested.task_attempt(0)
     nested.setup_task(task)
     write(nested, task, "nested.csv")  # closed: its record lives in this process only
@@ -643,7 +643,7 @@ def test_a_hidden_upload_one_job_spares_is_not_left_parked_by_the_other(
     first.setup_job()
     second = committer(rgw_s3, rgw_bucket)
     second.setup_job()
-    assert first.store_hooks.unmarked and not second.store_hooks.unmarked
+    assert first.flow.store_hooks.unmarked and not second.flow.store_hooks.unmarked
     task = second.task_attempt(0)
     second.setup_task(task)
     killed_writer(second, task, "_meta/killed.csv", rgw_client, rgw_bucket, tmp_path)
@@ -660,7 +660,7 @@ def test_xb_elsewhere_is_refused_when_an_unmarked_writer_closed_the_path(
 ):
     job = committer(s3, bucket)
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     task = job.task_attempt(0)
     job.setup_task(task)
     write(job, task, "a.csv", b"first")  # this process set up the attempt: no marker
@@ -679,7 +679,7 @@ def test_a_path_written_here_unmarked_and_elsewhere_is_refused_at_task_commit(
 ):
     job = committer(s3, bucket, in_memory=in_memory)
     job.setup_job()
-    assert job.store_hooks.unmarked
+    assert job.flow.store_hooks.unmarked
     task = job.task_attempt(0)
     job.setup_task(task)
     mine = job.fs.open(task.path("a.csv"), "wb")  # still open: nothing on the store for xb

@@ -18,13 +18,7 @@ MAX_CLASS_LINES = 400
 MAX_FUNCTION_LINES = 60
 
 #: ``"module.py:Qualified.name"`` -> why it stays longer than the limit.
-ALLOWED: dict[str, str] = {
-    "committers/staging.py:StagingCommitter": (
-        "the staging committers' hooks in one class, 8 lines over since it opts out of the "
-        "fail-mode claim and routes its local buffer's staged names; it splits with the "
-        "committer's hooks moving to a flow object of their own"
-    ),
-}
+ALLOWED: dict[str, str] = {}
 
 
 def units() -> list[tuple[str, str, int, int]]:

@@ -103,8 +103,11 @@ def test_task_commit_uploads_without_completing(make_committer, s3_client, bucke
     uploads = pending_uploads(s3_client, bucket)
     assert len(uploads) == len(files)
     assert visible_keys(s3_client, bucket) == []
-    assert not os.path.exists(committer.local_attempt_dir(task.attempt_id))  # uploaded: removed
-    pendingset = PendingSet.from_json(committer.wrapped.store.read_bytes(message.record, 1 << 20))
+    # uploaded: removed
+    assert not os.path.exists(committer.flow.local_attempt_dir(task.attempt_id))
+    pendingset = PendingSet.from_json(
+        committer.flow.wrapped.flow.store.read_bytes(message.record, 1 << 20)
+    )
     assert message.record.endswith(f"/{task.task_id}/{task.task_id}.pendingset")
     keys = sorted(c.destination_key for c in pendingset.commits)
     assert keys == sorted(f"out/{add_uuid(r, committer.job_id)}" for r in files)
@@ -142,7 +145,7 @@ def test_upload_failure_aborts_every_upload_and_removes_local_data(
     with pytest.raises(OSError, match="injected"):
         committer.commit_task(task)
     assert pending_uploads(s3_client, bucket) == []
-    assert not os.path.exists(committer.local_attempt_dir(task.attempt_id))
+    assert not os.path.exists(committer.flow.local_attempt_dir(task.attempt_id))
 
 
 def test_task_abort_removes_local_data(make_committer, s3_client, bucket):
@@ -152,7 +155,7 @@ def test_task_abort_removes_local_data(make_committer, s3_client, bucket):
     committer.setup_task(task)
     write(committer, task, {"a": b"1"})
     committer.abort_task(task)
-    assert not os.path.exists(committer.local_attempt_dir(task.attempt_id))
+    assert not os.path.exists(committer.flow.local_attempt_dir(task.attempt_id))
     assert pending_uploads(s3_client, bucket) == []
 
 
@@ -163,7 +166,7 @@ def test_task_files_are_local_and_an_attempt_commits_once(make_committer, s3_cli
     committer.setup_task(task)
     write(committer, task, {"year=2024/a.csv": b"a"})
     staged = staged_names(["year=2024", "a.csv"])
-    local = os.path.join(committer.local_attempt_dir(task.attempt_id), *staged)
+    local = os.path.join(committer.flow.local_attempt_dir(task.attempt_id), *staged)
     with open(local, "rb") as f:  # a plain local file (task.path is routed to it, names staged)
         assert f.read() == b"a"
     assert committer.fs.cat_file(task.path("year=2024/a.csv")) == b"a"  # read back
@@ -221,7 +224,7 @@ def test_unknown_conflict_mode(make_committer):
 def test_directory_append_and_default(make_committer, s3_client, bucket):
     s3_client.put_object(Bucket=bucket, Key="out/old", Body=b"old")
     committer = make_committer()
-    assert committer.conflict_mode == "append"
+    assert committer.options.conflict_mode == "append"
     committer.commit_job(run_tasks(committer, {0: {"new": b"n"}}))
     assert visible_keys(s3_client, bucket) == ["out/_SUCCESS", "out/new", "out/old"]
 

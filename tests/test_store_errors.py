@@ -255,8 +255,8 @@ def test_the_store_client_pool_follows_the_committers_threads(s3_options):
     options = {k: v for k, v in s3_options.items() if k != "config_kwargs"}
     committer = magicfs.committer_for("s3://bkt/out", storage_options=options, threads=32)
     assert committer.store_fs.config_kwargs["max_pool_connections"] == 64
-    assert committer.threads == 32
-    assert "config_kwargs" not in committer.store_options
+    assert committer.options.threads == 32
+    assert "config_kwargs" not in committer.options.store_options
     assert "config_kwargs" not in options
 
 

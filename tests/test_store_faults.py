@@ -266,7 +266,7 @@ def test_a_store_outage_fails_the_job_once_its_retry_budget_is_spent(
     message = str(failure.value)
     assert "failed in stage publish" in message
     assert "the retry budget of 0.5 s for this job is spent" in message
-    assert committer.store_hooks.store.retry_waits <= 0.5
+    assert committer.flow.store_hooks.store.retry_waits <= 0.5
     # at most a budget's worth of retries reached the store, not 20 x 100
     assert faults_front.stats()["CompleteMultipartUpload"]["requests"] < 200
     assert published(s3_client, bucket) == {}  # rolled back: nothing half-visible

@@ -90,10 +90,10 @@ def test_set_up_sends_nothing_and_the_job_reads_no_task_record(target, in_memory
     calls.clear()
     message = committer.commit_task(task)
     if in_memory:  # its memory trusted: the pendingset, then the job check as one listing
-        key = committer.deferred.split
+        key = committer.flow.deferred.split
         assert calls.made == [
             ("PutObject", key(message.record)[1]),
-            ("ListObjectsV2", key(committer.layout.job_signals_prefix)[1]),
+            ("ListObjectsV2", key(committer.flow.layout.job_signals_prefix)[1]),
         ]
     else:  # the task's attempts listed, the pendingset, the job check
         assert calls.counts() == {"ListObjectsV2": 1, "PutObject": 1, "HeadObject": 1}

@@ -14,6 +14,7 @@ from ..protocol.committer import (
     TaskAttempt,
     TaskCommitMessage,
 )
+from ..protocol.options import CommitterOptions
 from ..stores.job_hooks import option_names
 from ..stores.registry import committed_by, deferred_store_for
 from .classic import FileOutputCommitter
@@ -122,15 +123,17 @@ def default_committer(dest: str, fs: Any = None) -> str:
 def accepted_options(committer: str) -> list[str]:
     """The options ``committer_for(..., committer=committer, **options)`` accepts, sorted.
 
-    Read from the constructors' signatures up the class's method resolution order (a
-    constructor taking ``**kwargs`` passes the rest on), less what the name fixes, plus
+    Read from the constructors' signatures up its flow class's method resolution order (a
+    constructor taking ``**kwargs`` passes the rest on, at last to
+    :meth:`CommitterOptions.build <magicfs.protocol.options.CommitterOptions.build>`), less
+    what the name fixes, plus
     the typed options of the stores a configuration commits (their spec's ``options``).
     """
     cls, fixed = COMMITTERS[committer]
     names = {"job_id", "storage_options"}
     for spec in committed_by(fixed.get("configuration", "")):
         names.update(option_names(spec.options) if spec.options else [])
-    for klass in cls.__mro__:
+    for klass in cls.flow_class.__mro__:  # the committer passes its keywords to its flow
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
@@ -140,6 +143,10 @@ def accepted_options(committer: str) -> list[str]:
         names.difference_update(("self", "dest"))
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
             break
+    else:  # every constructor passed the rest on: the options every committer takes
+        build = inspect.signature(CommitterOptions.build).parameters
+        names.update(n for n, p in build.items() if p.kind is p.KEYWORD_ONLY)
+        names.discard("store_filesystem")  # how a committer builds its store, not an option
     return sorted(names - set(fixed))
 
 

@@ -28,9 +28,9 @@ from ..records import (
     SinglePendingCommit,
     declared_checksums,
 )
-from ..stores.commit_ops import CommitOperations
 from ..stores.deferred import DeferredStore
 from ..stores.job_hooks import DeferredJobHooks
+from .pendingsets import PendingsetRecords
 
 log = logging.getLogger("magicfs.committer.magic_layout")
 
@@ -50,7 +50,9 @@ class TaskRecordsJob(TaskJob, Protocol):
     def job_signals(self) -> frozenset[str] | None:
         """``None`` once the job has ended, else the tasks marked touched."""
 
-    def operations(self) -> CommitOperations: ...
+    @property
+    def records(self) -> PendingsetRecords:
+        """The job's pendingset records (their checks, and the commit operations)."""
 
     def abort_task(self, task: TaskAttempt) -> None: ...
 
@@ -103,7 +105,7 @@ def save_task_record(
                 f"committed; {withdrawn}"
             )
     except BaseException:
-        job.operations().abort(pendingset.commits)
+        job.records.operations().abort(pendingset.commits)
         job.abort_task(task)
         raise
 

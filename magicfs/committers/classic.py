@@ -48,7 +48,7 @@ from ..names import CLASSIC_JOB_MARKER_PREFIX, CLASSIC_JOB_MARKER_SUFFIX, TEMPOR
 from ..paths import join
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
-from ..protocol.hooks import TaskCommit
+from ..protocol.hooks import CommitterHooks, TaskCommit
 from ..protocol.tasks import task_committed
 from ..stores.local import TaskLocalFileSystem
 from ..stores.rename import RenameStore
@@ -57,21 +57,9 @@ from ..task_files import TaskFile
 log = logging.getLogger("magicfs.committer.classic")
 
 
-class FileOutputCommitter(OutputCommitter):
-    """``committer="file-v1"`` (``algorithm=1``) or ``"file-v2"`` (``algorithm=2``).
-
-    Conflict modes: v1 keeps the shared rules (``fail`` checked at job setup and again at
-    job commit, ``replace`` deletes the old data at job commit), as nothing of the job is
-    visible before its commit. v2 publishes every task's files at *task* commit, so by
-    job commit the job's own output cannot be told from old data:
-
-    * ``fail`` is checked at job setup only, before any task publishes (data that
-      appears in the destination later is not detected);
-    * ``replace`` is refused (``ValueError`` when the committer is made): old data could
-      only be deleted before the tasks run, and a failed job would then have lost it.
-      Use ``file-v1``, or the ``magic`` (S3) or ``manifest`` committer, which delete it
-      at job commit.
-    """
+class FileOutputFlow(CommitterHooks):
+    """The protocol's hooks of :class:`FileOutputCommitter` (its ``flow``), built from that
+    committer's keywords (its docstring says what they are)."""
 
     name = "file-v1"
     can_roll_back = False
@@ -81,7 +69,7 @@ class FileOutputCommitter(OutputCommitter):
         if algorithm not in (1, 2):
             raise ValueError(f"FileOutputCommitter algorithm must be 1 or 2, not {algorithm}")
         super().__init__(dest, **options)
-        if algorithm == 2 and self.conflict_mode == "replace":
+        if algorithm == 2 and self.options.conflict_mode == "replace":
             raise ValueError(
                 "conflict_mode 'replace' is not supported by the file-v2 committer: its tasks "
                 "publish into the destination at task commit, so at job commit the job's own "
@@ -91,7 +79,7 @@ class FileOutputCommitter(OutputCommitter):
             )
         self.algorithm = algorithm
         self.name = f"file-v{algorithm}"
-        self.store = RenameStore(self.store_fs, self.threads)
+        self.store = RenameStore(self.store_fs, self.options.threads)
 
     @property
     def fs(self) -> fsspec.AbstractFileSystem:
@@ -101,7 +89,7 @@ class FileOutputCommitter(OutputCommitter):
     @property
     def storage_options(self) -> dict[str, Any]:
         """Plain URLs of the store; on a local disk, parent directories are made as needed."""
-        options = dict(self.store_options)
+        options = dict(self.options.store_options)
         if self.store.needs_parent_directories:
             options["auto_mkdir"] = True
         return options
@@ -112,7 +100,7 @@ class FileOutputCommitter(OutputCommitter):
 
     @property
     def job_attempt_dir(self) -> str:
-        return join(self.temp_root, str(self.app_attempt))
+        return join(self.temp_root, str(self.options.app_attempt))
 
     def task_attempt_dir(self, attempt_id: str) -> str:
         return join(self.job_attempt_dir, TEMPORARY, attempt_id)
@@ -201,8 +189,10 @@ class FileOutputCommitter(OutputCommitter):
         self, loaded: Loaded, published: Published, start: float, rows: int | None
     ) -> list[str]:
         self.stats.increment("committer_files_committed", published.files)
-        if self.success_file:
-            self.store.write_bytes(self.success_path, b"")  # zero bytes, as Hadoop writes it
+        if self.options.success_file:
+            self.store.write_bytes(
+                self.options.success_path, b""
+            )  # zero bytes, as Hadoop writes it
         return []
 
     def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
@@ -290,6 +280,27 @@ class FileOutputCommitter(OutputCommitter):
             self.store.delete_tree(path)
         else:
             self.store.delete_file(path)
+
+
+class FileOutputCommitter(OutputCommitter):
+    """``committer="file-v1"`` (``algorithm=1``) or ``"file-v2"`` (``algorithm=2``).
+
+    Conflict modes: v1 keeps the shared rules (``fail`` checked at job setup and again at
+    job commit, ``replace`` deletes the old data at job commit), as nothing of the job is
+    visible before its commit. v2 publishes every task's files at *task* commit, so by
+    job commit the job's own output cannot be told from old data:
+
+    * ``fail`` is checked at job setup only, before any task publishes (data that
+      appears in the destination later is not detected);
+    * ``replace`` is refused (``ValueError`` when the committer is made): old data could
+      only be deleted before the tasks run, and a failed job would then have lost it.
+      Use ``file-v1``, or the ``magic`` (S3) or ``manifest`` committer, which delete it
+      at job commit.
+    """
+
+    name = "file-v1"
+    flow_class = FileOutputFlow
+    flow: FileOutputFlow
 
 
 def _name(entry: dict[str, Any]) -> str:

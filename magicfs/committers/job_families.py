@@ -149,7 +149,7 @@ class MagicLayoutFamily:
 
     def job_trees(self, probe: OutputCommitter) -> list[str]:
         own = probe.name in self.committers
-        view = operator_view_for(probe.store_fs, self._own(probe).deferred if own else None)
+        view = operator_view_for(probe.store_fs, self._own(probe).flow.deferred if own else None)
         if view is None:
             return []
         prefix = join(probe.dest, MAGIC_JOB_PREFIX)
@@ -159,7 +159,7 @@ class MagicLayoutFamily:
     def indexed(self, probe: OutputCommitter, bucket: str, directory: str) -> list[Indexed]:
         """Paged, retried and paced on S3; each entry read for its committer (the store
         may serve more than one), at once on the store's IO loop."""
-        deferred = self._own(probe).deferred
+        deferred = self._own(probe).flow.deferred
         listed = deferred.run(collect(deferred.alist_records(directory)))
         entries = [e for e in (job_index.parse_entry(bucket, path) for path in listed) if e]
         reads = [
@@ -172,24 +172,24 @@ class MagicLayoutFamily:
 
     def marker(self, committer: OutputCommitter) -> dict[str, Any] | None:
         own = self._own(committer)
-        return _document(own.deferred.read(own.layout.job_marker, MARKER_BYTES))
+        return _document(own.flow.deferred.read(own.flow.layout.job_marker, MARKER_BYTES))
 
     def task_records(self, committer: OutputCommitter) -> int:
         own = self._own(committer)  # every committed attempt has its own record
         records = [p for p in self.stored_records(own) if p.endswith(PENDINGSET_SUFFIX)]
-        return len(own.layout.chosen_records([], records))
+        return len(own.flow.layout.chosen_records([], records))
 
     def records_dir(self, committer: OutputCommitter) -> str:
-        return self._own(committer).layout.tasks_dir
+        return self._own(committer).flow.layout.tasks_dir
 
     def stored_records(self, committer: OutputCommitter) -> set[str]:
-        deferred = self._own(committer).deferred
+        deferred = self._own(committer).flow.deferred
         listing = deferred.alist_records(self.records_dir(committer), recursive=False)
         return set(deferred.run(collect(listing)))
 
     def tree_left(self, committer: OutputCommitter) -> bool:
         own = self._own(committer)
-        return bool(own.deferred.run(take(own.deferred.alist_records(own.layout.magic_dir), 1)))
+        return bool(own.flow.deferred.run(take(own.flow.deferred.alist_records(own.flow.layout.magic_dir), 1)))
 
 
 class ManifestFamily:
@@ -220,18 +220,18 @@ class ManifestFamily:
     def marker(self, committer: OutputCommitter) -> dict[str, Any] | None:
         own = self._own(committer)
         try:
-            data = own.store_fs.cat_file(own.layout.job_marker, start=0, end=MARKER_BYTES)
+            data = own.store_fs.cat_file(own.flow.layout.job_marker, start=0, end=MARKER_BYTES)
         except FileNotFoundError:
             return None
         return _document(data)
 
     def task_records(self, committer: OutputCommitter) -> int:
         own = self._own(committer)
-        names = listed_names(own.store_fs, own.layout.manifests_dir)
+        names = listed_names(own.store_fs, own.flow.layout.manifests_dir)
         return sum(1 for name in names if name.endswith(MANIFEST_SUFFIX))
 
     def records_dir(self, committer: OutputCommitter) -> str:
-        return self._own(committer).layout.tasks_dir
+        return self._own(committer).flow.layout.tasks_dir
 
     def stored_records(self, committer: OutputCommitter) -> set[str]:
         directory = self.records_dir(committer)
@@ -239,7 +239,7 @@ class ManifestFamily:
 
     def tree_left(self, committer: OutputCommitter) -> bool:
         own = self._own(committer)
-        return bool(listed_names(own.store_fs, own.layout.job_dir))
+        return bool(listed_names(own.store_fs, own.flow.layout.job_dir))
 
 
 #: Every family whose jobs ``magicfs jobs`` finds, registered once.

@@ -292,7 +292,7 @@ def _committer(url: str, candidate: _Candidate, probe: OutputCommitter) -> Outpu
 
 def describe_job(committer: OutputCommitter) -> JobState:
     """The state of ``committer``'s job (see the module docstring)."""
-    keeper = committer.journal_keeper()
+    keeper = committer.flow.journal_keeper()
     journal = None
     if keeper is not None:
         with contextlib.suppress(InvalidCommitData):

@@ -123,23 +123,18 @@ from ..names import (
     STARTED_SUFFIX,
     UNMARKED_FILE,
 )
-from ..parallel import loop_map
 from ..paths import marked_file
 from ..protocol.attempts import Messages, carried_records
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
-from ..protocol.hooks import TaskCommit
+from ..protocol.hooks import CommitterHooks, TaskCommit
 from ..protocol.journal import JournalKeeper
-from ..protocol.tasks import not_started_error, task_committed
+from ..protocol.tasks import TaskLifecycle, not_started_error, task_committed
 from ..records import (
-    IOStatisticsSnapshot,
     PendingSet,
-    SinglePendingCommit,
 )
 from ..records.job_record import CommittedFile
-from ..statistics import IOStatisticsStore
 from ..stores.binding import DeferredStoreSpec
-from ..stores.commit_ops import CommitOperations
-from ..stores.deferred import DeferredStore, collect, take
+from ..stores.deferred import DeferredStore, collect
 from ..stores.job_check import job_still_active
 from ..stores.job_hooks import DeferredJobHooks, PendingListing, StoreOptions, option_names
 from ..stores.registry import committed_by, deferred_store_for
@@ -152,6 +147,7 @@ from .attempt_records import (
     new_pendingset,
     save_task_record,
 )
+from .layout_job import DELETE_BATCH, MagicLayoutJob
 from .memory_commits import (
     ajob_signals,
     commit_from_memory,
@@ -163,9 +159,6 @@ from .pendingsets import PendingsetRecords, kept_uploads
 
 log = logging.getLogger("magicfs.committer.magic_layout")
 
-#: Records deleted in one request at clean-up (S3's DeleteObjects limit).
-DELETE_BATCH = 1000
-
 #: Why a commit of an attempt whose commits stay where it was set up is refused elsewhere.
 NOT_HERE = (
     " here (its files' commits stay in the process that set the attempt up: with "
@@ -173,15 +166,9 @@ NOT_HERE = (
 )
 
 
-class MagicLayoutCommitter(OutputCommitter):
-    """Task output as deferred writes on the final names, committed through pendingsets.
-
-    ``configuration`` (``committer_for``'s name): a store's own (``"magic"`` on S3,
-    ``"block-list"`` on Azure: its spec's ``committer``), with the store's typed options
-    and hooks; or ``"magic-layout"``, the generic flow on any deferred store. The
-    store's options arrive as keywords among the others and are handed to its options
-    class (:class:`~magicfs.stores.job_hooks.StoreOptions`), unread here.
-    """
+class MagicLayoutFlow(CommitterHooks):
+    """The protocol's hooks of :class:`MagicLayoutCommitter` (its ``flow``), built from that
+    committer's keywords (its docstring says what they are)."""
 
     name = "magic-layout"
 
@@ -204,14 +191,19 @@ class MagicLayoutCommitter(OutputCommitter):
             **self.store_config.adapter_options(),
         )
         self._opt_in = {spec.opt_in: True} if spec.opt_in else {}
-        self.layout = MagicJobLayout(self.dest, self.job_id, self.app_attempt)
+        self.layout = MagicJobLayout(self.dest, self.job_id, self.options.app_attempt)
         self.bucket, self.dest_key = self.deferred.split(self.dest)
         #: The job's entry in its bucket's job index (:mod:`magicfs.layouts.job_index`).
         self.index_entry = job_index.entry_path(self.bucket, self.dest_key, self.job_id)
-        self.records = PendingsetRecords(self, self.deferred, self._read_record, self._read_records)
+        #: The job as the store's hooks see it (:mod:`.layout_job`): never the committer.
+        self.job = MagicLayoutJob(self.options, self.deferred, self.layout, self.stats)
+        self.records = PendingsetRecords(
+            self, self.deferred, self.job.read_record, self.job.read_records
+        )
+        self.job.records = self.records
         make_hooks = (spec.job_hooks if own else None) or DeferredJobHooks
         #: What the store adds to the flow (:mod:`magicfs.stores.job_hooks`).
-        self.store_hooks = make_hooks(self, self.store_config)
+        self.store_hooks = make_hooks(self.job, self.store_config)
         self._fs = self._task_view()
 
     def _store_filesystem(
@@ -219,6 +211,10 @@ class MagicLayoutCommitter(OutputCommitter):
     ) -> fsspec.AbstractFileSystem:
         options = self.store_config.filesystem_options(options, threads)
         return super()._store_filesystem(protocol, options, threads)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.job.stats = self.stats  # this process's, the store hooks' too
 
     def _task_view(self) -> MagicFileSystem:
         """The task view; writes to the destination outside task paths are refused."""
@@ -239,7 +235,7 @@ class MagicLayoutCommitter(OutputCommitter):
         view = {**self._opt_in, **self.store_hooks.view_options()}
         changed = {k: v for k, v in view.items() if v != MagicFileSystem.default(k)}
         magic = MagicOptions(job_root=self.dest, **changed)
-        return {"magic": magic, self.protocol: dict(self.store_options)}
+        return {"magic": magic, self.options.protocol: dict(self.options.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:
         url: str = self.store_fs.unstrip_protocol(self.work_path_for(attempt_id))
@@ -248,60 +244,16 @@ class MagicLayoutCommitter(OutputCommitter):
     def work_path_for(self, attempt_id: str) -> str:
         return self.layout.work_path(attempt_id)
 
-    # -- what the store's hooks see of the job (magicfs.stores.job_hooks.LayoutJob) --------
-
-    @property
-    def magic_dir(self) -> str:
-        return self.layout.magic_dir
-
-    def attempt_dir(self, attempt_id: str) -> str:
-        return self.layout.task_attempt_dir(attempt_id)
+    # -- the job as the store's hooks see it (magicfs.committers.layout_job) -------------
 
     def display(self, path: str) -> str:
-        return self.records.display(path)
-
-    def operations(self) -> CommitOperations:
-        return self.records.operations()
-
-    def checked_task_commits(
-        self, attempt_id: str, commits: list[SinglePendingCommit], sources: list[str]
-    ) -> IOStatisticsSnapshot:
-        return self.records.checked_task_commits(attempt_id, commits, sources)
+        return self.job.display(path)
 
     def put(self, path: str, data: bytes) -> None:
-        self.deferred.run(self.deferred.awrite_record(path, data))
-
-    def tree_pages(self, size: int = DELETE_BATCH) -> Iterator[list[str]]:
-        """The job's tree, ``size`` records at a time (streamed: it may hold millions)."""
-        listing = self.deferred.alist_records(self.layout.magic_dir)
-        while page := self.deferred.run(take(listing, size)):
-            yield page
-
-    def list_records(self, directory: str, recursive: bool = True) -> list[str]:
-        """The records below ``directory``, sorted (one paged, uncached listing)."""
-        return sorted(self.deferred.run(collect(self.deferred.alist_records(directory, recursive))))
+        self.job.put(path, data)
 
     def delete_files(self, paths: list[str]) -> None:
-        self.deferred.run(self.deferred.adelete_records(paths))
-
-    def read_records(self, paths: list[str]) -> Iterator[bytes]:
-        return self._read_records(paths)
-
-    def _read_records(self, paths: list[str]) -> Iterator[bytes]:
-        """The task records, ``2 * threads`` at once (small reads while nothing else runs;
-        S3's client pool holds that many), as coroutines on the store's IO loop."""
-        reads = 2 * self.threads
-        return loop_map(self.deferred.run_background, self._aread_pendingset, paths, reads)
-
-    def _read_record(self, path: str) -> bytes:
-        return self.deferred.run(self._aread_pendingset(path))
-
-    async def _aread_pendingset(self, path: str) -> bytes:
-        """Read through the adapter: under the store's retry policy and rate control."""
-        data = await self.deferred.aread_record(path, PendingSet.MAX_BYTES)
-        if data is None:
-            raise FileNotFoundError(path)
-        return data
+        self.job.delete_files(paths)
 
     def _saved(self, path: str) -> PendingSet | None:
         """The pendingset saved at ``path``; ``None`` if absent or unreadable."""
@@ -310,10 +262,6 @@ class MagicLayoutCommitter(OutputCommitter):
             return None if data is None else PendingSet.from_json(data, source=self.display(path))
         except InvalidCommitData:
             return None
-
-    def load_pendings(self, paths: list[str]) -> list[SinglePendingCommit]:
-        """The ``.pending`` records at ``paths``, read in parallel."""
-        return load_pendings(self.deferred, paths, self.stats, self.display)
 
     # -- job ------------------------------------------------------------------------------
 
@@ -354,6 +302,11 @@ class MagicLayoutCommitter(OutputCommitter):
         return JournalKeeper(self.deferred, self.layout.magic_dir, self.dest, self.job_id)
 
     # -- tasks ----------------------------------------------------------------------------
+
+    def abort_task(self, task: TaskAttempt) -> None:
+        """Abort the attempt (as the committer's ``abort_task``): a task commit that
+        fails aborts its attempt."""
+        TaskLifecycle(self).abort_task(task)
 
     def prepare_task(self, task: TaskAttempt) -> None:
         """Nothing on the store: this process's memory knows the attempt was set up here
@@ -478,7 +431,7 @@ class MagicLayoutCommitter(OutputCommitter):
         records = layout.chosen_records(task_records, attempt_records)
         if not was_active and (not records or self.success_names_this_job()):
             raise self._nothing_to_commit(
-                bool(records) or bool(self.list_records(self.layout.magic_dir))
+                bool(records) or bool(self.job.list_records(self.layout.magic_dir))
             )
         return records
 
@@ -523,8 +476,8 @@ class MagicLayoutCommitter(OutputCommitter):
             f"magicfs {self.name} committer for job {self.job_id}",
             **self.store_hooks.diagnostics(),
         )
-        if self.success_file:
-            self.put(self.success_path, success.to_bytes())
+        if self.options.success_file:
+            self.put(self.options.success_path, success.to_bytes())
         return success.filenames
 
     # -- clean-up -------------------------------------------------------------------------
@@ -532,7 +485,9 @@ class MagicLayoutCommitter(OutputCommitter):
     def list_for_clean_up(self) -> TreeListing:
         """The tree's listing, on a thread of its own, and the store's listing of what
         its sweep may discard (S3: the uploads), both started now."""
-        return TreeListing(ListedOnce(self.tree_pages()).read_ahead(), self.store_hooks.list_left())
+        return TreeListing(
+            ListedOnce(self.job.tree_pages()).read_ahead(), self.store_hooks.list_left()
+        )
 
     def clean_up(self, loaded: Loaded | None, published: Published | None) -> None:
         """What the store discards first (its hooks), the job's tree (journal last, the
@@ -546,6 +501,21 @@ class MagicLayoutCommitter(OutputCommitter):
             left = sweep_and_delete(self, published)
             self.store_fs.invalidate_cache(self.layout.magic_dir)
             self.store_hooks.after_tree_deleted(left)
+
+
+class MagicLayoutCommitter(OutputCommitter):
+    """Task output as deferred writes on the final names, committed through pendingsets.
+
+    ``configuration`` (``committer_for``'s name): a store's own (``"magic"`` on S3,
+    ``"block-list"`` on Azure: its spec's ``committer``), with the store's typed options
+    and hooks; or ``"magic-layout"``, the generic flow on any deferred store. The
+    store's options arrive as keywords among the others and are handed to its options
+    class (:class:`~magicfs.stores.job_hooks.StoreOptions`), unread here.
+    """
+
+    name = "magic-layout"
+    flow_class = MagicLayoutFlow
+    flow: MagicLayoutFlow
 
 
 def MagicCommitter(dest: str, **options: Any) -> MagicLayoutCommitter:
@@ -592,13 +562,13 @@ def _deferred_spec(dest: str, fs: Any, configuration: str) -> DeferredStoreSpec:
     return spec
 
 
-def sweep_and_delete(job: MagicLayoutCommitter, published: Published | None) -> list[Any]:
+def sweep_and_delete(job: MagicLayoutFlow, published: Published | None) -> list[Any]:
     """The store's sweep of what the job left, then the tree's deletes in order, over one
     listing of the tree (``published.listed``, if the commit started it); returns what
     the sweep left to other jobs."""
     listed = published.listed if published is not None else None
     if not isinstance(listed, TreeListing):
-        listed = TreeListing(ListedOnce(job.tree_pages()), None)
+        listed = TreeListing(ListedOnce(job.job.tree_pages()), None)
     try:
         left = job.store_hooks.discard_left(kept_uploads(published), listed.tree, listed.left)
         last = functools.partial(delete_last_batch, job.delete_files, job.index_entry, job)
@@ -627,7 +597,7 @@ class TreeListing:
 
 
 def delete_last_batch(
-    delete: Callable[[list[str]], None], entry: str, job: OutputCommitter, paths: list[str]
+    delete: Callable[[list[str]], None], entry: str, job: CommitterHooks, paths: list[str]
 ) -> None:
     """Delete a job tree's last batch (the journal, if any) and, in the same request
     where the store deletes in batches, the job's index ``entry``: it goes with the last
@@ -641,7 +611,7 @@ def delete_last_batch(
         job_index.index_failed("deleted", entry, job.job_id, job.url, error)
 
 
-def discard_committed(job: MagicLayoutCommitter, saved: PendingSet | None) -> None:
+def discard_committed(job: MagicLayoutFlow, saved: PendingSet | None) -> None:
     """An attempt aborted after its commit: discard what its pendingset names, where the
     store discards pending writes. Its files' ``.pending`` may be gone or never saved (a
     file whose close its commit waited for: :meth:`TaskFiles.awaited
@@ -673,28 +643,6 @@ async def shared_check(deferred: DeferredStore, marker: str) -> bool:
         return await deferred.arecord_info(marker) is not None
 
     return await job_still_active(*deferred.check_key(marker), head)
-
-
-def load_pendings(
-    deferred: DeferredStore,
-    paths: list[str],
-    stats: IOStatisticsStore,
-    display: Callable[[str], str],
-) -> list[SinglePendingCommit]:
-    """The ``.pending`` records at ``paths``, read at once on the store's IO loop, in
-    order; a missing one raises ``FileNotFoundError`` naming it (``display``)."""
-    reads = [
-        (p, deferred.run_background(deferred.aread_record(p, SinglePendingCommit.MAX_BYTES)))
-        for p in paths
-    ]
-    commits = []
-    for path, read in reads:
-        with stats.track("committer_load_single_pending_file"):
-            data = read.result()
-        if data is None:
-            raise FileNotFoundError(f"{display(path)} does not exist")
-        commits.append(SinglePendingCommit.from_json(data, source=display(path)))
-    return commits
 
 
 def delete_tree(

@@ -56,9 +56,9 @@ from ..protocol.committer import (
     TaskCommitMessage,
     elapsed,
 )
-from ..protocol.hooks import TaskCommit
+from ..protocol.hooks import CommitterHooks, TaskCommit
 from ..protocol.journal import JournalKeeper
-from ..protocol.tasks import not_started_error, require_active_job, task_committed
+from ..protocol.tasks import TaskLifecycle, not_started_error, require_active_job, task_committed
 from ..records import MANIFEST_COMMITTER_CLASS, ManifestSuccessData, TaskManifest
 from ..records.job_record import CommittedFile
 from ..stores.capabilities import speaks_s3
@@ -82,19 +82,9 @@ from .manifest_tasks import build_manifest, save_manifest
 log = logging.getLogger("magicfs.committer.manifest")
 
 
-class ManifestCommitter(OutputCommitter):
-    """Hadoop's manifest committer for any fsspec filesystem with rename (not S3).
-
-    Options beyond :class:`OutputCommitter`'s: ``validate_output`` (False): check every
-    committed file's size (and etag where renames keep it) before ``_SUCCESS``;
-    ``delete_target_files`` (False): delete an existing destination file before
-    renaming onto it (for stores whose rename does not overwrite); ``report_dir``: also
-    write the job summary (even for a failed job) to ``<report_dir>/summary-<job>.json``;
-    ``save_attempts`` (5): tries to save a task manifest. ``cleanup`` takes every
-    committer's values (``"inline"``, ``"background"``, ``"off"``: when the job's
-    ``_temporary/<job>`` tree is deleted after a commit, :mod:`magicfs.protocol.cleanup`);
-    its older booleans stay accepted: ``True`` is ``"inline"``, ``False`` is ``"off"``.
-    """
+class ManifestFlow(CommitterHooks):
+    """The protocol's hooks of :class:`ManifestCommitter` (its ``flow``), built from that
+    committer's keywords (its docstring says what they are)."""
 
     name = "manifest"
 
@@ -121,8 +111,8 @@ class ManifestCommitter(OutputCommitter):
         self.delete_target_files = delete_target_files
         self.report_dir = report_dir
         self.save_attempts = save_attempts
-        self.layout = ManifestJobLayout(self.dest, self.job_id, self.app_attempt)
-        self.store = RenameStore(self.store_fs, self.threads)
+        self.layout = ManifestJobLayout(self.dest, self.job_id, self.options.app_attempt)
+        self.store = RenameStore(self.store_fs, self.options.threads)
         #: The job's entry in its bucket's job index; ``None`` where the store has no
         #: buckets (local disks, memory: :mod:`magicfs.layouts.job_index`).
         self.index_entry: str | None = None
@@ -138,13 +128,15 @@ class ManifestCommitter(OutputCommitter):
     @property
     def storage_options(self) -> dict[str, Any]:
         magic = MagicOptions(job_root=self.dest)
-        return {"magic": magic, self.protocol: dict(self.store_options)}
+        return {"magic": magic, self.options.protocol: dict(self.options.store_options)}
 
     def work_url_for(self, attempt_id: str) -> str:
         return "magic::" + cast(str, self.store_fs.unstrip_protocol(self.work_path_for(attempt_id)))
 
     def _context(self) -> StageContext:
-        return StageContext(self.store, self.layout, self.stats, self.threads, self.progress)
+        return StageContext(
+            self.store, self.layout, self.stats, self.options.threads, self.options.progress
+        )
 
     # -- job setup ----------------------------------------------------------------------------
 
@@ -221,7 +213,7 @@ class ManifestCommitter(OutputCommitter):
         magic_root = self.work_path_for(task.attempt_id).rsplit("/", 1)[0]
         found = [p for p, i in self.store.scan(magic_root).items() if i.get("type") != "directory"]
         if found:
-            self.abort_task(task)
+            TaskLifecycle(self).abort_task(task)
             raise CommitFailedError(
                 f"task attempt {task.attempt_id}: {len(found)} files were written directly to "
                 f"the store, around magicfs, e.g. {self.store_fs.unstrip_protocol(found[0])}: "
@@ -301,7 +293,7 @@ class ManifestCommitter(OutputCommitter):
         manifests: LoadedManifests = loaded.payload
         create_directories(context, manifests.directories)
         renamed = rename_files(context, manifests, self.delete_target_files)
-        if self.conflict_mode == "replace":
+        if self.options.conflict_mode == "replace":
             self._remove_emptied_directories()
         if self.validate:
             validate_output(context, manifests)
@@ -351,7 +343,7 @@ class ManifestCommitter(OutputCommitter):
         success = ManifestSuccessData(
             committer=MANIFEST_COMMITTER_CLASS,
             job_id=self.job_id,
-            job_id_source=self.job_id_source,
+            job_id_source=self.options.job_id_source,
             diagnostics={**self._diagnostics("committer_commit_job"), **loaded.diagnostics},
             filenames=list(published.filenames),
             iostatistics=statistics,
@@ -359,7 +351,7 @@ class ManifestCommitter(OutputCommitter):
                 published.files, published.bytes, loaded.tasks, start, rows
             ),
         )
-        if self.success_file:
+        if self.options.success_file:
             save_success(self._context(), success)
         if self.report_dir:
             save_report(self._context(), self.report_dir, success)
@@ -375,7 +367,7 @@ class ManifestCommitter(OutputCommitter):
             success=False,
             committer=MANIFEST_COMMITTER_CLASS,
             job_id=self.job_id,
-            job_id_source=self.job_id_source,
+            job_id_source=self.options.job_id_source,
             diagnostics=diagnostics,
             iostatistics=self.stats.snapshot(),
             metrics={"duration_ms": int(elapsed(start) * 1000)},
@@ -407,6 +399,25 @@ class ManifestCommitter(OutputCommitter):
             self.store.delete_file(self.index_entry)
         except Exception as error:
             job_index.index_failed("deleted", self.index_entry, self.job_id, self.url, error)
+
+
+class ManifestCommitter(OutputCommitter):
+    """Hadoop's manifest committer for any fsspec filesystem with rename (not S3).
+
+    Options beyond :class:`OutputCommitter`'s: ``validate_output`` (False): check every
+    committed file's size (and etag where renames keep it) before ``_SUCCESS``;
+    ``delete_target_files`` (False): delete an existing destination file before
+    renaming onto it (for stores whose rename does not overwrite); ``report_dir``: also
+    write the job summary (even for a failed job) to ``<report_dir>/summary-<job>.json``;
+    ``save_attempts`` (5): tries to save a task manifest. ``cleanup`` takes every
+    committer's values (``"inline"``, ``"background"``, ``"off"``: when the job's
+    ``_temporary/<job>`` tree is deleted after a commit, :mod:`magicfs.protocol.cleanup`);
+    its older booleans stay accepted: ``True`` is ``"inline"``, ``False`` is ``"off"``.
+    """
+
+    name = "manifest"
+    flow_class = ManifestFlow
+    flow: ManifestFlow
 
 
 def _principal() -> str:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Container, Iterator
 
 from ..errors import InvalidCommitData
 from ..parallel import thread_map
-from ..protocol.committer import Loaded, OutputCommitter, Published
+from ..protocol.hooks import CommitterHooks, Loaded, Published
 from ..records import (
     MAX_FILENAMES,
     TASK_ATTEMPT_ID_KEY,
@@ -58,7 +58,7 @@ class PendingsetRecords:
 
     def __init__(
         self,
-        job: OutputCommitter,
+        job: CommitterHooks,
         deferred: DeferredStore,
         read_record: Callable[[str], bytes],
         read_records: Callable[[list[str]], Iterator[bytes]] | None = None,
@@ -72,7 +72,7 @@ class PendingsetRecords:
         self.bucket, self.dest_key = deferred.split(job.dest)
 
     def _read_on_threads(self, paths: list[str]) -> Iterator[bytes]:
-        return thread_map(self.read_record, paths, self.job.threads, name="magicfs-load")
+        return thread_map(self.read_record, paths, self.job.options.threads, name="magicfs-load")
 
     def display(self, path: str) -> str:
         """A record's ``path`` as messages name it (with its protocol; ``display`` where
@@ -83,7 +83,9 @@ class PendingsetRecords:
 
     def operations(self) -> CommitOperations:
         job = self.job
-        return CommitOperations(self.deferred, job.job_id, job.stats, job.threads, job.progress)
+        return CommitOperations(
+            self.deferred, job.job_id, job.stats, job.options.threads, job.options.progress
+        )
 
     # -- task commit -------------------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class PendingsetRecords:
             committer=job.name,
             description=description,
             job_id=job.job_id,
-            job_id_source=job.job_id_source,
+            job_id_source=job.options.job_id_source,
             metrics=job.success_metrics(
                 published.files, published.bytes, loaded.tasks, start, rows
             ),

@@ -72,9 +72,9 @@ from ..paths import join, unstaged_name
 from ..protocol.active_jobs import ACTIVE_JOBS
 from ..protocol.attempts import Messages
 from ..protocol.committer import Loaded, OutputCommitter, Published, TaskAttempt, TaskCommitMessage
-from ..protocol.hooks import TaskCommit
+from ..protocol.hooks import CommitterHooks, TaskCommit
 from ..protocol.journal import JournalKeeper
-from ..protocol.tasks import not_started_error, task_committed
+from ..protocol.tasks import TaskLifecycle, not_started_error, task_committed
 from ..records import (
     TASK_ATTEMPT_ID_KEY,
     IOStatisticsSnapshot,
@@ -133,15 +133,9 @@ def _hidden(name: str) -> bool:
     return unstaged_name(name).startswith(("_", "."))
 
 
-class StagingCommitter(OutputCommitter):
-    """``committer="directory"`` (``partitioned=False``) or ``"partitioned"``.
-
-    Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
-    retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in
-    requests per second, on this job's calls: :mod:`magicfs.stores.s3.rate`); the job
-    commit is the pendingset one the magic-layout committer runs, a collaborator both
-    hold (:class:`~.pendingsets.PendingsetRecords`).
-    """
+class StagingFlow(CommitterHooks):
+    """The protocol's hooks of :class:`StagingCommitter` (its ``flow``), built from that
+    committer's keywords (its docstring says what they are)."""
 
     name = "directory"
 
@@ -185,7 +179,7 @@ class StagingCommitter(OutputCommitter):
         #: Where tasks' magic paths go on local disk: the manifest committer's layout,
         #: rooted at this job's local directory (``<buffer_dir>/<job id>``).
         self.local_layout = ManifestJobLayout(
-            os.path.join(self.buffer_dir, self.job_id), self.job_id, self.app_attempt
+            os.path.join(self.buffer_dir, self.job_id), self.job_id, self.options.app_attempt
         )
         self._fs = MagicFileSystem(fs=TaskLocalFileSystem())
         self.staging_dir = staging_dir or (
@@ -197,7 +191,7 @@ class StagingCommitter(OutputCommitter):
             algorithm=1,
             job_id=self.job_id,
             success_file=False,
-            threads=self.threads,
+            threads=self.options.threads,
         )
 
     def _store_filesystem(
@@ -251,7 +245,7 @@ class StagingCommitter(OutputCommitter):
         ACTIVE_JOBS.ended(self.wrapped.job_id, self.wrapped.url)
 
     def job_active(self) -> bool:
-        return self.wrapped.job_active()
+        return self.wrapped.flow.job_active()
 
     def record_io(self, keeper: JournalKeeper | None) -> S3Store:
         """The destination's store: the journal is in the local staging directory."""
@@ -259,7 +253,7 @@ class StagingCommitter(OutputCommitter):
 
     def journal_keeper(self) -> JournalKeeper:
         return JournalKeeper(
-            self.wrapped.store, self.wrapped.job_attempt_dir, self.dest, self.job_id
+            self.wrapped.flow.store, self.wrapped.flow.job_attempt_dir, self.dest, self.job_id
         )
 
     # -- tasks -----------------------------------------------------------------------------------
@@ -287,21 +281,21 @@ class StagingCommitter(OutputCommitter):
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
         self._check_started(task)
-        return bool(self._local_files(task))
+        return bool(local_files(self.local_attempt_dir(task.attempt_id)))
 
     def commit_task_files(self, commit: TaskCommit, known: list[TaskFile]) -> TaskCommitMessage:
         task = commit.task
         start = time.monotonic()
         self._check_started(task)  # before anything: an earlier attempt's record stays
-        files = self._local_files(task)
+        files = local_files(self.local_attempt_dir(task.attempt_id))
         commits: list[SinglePendingCommit] = []
         try:
-            if self.partitioned and self.conflict_mode == "fail":
+            if self.partitioned and self.options.conflict_mode == "fail":
                 self._check_partitions_absent([relative for _, relative in files])
             # The keys this commit will upload to, saved first: if this process dies
             # mid-upload, the job's sweep still finds the uploads it created.
             keys = [self._destination_key(relative) for _, relative in files]
-            self.wrapped.store.write_bytes(self._intent_path(task), json.dumps(keys).encode())
+            self.wrapped.flow.store.write_bytes(self._intent_path(task), json.dumps(keys).encode())
             commits = self._upload_all(task, files)
             pendingset = PendingSet(
                 job_id=self.job_id,
@@ -313,12 +307,12 @@ class StagingCommitter(OutputCommitter):
             )
             wrapped = self._wrapped_task(task)
             record = join(wrapped.work_path, task.task_id + PENDINGSET_SUFFIX)
-            self.wrapped.store.write_bytes(record, pendingset.to_bytes())
+            self.wrapped.flow.store.write_bytes(record, pendingset.to_bytes())
             self._abort_superseded(task)
             self.wrapped.commit_task(wrapped)
         except BaseException:
             self.records.operations().abort(commits)
-            self.abort_task(task)
+            TaskLifecycle(self).abort_task(task)
             raise
         self._remove_local(task)  # uploaded; the attempt cannot commit again
         record = self._committed_record(task.task_id)
@@ -327,7 +321,7 @@ class StagingCommitter(OutputCommitter):
         )
 
     def _intent_path(self, task: TaskAttempt) -> str:
-        return join(self.wrapped.job_attempt_dir, INTENTS_DIR, task.attempt_id + ".json")
+        return join(self.wrapped.flow.job_attempt_dir, INTENTS_DIR, task.attempt_id + ".json")
 
     def abort_task_files(self, task: TaskAttempt, known: list[TaskFile]) -> None:
         """Delete the local data and the started marker; nothing was uploaded before
@@ -340,22 +334,6 @@ class StagingCommitter(OutputCommitter):
         with contextlib.suppress(FileNotFoundError):
             os.remove(self.local_layout.started_marker(task.attempt_id))
         shutil.rmtree(self.local_attempt_dir(task.attempt_id), ignore_errors=True)
-
-    def _local_files(self, task: TaskAttempt) -> list[tuple[str, str]]:
-        """(local path, relative path) of every file, skipping names the task made hidden
-        (``_x``, ``.x``, read unstaged: the task view stages every name as ``_<name>.magicfs-
-        task``); the relative path is the task's name for it
-        (:func:`~magicfs.layouts.manifest.unstaged`)."""
-        top = self.local_attempt_dir(task.attempt_id)
-        found = []
-        for root, directories, names in os.walk(top):
-            directories[:] = sorted(d for d in directories if not _hidden(d))
-            for name in sorted(names):
-                if not _hidden(name):
-                    path = os.path.join(root, name)
-                    relative = os.path.relpath(path, top).replace(os.sep, "/")
-                    found.append((path, unstaged(relative)))
-        return found
 
     def _destination_key(self, relative: str) -> str:
         relative = add_uuid(relative, self.job_id) if self.unique_filenames else relative
@@ -381,7 +359,7 @@ class StagingCommitter(OutputCommitter):
                     checksum=self.checksum,
                 )
 
-        with concurrent.futures.ThreadPoolExecutor(self.threads, "magicfs-staging") as pool:
+        with concurrent.futures.ThreadPoolExecutor(self.options.threads, "magicfs-staging") as pool:
             futures = [pool.submit(upload, item) for item in files]
             failure = None
             for future in futures:
@@ -419,7 +397,7 @@ class StagingCommitter(OutputCommitter):
         return self.wrapped.task_attempt(task.task_index, task.attempt_number)
 
     def _committed_record(self, task_id_: str) -> str:
-        return join(self.wrapped.committed_task_dir(task_id_), task_id_ + PENDINGSET_SUFFIX)
+        return join(self.wrapped.flow.committed_task_dir(task_id_), task_id_ + PENDINGSET_SUFFIX)
 
     def _abort_superseded(self, task: TaskAttempt) -> None:
         """Another attempt of this task committed before: abort its uploads (last wins)."""
@@ -449,7 +427,7 @@ class StagingCommitter(OutputCommitter):
 
     def records_to_commit(self, messages: Messages | None, was_active: bool) -> list[str]:
         if messages is not None:
-            return self._check_messages(messages, self.wrapped.job_attempt_dir)
+            return self._check_messages(messages, self.wrapped.flow.job_attempt_dir)
         records = self._committed_records()
         if not was_active and not records:
             _remove_ended_job_directory(self.buffer_dir, self.job_id)
@@ -462,16 +440,16 @@ class StagingCommitter(OutputCommitter):
     def _committed_records(self) -> list[str]:
         return [
             self._committed_record(_basename(entry["name"]))
-            for entry in self.wrapped.store.children(self.wrapped.job_attempt_dir)
+            for entry in self.wrapped.flow.store.children(self.wrapped.flow.job_attempt_dir)
             if entry.get("type") == "directory"
             and not _basename(entry["name"]).startswith(("_", "."))
         ]
 
     def _read_record(self, path: str) -> bytes:
-        return self.wrapped.store.read_bytes(path, PendingSet.MAX_BYTES)
+        return self.wrapped.flow.store.read_bytes(path, PendingSet.MAX_BYTES)
 
     def _display(self, path: str) -> str:
-        return cast(str, self.wrapped.store.fs.unstrip_protocol(path))
+        return cast(str, self.wrapped.flow.store.fs.unstrip_protocol(path))
 
     def _load_record(self, path: str) -> PendingSet:
         return PendingSet.from_json(self._read_record(path), source=self._display(path))
@@ -488,7 +466,7 @@ class StagingCommitter(OutputCommitter):
     def plan_replace(self, loaded: Loaded) -> list[str]:
         partitions = self.replaced_partitions(loaded)
         if partitions is None:
-            return self.destination.visible_files()
+            return self.options.destination.visible_files()
         doomed: list[str] = []
         for partition in sorted(partitions):  # every file under it (directory markers aside)
             _, key = self.store.split(join(self.dest, partition))
@@ -511,10 +489,10 @@ class StagingCommitter(OutputCommitter):
             f"magicfs StagingCommitter ({self.name}) for job {self.job_id}",
             **{"magicfs.staging_dir": self.staging_dir},
         )
-        if self.success_file:
+        if self.options.success_file:
             self.store.run(
                 self.store.aput_object(
-                    self.bucket, self._key(self.success_path), success.to_bytes()
+                    self.bucket, self._key(self.options.success_path), success.to_bytes()
                 )
             )
         return success.filenames
@@ -544,9 +522,9 @@ class StagingCommitter(OutputCommitter):
 
         keys = KeySet()  # on disk: a job of a million files names a million keys
         try:
-            intents = join(self.wrapped.job_attempt_dir, INTENTS_DIR)
-            for entry in self.wrapped.store.children(intents):
-                data = self.wrapped.store.read(entry["name"], 16 << 20)
+            intents = join(self.wrapped.flow.job_attempt_dir, INTENTS_DIR)
+            for entry in self.wrapped.flow.store.children(intents):
+                data = self.wrapped.flow.store.read(entry["name"], 16 << 20)
                 with contextlib.suppress(ValueError, TypeError):
                     keys.update(k for k in json.loads(data or b"[]") if isinstance(k, str))
             sweep_job(self.store, self.bucket, self.dest_key, self.job_id, keys, keep, owned)
@@ -565,6 +543,38 @@ class StagingCommitter(OutputCommitter):
 
     def _key(self, path: str) -> str:
         return self.store.split(path)[1]
+
+
+class StagingCommitter(OutputCommitter):
+    """``committer="directory"`` (``partitioned=False``) or ``"partitioned"``.
+
+    Options beyond :class:`OutputCommitter`'s: ``retry_policy`` (how every S3 call is
+    retried: :mod:`magicfs.stores.s3.retry`) and ``max_request_rate`` (a fixed cap, in
+    requests per second, on this job's calls: :mod:`magicfs.stores.s3.rate`); the job
+    commit is the pendingset one the magic-layout committer runs, a collaborator both
+    hold (:class:`~.pendingsets.PendingsetRecords`).
+    """
+
+    name = "directory"
+    flow_class = StagingFlow
+    flow: StagingFlow
+
+
+def local_files(top: str) -> list[tuple[str, str]]:
+    """(local path, relative path) of every file below an attempt's local directory
+    ``top``, skipping names the task made hidden (``_x``, ``.x``, read unstaged: the task
+    view stages every name as ``_<name>.magicfs-task``); the relative path is the task's name
+    for it (:func:`~magicfs.layouts.manifest.unstaged`: the task view stages every name
+    with a suffix)."""
+    found = []
+    for root, directories, names in os.walk(top):
+        directories[:] = sorted(d for d in directories if not _hidden(d))
+        for name in sorted(names):
+            if not _hidden(name):
+                path = os.path.join(root, name)
+                relative = os.path.relpath(path, top).replace(os.sep, "/")
+                found.append((path, unstaged(relative)))
+    return found
 
 
 def _remove_ended_job_directory(buffer_dir: str, job_id: str) -> None:

@@ -492,7 +492,7 @@ class CopyJob:
         """Check one ``COPY`` of this job (its options, and its conflict option against the
         job's mode) without running it: raises ``ValueError``/``TypeError`` naming the option."""
         plan = plan_copy(query, path, options, CopyNames(self.job_id, task_id))
-        check_conflict_mode(plan, self.committer.conflict_mode)
+        check_conflict_mode(plan, self.committer.options.conflict_mode)
         return plan
 
     def __enter__(self) -> CopyJob:

@@ -115,9 +115,9 @@ class CommitRecord:
             prefix = len(c.dest) + 1
             old = (CommittedFile(path[prefix:], 0) for page in retire for path in page)
             self._write_list(retire_name, old)
-        partitions = c.replaced_partitions(loaded) if c.conflict_mode == "replace" else None
+        partitions = c.replaced_partitions(loaded) if c.options.conflict_mode == "replace" else None
         mode = "append"
-        if c.conflict_mode == "replace":
+        if c.options.conflict_mode == "replace":
             mode = "replace-partitions" if partitions else "replace"
         if partitions == []:  # a partitioned replace that wrote no partition replaced none
             mode = "append"
@@ -132,7 +132,7 @@ class CommitRecord:
             committed=committed,
             partitions=sorted(partitions or []),
             retire=retire_name,
-            retire_after=committed + int(c.replace_retention * 1000) if retire_name else 0,
+            retire_after=committed + int(c.options.replace_retention * 1000) if retire_name else 0,
         )
         self._put(head, record.to_bytes())
         fs.invalidate_cache(self.directory)  # written past the filesystem's own listings

@@ -63,11 +63,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import logging
-import socket
 import time
 from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import fsspec
 
 from ..errors import (
     JobAlreadyActiveError,
@@ -76,6 +77,7 @@ from ..errors import (
 )
 from ..filesystems.listings import refreshes_listings
 from ..names import SUCCESS_FILE
+from ..statistics import IOStatisticsStore
 from ..task_files import TASK_FILES
 from .active_jobs import ACTIVE_JOBS
 from .attempts import (
@@ -84,12 +86,11 @@ from .attempts import (
     Messages,
     TaskAttempt,
     TaskCommitMessage,
-    check_messages,
     total_rows,
 )
 from .hooks import CommitterHooks, Loaded, Published
 from .job_commit import JobCommit
-from .options import CONFLICT_MODES, elapsed
+from .options import CONFLICT_MODES, CommitterOptions, elapsed
 from .recovery import Recovery
 from .tasks import TaskLifecycle
 
@@ -109,7 +110,7 @@ __all__ = [
 ]
 
 
-class OutputCommitter(CommitterHooks):
+class OutputCommitter:
     """One job writing to one destination: Hadoop's ``OutputCommitter``, in snake_case.
 
     Made by :func:`magicfs.committer_for`. The driver calls :meth:`setup_job`; each
@@ -121,27 +122,85 @@ class OutputCommitter(CommitterHooks):
     between driver and executors; the job's state lives in the store, so another
     process can finish or roll back a job whose driver died.
 
-    Its parts, one module each: the configuration it is (:mod:`.options`), the hooks each
-    committer fills in (:mod:`.hooks`), and here the job side. The rest are
-    collaborators it holds or makes per call, each receiving the committer as its
-    :class:`~.hooks.CommitterHooks`: what the destination shows (:mod:`.destination`),
-    the task side (:mod:`.tasks`), the job commit's named stages (:mod:`.job_commit`)
-    and the journal's recovery rules (:mod:`.recovery`).
+    Its public names are the user's verbs and what a user reads (the job, the
+    destination, the filesystem to write with, its options and statistics). Everything
+    else is an object it holds: :attr:`flow`, its committer family's hooks of the
+    protocol (a :class:`~.hooks.CommitterHooks`, which holds the configuration,
+    :attr:`options`, a frozen :class:`~.options.CommitterOptions`). The collaborators it
+    makes per call receive the flow, never the committer: what the destination shows
+    (:mod:`.destination`), the task side (:mod:`.tasks`), the job commit's named stages
+    (:mod:`.job_commit`) and the journal's recovery rules (:mod:`.recovery`).
     """
+
+    #: The committer family's flow: the class built with the committer's keywords.
+    flow_class: ClassVar[type[CommitterHooks]]
+    #: The committer's name (``committer_for``'s: ``"magic"``, ``"manifest"``...); per
+    #: instance where one class serves several (``file-v1``/``file-v2``).
+    name: str = "abstract"
+
+    def __init__(self, dest: str, **options: Any):
+        #: The protocol's hooks for this job (:mod:`.hooks`): what the verbs call.
+        self.flow = self.flow_class(dest, **options)
+        self.name = self.flow.name
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dest={self.url!r}, job_id={self.job_id!r})"
+
+    # -- what a user reads ------------------------------------------------------------------
+
+    @property
+    def options(self) -> CommitterOptions:
+        """The configuration it was built with (frozen)."""
+        return self.flow.options
+
+    @property
+    def job_id(self) -> str:
+        return self.flow.job_id
+
+    @property
+    def dest(self) -> str:
+        """The destination, a path of :attr:`store_fs`."""
+        return self.flow.dest
+
+    @property
+    def url(self) -> str:
+        """The destination with its protocol."""
+        return self.flow.url
+
+    @property
+    def store_fs(self) -> fsspec.AbstractFileSystem:
+        """The store's own filesystem (reading the destination back)."""
+        return self.flow.store_fs
+
+    @property
+    def fs(self) -> fsspec.AbstractFileSystem:
+        """The filesystem tasks write their output with (``task.path(...)`` paths)."""
+        return self.flow.fs
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options that go with :meth:`TaskAttempt.url` URLs (``storage_options=``)."""
+        return self.flow.storage_options
+
+    @property
+    def stats(self) -> IOStatisticsStore:
+        """This process's statistics of the job (Hadoop's IOStatistics)."""
+        return self.flow.stats
 
     # -- tasks: the task side is a collaborator (magicfs.protocol.tasks) ----------------------
 
     def task_attempt(self, task_id: int, attempt: int = 0) -> TaskAttempt:
         """Hadoop-style ids for attempt ``attempt`` of task ``task_id`` of this job."""
-        return TaskLifecycle(self).task_attempt(task_id, attempt)
+        return TaskLifecycle(self.flow).task_attempt(task_id, attempt)
 
     def setup_task(self, task: TaskAttempt) -> None:
         """Prepare ``task`` (from :meth:`task_attempt`) to write; call before its writes."""
-        TaskLifecycle(self).setup_task(task)
+        TaskLifecycle(self.flow).setup_task(task)
 
     def needs_task_commit(self, task: TaskAttempt) -> bool:
-        """Always true: even an attempt that wrote nothing commits (an empty record)."""
-        return True
+        """Whether ``task`` must commit (Hadoop's ``needsTaskCommit``): true but where
+        the committer knows the attempt wrote nothing (the classic ones)."""
+        return self.flow.needs_task_commit(task)
 
     def commit_task(self, task: TaskAttempt) -> TaskCommitMessage:
         """Commit the attempt: its files become part of the job (still invisible).
@@ -158,11 +217,11 @@ class OutputCommitter(CommitterHooks):
                 saved; the attempt has been aborted.
             magicfs.errors.JobNotActiveError: the job has ended (committed or aborted).
         """
-        return TaskLifecycle(self).commit_task(task)
+        return TaskLifecycle(self.flow).commit_task(task)
 
     def abort_task(self, task: TaskAttempt) -> None:
         """Abort the attempt: its open files are discarded, its output and records deleted."""
-        TaskLifecycle(self).abort_task(task)
+        TaskLifecycle(self.flow).abort_task(task)
 
     @contextlib.contextmanager
     def attempt(
@@ -175,7 +234,7 @@ class OutputCommitter(CommitterHooks):
         with a note naming the attempt (``context`` says who ran it, e.g.
         ``"magicfs.dask: partition 3"``). Every integration runs its tasks through this.
         """
-        with TaskLifecycle(self).attempt(task_id, attempt, context) as run:
+        with TaskLifecycle(self.flow).attempt(task_id, attempt, context) as run:
             yield run
 
     # -- job setup ----------------------------------------------------------------------------
@@ -192,29 +251,33 @@ class OutputCommitter(CommitterHooks):
         start = time.monotonic()
         # A job id this committer drew itself (a fresh UUID) and has not set up yet can be
         # in use nowhere: no journal, marker or _SUCCESS to look up (three requests).
-        state = None if self._fresh_job_id and not resume else self.job_state()
+        state = None if self.flow._fresh_job_id and not resume else self.job_state()
         self._refuse_job_id_in_use(state, resume)
         new_job = state is None or not resume
         if new_job:
-            self.check_no_conflict("job setup")
+            self.flow.check_no_conflict("job setup")
         # An old _SUCCESS goes while the job is set up (one round trip less): it need only
         # be gone before the job's first commit, and both are done when this returns. A
         # failure of either fails the set-up (the delete's first: the set-up's, if any, is
         # its context); a retry of it (or abort_job()) tidies up.
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            old_success = new_job and self.success_file
-            deleting = pool.submit(self.delete_files, [self.success_path]) if old_success else None
+            old_success = new_job and self.options.success_file
+            deleting = (
+                pool.submit(self.flow.delete_files, [self.options.success_path])
+                if old_success
+                else None
+            )
             try:
-                self.prepare_job(resume=state == "active")
+                self.flow.prepare_job(resume=state == "active")
             finally:
                 if deleting is not None:
                     deleting.result()
-        self._fresh_job_id = False  # set up: from now on its id is in use
+        self.flow._fresh_job_id = False  # set up: from now on its id is in use
         ACTIVE_JOBS.set_up(
             self.job_id,
             self.url,
-            recover=self.recover_command(all_committed_tasks=True),
-            rollback=self.rollback_command(),
+            recover=self.options.recover_command(all_committed_tasks=True),
+            rollback=self.options.rollback_command(),
         )
         log.info(
             "job %s: %s for %s (%s committer, conflict mode %s) in %.2fs",
@@ -222,7 +285,7 @@ class OutputCommitter(CommitterHooks):
             "resumed" if state == "active" else "set up",
             self.url,
             self.name,
-            self.conflict_mode,
+            self.options.conflict_mode,
             elapsed(start),
         )
 
@@ -231,8 +294,9 @@ class OutputCommitter(CommitterHooks):
         if state == "committing":
             raise JobAlreadyActiveError(
                 f"job {self.job_id} at {self.url}: a commit of this job started and did not "
-                f"finish: finish it with commit_job() ({self.recover_command()}) or roll it "
-                f"back with abort_job() ({self.rollback_command()}); a new job needs a new id"
+                f"finish: finish it with commit_job() ({self.options.recover_command()}) or "
+                f"roll it back with abort_job() ({self.options.rollback_command()}); a new job "
+                "needs a new id"
             )
         if state == "committed":
             raise JobAlreadyActiveError(
@@ -248,13 +312,13 @@ class OutputCommitter(CommitterHooks):
 
     def job_state(self) -> str | None:
         """``"committing"``, ``"active"``, ``"committed"`` or ``None`` (unknown here)."""
-        keeper = self.journal_keeper()
+        keeper = self.flow.journal_keeper()
         journal = keeper.read() if keeper is not None else None
         if journal is not None:
             return "committed" if journal.phase == "committed" else "committing"
-        if self.job_active():
+        if self.flow.job_active():
             return "active"
-        if self.success_names_this_job():
+        if self.flow.success_names_this_job():
             return "committed"
         return None
 
@@ -313,7 +377,7 @@ class OutputCommitter(CommitterHooks):
             )
         self.wait_cleanup()  # a clean-up of this job still running here finishes first
         with self._ending_job():
-            return JobCommit(self, messages, all_committed_tasks).run()
+            return JobCommit(self.flow, messages, all_committed_tasks).run()
 
     @contextlib.contextmanager
     def _ending_job(self) -> Iterator[None]:
@@ -342,7 +406,7 @@ class OutputCommitter(CommitterHooks):
         Raises:
             TimeoutError: it is still running after ``timeout`` seconds.
         """
-        run = self._cleanup_run
+        run = self.flow._cleanup_run
         if run is None:
             return None
         return run.wait(timeout)
@@ -364,11 +428,13 @@ class OutputCommitter(CommitterHooks):
         start = time.monotonic()
         TASK_FILES.settle(self.job_id)  # this process's files still closing: let them finish
         self.wait_cleanup()
-        self.end_job()
-        keeper = self.journal_keeper()
+        self.flow.end_job()
+        keeper = self.flow.journal_keeper()
         journal = keeper.read() if keeper is not None else None
         undone = 0
-        if journal is not None and (journal.phase == "committed" or self.success_names_this_job()):
+        if journal is not None and (
+            journal.phase == "committed" or self.flow.success_names_this_job()
+        ):
             # The commit had finished: a driver killed in its clean-up (journal marked
             # committed), or between saving _SUCCESS and marking the journal. Rolling back
             # would delete complete output and leave a _SUCCESS naming it; refusing would
@@ -378,13 +444,13 @@ class OutputCommitter(CommitterHooks):
                 self.job_id,
                 self.url,
             )
-            self.clean_up(None, None)
-            self.release_claim()
+            self.flow.clean_up(None, None)
+            self.flow.release_claim()
             return
         if journal is not None:
-            undone = Recovery(self, keeper).roll_back(journal, force)
-        self.clean_up(None, None)
-        self.release_claim()  # a fail-mode job's, once nothing of it is visible
+            undone = Recovery(self.flow, keeper).roll_back(journal, force)
+        self.flow.clean_up(None, None)
+        self.flow.release_claim()  # a fail-mode job's, once nothing of it is visible
         log.info(
             "job %s: aborted in %.2fs%s",
             self.job_id,
@@ -400,59 +466,18 @@ class OutputCommitter(CommitterHooks):
         ``abort_job()``, or the half-published output would lose its only record.
         """
         self.wait_cleanup()
-        keeper = self.journal_keeper()
+        keeper = self.flow.journal_keeper()
         journal = keeper.read() if keeper is not None else None
         if journal is not None and journal.phase != "committed":
             raise JobCommitError(
                 f"job {self.job_id}: a commit of this job started and did not finish; finish "
-                f"it with commit_job() ({self.recover_command()}) or roll it back with "
-                f"abort_job() ({self.rollback_command()})",
+                f"it with commit_job() ({self.options.recover_command()}) or roll it back with "
+                f"abort_job() ({self.options.rollback_command()})",
                 job_id=self.job_id,
                 stage="cleanup",
                 recoverable=True,
             )
         with self._ending_job():
-            self.end_job()
-            self.clean_up(None, None)
-            self.release_claim()  # a committed job killed before it released its claim
-
-    # -- what the committers' job hooks share ----------------------------------------------------
-
-    def _job_marker_document(self) -> bytes:
-        """The job marker's JSON: which job is active where, since when, started by whom."""
-        marker = {
-            "jobId": self.job_id,
-            "committer": self.name,
-            "destination": self.url,
-            "created": int(time.time() * 1000),
-            "hostname": socket.gethostname(),
-        }
-        return json.dumps(marker).encode()
-
-    def _check_messages(self, messages: Messages, records_under: str) -> list[str]:
-        """The records ``messages`` name, once each is known to be this job's own
-        (:func:`~.attempts.check_messages`)."""
-        return check_messages(self.job_id, messages, records_under)
-
-    def success_metrics(
-        self, files: int, size: int, tasks: int, start: float, rows: int | None
-    ) -> dict[str, int]:
-        """``_SUCCESS`` metrics: totals, duration and (when known) rows."""
-        metrics = {
-            "files": files,
-            "bytes": size,
-            "tasks": tasks,
-            "duration_ms": int(elapsed(start) * 1000),
-        }
-        if rows is not None:
-            metrics["rows"] = rows
-        return metrics
-
-    def success_diagnostics(self, **extra: str) -> dict[str, str]:
-        """``_SUCCESS`` diagnostics: how the job was configured."""
-        return {
-            "magicfs.destination": self.url,
-            "magicfs.committer.threads": str(self.threads),
-            "magicfs.conflict_mode": self.conflict_mode,
-            **extra,
-        }
+            self.flow.end_job()
+            self.flow.clean_up(None, None)
+            self.flow.release_claim()  # a committed job killed before it released its claim

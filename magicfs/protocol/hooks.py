@@ -2,8 +2,9 @@
 
 The job commit's stages (:mod:`magicfs.protocol.job_commit`), recovery
 (:mod:`magicfs.protocol.recovery`) and the task side (:mod:`magicfs.protocol.tasks`) are
-collaborators of the committer, not layers of it: each receives the committer as a
-:class:`CommitterHooks` and calls only what this class declares. Job commit asks
+collaborators of the committer, not layers of it: each receives the committer's
+*flow*, the :class:`CommitterHooks` it holds (``committer.flow``; never the committer,
+whose public names are the user's verbs), and calls only what this class declares. Job commit asks
 ``journal_keeper`` where the journal lives, then calls::
 
     end_job -> records_to_commit -> load_records -> validate_records -> [plan_replace]
@@ -15,7 +16,8 @@ Task set-up calls ``prepare_task``; task commit opens a :class:`TaskCommit` (the
 per-commit state, closed when the commit ends), calls ``begin_task_commit`` before the
 attempt's files have settled and ``commit_task_files`` after; task abort calls
 ``abort_task_files``. The names are public because other classes call them; they are
-hooks, not verbs for users (those are :class:`~magicfs.protocol.committer.OutputCommitter`'s).
+hooks, not verbs for users (those are :class:`~magicfs.protocol.committer.OutputCommitter`'s,
+which builds its flow from its keywords and calls it).
 
 This module also holds the values passed between the parts: :class:`Loaded`,
 :class:`Published`, :class:`CleanUpListing` and :class:`TaskCommit`.
@@ -24,6 +26,8 @@ This module also holds the values passed between the parts: :class:`Loaded`,
 from __future__ import annotations
 
 import concurrent.futures
+import json
+import socket
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -33,12 +37,13 @@ from typing import Any, ClassVar, Protocol, cast
 import fsspec
 
 from ..records.job_record import CommittedFile
-from ..statistics import IOStatisticsSnapshot
+from ..statistics import IOStatisticsSnapshot, IOStatisticsStore
 from ..stores.capabilities import is_local
 from ..task_files import TaskFile
-from .attempts import Messages, TaskAttempt, TaskCommitMessage
+from .attempts import Messages, TaskAttempt, TaskCommitMessage, check_messages
+from .cleanup import BackgroundCleanup
 from .journal import JournalKeeper, RecordIO
-from .options import CommitterOptions
+from .options import CommitterOptions, default_store_filesystem, elapsed
 
 
 @dataclass
@@ -106,8 +111,85 @@ class TaskCommit:
             self.early = None
 
 
-class CommitterHooks(CommitterOptions, ABC):
-    """Every hook of the protocol in one place: those to fill in, and the optional ones."""
+class CommitterHooks(ABC):
+    """Every hook of the protocol in one place: those to fill in, and the optional ones.
+
+    The configuration is a value it holds (:attr:`options`, a frozen
+    :class:`~.options.CommitterOptions`), not a base class: ``job_id``, ``dest``,
+    ``store_fs`` and ``url`` read from it; everything else is ``options.<name>``.
+    """
+
+    name: str = "abstract"  # per instance where one class serves several (file-v1/v2)
+    #: The clean-up of this committer's job still running in this process, if any.
+    _cleanup_run: BackgroundCleanup | None = None
+
+    def __init__(self, dest: str, **options: Any):
+        """``options``: :meth:`CommitterOptions.build <.options.CommitterOptions.build>`'s
+        keywords (a committer's own are its flow's constructor's, before these)."""
+        #: The configuration, checked once (:class:`~.options.CommitterOptions`).
+        self.options = CommitterOptions.build(
+            dest, store_filesystem=self._store_filesystem, **options
+        )
+        #: The id is a UUID drawn here and not set up yet: job setup need not look it up.
+        self._fresh_job_id = options.get("job_id") is None
+        self.stats = IOStatisticsStore()
+
+    def _store_filesystem(
+        self, protocol: str, options: dict[str, Any], threads: int
+    ) -> fsspec.AbstractFileSystem:
+        """The store's filesystem for a destination of ``protocol`` (no ``fs=`` given).
+
+        Given everything it may use, because the constructor calls it before the
+        committer is whole (the S3 committers add their client settings).
+        """
+        return default_store_filesystem(protocol, options, threads)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("stats", None)  # per process; holds a lock
+        state.pop("_cleanup_run", None)  # a thread of this process
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.stats = IOStatisticsStore()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(dest={self.url!r}, job_id={self.job_id!r})"
+
+    # -- the configuration's names every caller reads -----------------------------------
+
+    @property
+    def job_id(self) -> str:
+        return self.options.job_id
+
+    @property
+    def dest(self) -> str:
+        """The destination, a path of :attr:`store_fs`."""
+        return self.options.dest
+
+    @property
+    def store_fs(self) -> fsspec.AbstractFileSystem:
+        """The store's own filesystem (never a magic wrapper)."""
+        return self.options.store_fs
+
+    @property
+    def url(self) -> str:
+        """The destination with its protocol, for messages and ``_SUCCESS``."""
+        return self.options.url
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options that go with :meth:`TaskAttempt.url` URLs (``storage_options=``).
+
+        For committers whose tasks write through ``magic::`` URLs they are nested per
+        protocol, as fsspec's chained URLs expect (``{"magic": {...}, "s3": {...}}``).
+        """
+        return dict(self.options.store_options)
+
+    def success_names_this_job(self) -> bool:
+        """Whether the destination's ``_SUCCESS`` says this job committed there."""
+        return self.options.destination.success_job_id() == self.job_id
 
     #: Whether a failed commit can take back what it made visible (not the classic ones).
     can_roll_back: ClassVar[bool] = True
@@ -144,11 +226,15 @@ class CommitterHooks(CommitterOptions, ABC):
 
     # -- task hooks ---------------------------------------------------------------------
 
+    def needs_task_commit(self, task: TaskAttempt) -> bool:
+        """Always true: even an attempt that wrote nothing commits (an empty record)."""
+        return True
+
     @abstractmethod
     def prepare_task(self, task: TaskAttempt) -> None:
         """Task set-up: create what the attempt needs in the store."""
 
-    def begin_task_commit(self, commit: TaskCommit) -> None:  # optional hook
+    def begin_task_commit(self, commit: TaskCommit) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """Task commit, before this process's files of the attempt have settled: start
         what need not wait for them (kept on ``commit``)."""
 
@@ -172,8 +258,8 @@ class CommitterHooks(CommitterOptions, ABC):
 
     def check_no_conflict(self, stage: str) -> None:
         """``fail`` mode: refuse a destination with visible data (``stage``: when checked)."""
-        if self.conflict_mode == "fail":
-            self.destination.refuse_visible_data(stage)
+        if self.options.conflict_mode == "fail":
+            self.options.destination.refuse_visible_data(stage)
 
     def claims_destination(self) -> bool:
         """Whether job commit claims the destination before its ``fail``-mode check, so
@@ -181,14 +267,16 @@ class CommitterHooks(CommitterOptions, ABC):
         ``fail`` mode, where the check at job commit is the destination's (not file-v2,
         whose tasks publish first, nor the partitioned staging committer, which checks
         each partition)."""
-        return self.conflict_mode == "fail"
+        return self.options.conflict_mode == "fail"
 
     def take_claim(self) -> None:
         """Claim the destination for this job, or refuse naming the job that holds it."""
-        destination = self.destination
+        destination = self.options.destination
         holder = destination.fail_claim().take(self.job_id, self.url)
         if holder is not None:
-            destination.refuse_claimed(self.job_id, holder, self.rollback_command(holder.job_id))
+            destination.refuse_claimed(
+                self.job_id, holder, self.options.rollback_command(holder.job_id)
+            )
 
     def release_claim(self) -> bool:
         """Release the destination's claim if this job holds it (a committed, aborted or
@@ -196,7 +284,7 @@ class CommitterHooks(CommitterOptions, ABC):
 
         Whatever this committer's ``conflict_mode``: the process that finishes or rolls
         back a job (``magicfs jobs``) need not know the mode it ran with (one read)."""
-        return self.destination.fail_claim().release(self.job_id)
+        return self.options.destination.fail_claim().release(self.job_id)
 
     def end_job(self, check: bool = True) -> bool:
         """End the job (no writer or task may join it any more).
@@ -227,12 +315,12 @@ class CommitterHooks(CommitterOptions, ABC):
     def load_records(self, records: list[str], messages: Messages | None = None) -> Loaded:
         """Load (and check the form of) the task records; ``messages`` when the caller gave them."""
 
-    def validate_records(self, loaded: Loaded) -> None:  # optional hook
+    def validate_records(self, loaded: Loaded) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """Every check that can fail, before anything becomes visible."""
 
     def plan_replace(self, loaded: Loaded) -> list[str]:
         """``replace`` mode: the files to delete (default: all visible data)."""
-        return self.destination.visible_files()
+        return self.options.destination.visible_files()
 
     @abstractmethod
     def delete_files(self, paths: list[str]) -> None:
@@ -244,7 +332,7 @@ class CommitterHooks(CommitterOptions, ABC):
         committer); ``None``: the whole destination. What the job commit record says."""
         return None
 
-    def removed_old_files(self) -> None:  # optional hook
+    def removed_old_files(self) -> None:  # noqa: B027 (an optional hook: nothing by default)
         """``replace`` mode: the old files are deleted (after the new ones were
         published and recorded); tidy what they leave (a local disk's empty directories)."""
 
@@ -282,7 +370,48 @@ class CommitterHooks(CommitterOptions, ABC):
         ``None`` for an aborted job (after a commit, its ``listed`` is the clean-up's to
         use and discard)."""
 
-    def report_failure(  # optional hook
+    def report_failure(  # noqa: B027 (an optional hook: nothing by default)
         self, stage: str, failure: BaseException, start: float
     ) -> None:
         """A chance to record a failed commit (the manifest committer's report)."""
+
+    # -- what the committers' hooks share ------------------------------------------------
+
+    def _job_marker_document(self) -> bytes:
+        """The job marker's JSON: which job is active where, since when, started by whom."""
+        marker = {
+            "jobId": self.job_id,
+            "committer": self.name,
+            "destination": self.url,
+            "created": int(time.time() * 1000),
+            "hostname": socket.gethostname(),
+        }
+        return json.dumps(marker).encode()
+
+    def _check_messages(self, messages: Messages, records_under: str) -> list[str]:
+        """The records ``messages`` name, once each is known to be this job's own
+        (:func:`~.attempts.check_messages`)."""
+        return check_messages(self.job_id, messages, records_under)
+
+    def success_metrics(
+        self, files: int, size: int, tasks: int, start: float, rows: int | None
+    ) -> dict[str, int]:
+        """``_SUCCESS`` metrics: totals, duration and (when known) rows."""
+        metrics = {
+            "files": files,
+            "bytes": size,
+            "tasks": tasks,
+            "duration_ms": int(elapsed(start) * 1000),
+        }
+        if rows is not None:
+            metrics["rows"] = rows
+        return metrics
+
+    def success_diagnostics(self, **extra: str) -> dict[str, str]:
+        """``_SUCCESS`` diagnostics: how the job was configured."""
+        return {
+            "magicfs.destination": self.url,
+            "magicfs.committer.threads": str(self.options.threads),
+            "magicfs.conflict_mode": self.options.conflict_mode,
+            **extra,
+        }

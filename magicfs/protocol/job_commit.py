@@ -133,7 +133,7 @@ class JobCommit:
             if c.claims_destination() or resumed_fail:
                 release_claim(c)  # its files and _SUCCESS are visible: the next job may check
             c.stats.increment("committer_jobs_completed")
-            if c.cleanup != "off":  # its listings run while the journal is saved
+            if c.options.cleanup != "off":  # its listings run while the journal is saved
                 published.listed = c.list_for_clean_up()
             if self.journal is not None:
                 self.recovery.mark_committed(
@@ -211,15 +211,15 @@ class JobCommit:
         or every committed task where none were given)."""
         c = self.committer
         if journal_saved:
-            return f"run commit_job() again, or from any process {c.recover_command()}"
+            return f"run commit_job() again, or from any process {c.options.recover_command()}"
         if self.messages is not None:
             return (
                 "run commit_job() again with the same messages (from another process, "
-                f"with them as JSON lines in FILE: {c.recover_command(messages=True)})"
+                f"with them as JSON lines in FILE: {c.options.recover_command(messages=True)})"
             )
         return (
             "run commit_job() again in this process (from another: "
-            f"{c.recover_command(all_committed_tasks=True)})"
+            f"{c.options.recover_command(all_committed_tasks=True)})"
         )
 
     def _load_named(self) -> Loaded:
@@ -316,7 +316,7 @@ class JobCommit:
             if c.claims_destination():  # before the check: two jobs must not both pass it
                 c.take_claim()
             c.check_no_conflict("job commit")
-            doomed = c.plan_replace(loaded) if c.conflict_mode == "replace" else []
+            doomed = c.plan_replace(loaded) if c.options.conflict_mode == "replace" else []
             after = bool(doomed) and self._old_files_can_wait(loaded, doomed)
         if self.keeper is not None:
             with self.stages("journal"):
@@ -419,9 +419,9 @@ def clean_up_committed(
     ends; with clean-up off it never runs, so ``skipped`` releases them instead.
     """
     c = committer
-    if c.cleanup == "inline":
+    if c.options.cleanup == "inline":
         return work()
-    if c.cleanup == "off":
+    if c.options.cleanup == "off":
         skipped()
         left = (
             f"clean-up of job {c.job_id} is off (cleanup='off'): the output is complete; "
@@ -483,7 +483,9 @@ def summarise(
         bytes=size,
         tasks=tasks,
         seconds=elapsed(start),
-        success_file=c.store_fs.unstrip_protocol(c.success_path) if c.success_file else None,
+        success_file=c.store_fs.unstrip_protocol(c.options.success_path)
+        if c.options.success_file
+        else None,
         filenames=list(filenames),
         counters=dict(c.stats.counters()),
     )

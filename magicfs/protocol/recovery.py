@@ -61,7 +61,7 @@ class Recovery:
             job_id=c.job_id,
             committer=c.name,
             destination=c.url,
-            conflict_mode=c.conflict_mode,
+            conflict_mode=c.options.conflict_mode,
             phase=phase,
             records=list(loaded.records),
         )
@@ -124,9 +124,9 @@ class Recovery:
             "knows whether every task has committed. Say what to publish: "
             "commit_job(messages) with the tasks' messages (magicfs jobs recover --messages "
             f"FILE --job {c.job_id} {c.url}), or commit_job(all_committed_tasks=True) if the "
-            f"committed tasks are the whole job ({c.recover_command(all_committed_tasks=True)}"
-            f"); or, once its driver is known gone, roll it back with abort_job() "
-            f"({c.rollback_command()})",
+            "committed tasks are the whole job "
+            f"({c.options.recover_command(all_committed_tasks=True)}); or, once its driver "
+            f"is known gone, roll it back with abort_job() ({c.options.rollback_command()})",
             job_id=c.job_id,
             stage="load",
             recoverable=True,
@@ -177,13 +177,13 @@ class Recovery:
         """
         c = self.committer
         assert record is not None  # phase "replacing" is chosen only with a record
-        if c.replace_retention > 0:
+        if c.options.replace_retention > 0:
             log.info(
                 "job %s: replace mode keeps the old files for %.0fs (replace_retention) for "
                 "readers of the old snapshot; the next job at %s or `magicfs jobs vacuum %s` "
                 "deletes them then",
                 c.job_id,
-                c.replace_retention,
+                c.options.replace_retention,
                 c.url,
                 c.url,
             )
@@ -223,7 +223,7 @@ class Recovery:
             return JobCommitError(
                 f"{what}. The destination's old data had already been deleted (replace mode), "
                 "so the job was NOT rolled back (that would lose old and new data both): run "
-                f"commit_job() again to finish it ({c.recover_command()})",
+                f"commit_job() again to finish it ({c.options.recover_command()})",
                 job_id=c.job_id,
                 stage=stage,
                 recoverable=True,
@@ -239,7 +239,7 @@ class Recovery:
             log.error("%s; rolling back failed too: %s", what, e)
             return JobCommitError(
                 f"{what}. Rolling the job back failed too ({type(e).__name__}: {e}): run "
-                f"abort_job() again ({c.rollback_command()})",
+                f"abort_job() again ({c.options.rollback_command()})",
                 job_id=c.job_id,
                 stage=stage,
                 recoverable=True,
@@ -283,7 +283,7 @@ class Recovery:
                 f"job {c.job_id}: its commit had already deleted the destination's old "
                 f"data ({journal.deletes} files, replace mode) when it stopped; rolling back "
                 "cannot bring that back. Finish the commit with commit_job() "
-                f"({c.recover_command()}) to keep the new data, or abort_job(force=True) "
+                f"({c.options.recover_command()}) to keep the new data, or abort_job(force=True) "
                 "to discard the new data too",
                 job_id=c.job_id,
                 stage="abort",

@@ -49,7 +49,8 @@ class TaskJob(Protocol):
 
 class TaskLifecycle:
     """``task_attempt`` / ``setup_task`` / ``commit_task`` / ``abort_task`` / ``attempt``
-    of one committer (``hooks``), which holds no task state: a lifecycle is made per call."""
+    of one committer, through its flow (``hooks``), which holds no task state: a
+    lifecycle is made per call."""
 
     def __init__(self, hooks: CommitterHooks):
         self.hooks = hooks

@@ -383,7 +383,7 @@ class Target:
     def record_fs(self, committer: OutputCommitter) -> fsspec.AbstractFileSystem:
         """The filesystem holding the task records that commit messages name."""
         if self.kind.stages_locally:  # records travel through the (local) staging directory
-            return fsspec.core.url_to_fs(committer.staging_dir)[0]
+            return fsspec.core.url_to_fs(committer.flow.staging_dir)[0]
         return committer.store_fs
 
 

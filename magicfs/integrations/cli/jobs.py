@@ -195,7 +195,7 @@ def run_vacuum(args: argparse.Namespace) -> int:
     url = fs.unstrip_protocol(path)
     with store_errors(url):
         committer = committer_for(url, fs=fs)
-        done = vacuum(committer, now=(1 << 62) if args.ignore_retention else None)
+        done = vacuum(committer.flow, now=(1 << 62) if args.ignore_retention else None)
     if args.json:
         documents = [
             {"jobId": r.job_id, "deleted": r.deleted, "waitingSeconds": r.waiting_ms / 1000}
