@@ -310,3 +310,98 @@ def test_command_line_examples_are_valid_commands(where, arguments):
         build_parser().parse_args(shlex.split(arguments))
     except SystemExit as e:
         pytest.fail(f"{where}: `magicfs {arguments}` is refused by the command line ({e})")
+
+
+#: A benchmark command as the pages write it: in a code span (which may wrap) or on a line
+#: of a fenced block, ``python benchmarks/NAME.py`` and its arguments.
+FENCED_BENCHMARK = re.compile(r"^\s*python benchmarks/(?P<script>[\w-]+)\.py(?P<args>.*)$", re.M)
+BENCHMARK_SPAN = re.compile(r"`(?:python )?benchmarks/(?P<script>[\w-]+)\.py(?P<args>[^`]*)`")
+
+
+def benchmark_commands(page: pathlib.Path) -> list[tuple[str, str, list[str]]]:
+    """``(page:line, script, its --options)`` of every benchmark a page names."""
+    text = page.read_text()
+    found: list[tuple[int, str, str]] = []
+    for m in BENCHMARK_SPAN.finditer(text):
+        found.append((m.start(), m["script"], m["args"]))
+    for block in FENCE.finditer(text):
+        for m in FENCED_BENCHMARK.finditer(block["body"]):
+            found.append((block.start("body") + m.start(), m["script"], m["args"]))
+    commands = [
+        (
+            f"{page_id(page)}:{text.count(chr(10), 0, at) + 1}",
+            script,
+            re.findall(r"(?<![\w-])--[a-z][\w-]*", args.split("#", 1)[0]),
+        )
+        for at, script, args in found
+    ]
+    for m in re.finditer(r"\bbenchmarks/(?P<script>[\w-]+)\.py", text):
+        commands.append(
+            (f"{page_id(page)}:{text.count(chr(10), 0, m.start()) + 1}", m["script"], [])
+        )
+    return commands
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_benchmark_a_page_names_exists_and_takes_its_options(page):
+    """A figure's command can be run: its script is in benchmarks/ and accepts each option
+    the page gives it (the history appendix's commands only need to exist: they record
+    what ran then)."""
+    for where, script, options in benchmark_commands(page):
+        path = ROOT / "benchmarks" / f"{script}.py"
+        assert path.is_file(), f"{where}: benchmarks/{script}.py does not exist"
+        if page.name == "benchmarks-history.md":
+            continue
+        source = path.read_text()
+        for option in options:
+            assert f'"{option}"' in source, (
+                f"{where}: benchmarks/{script}.py has no {option} option"
+            )
+
+
+def tables(text: str) -> list[tuple[int, str, str]]:
+    """``(line, text before it, table)`` of each Markdown table, where "before" runs from
+    the previous heading or table (whichever is later) to the table's header."""
+    found = []
+    lines = text.splitlines()
+    start = 0
+    number = 0
+    while number < len(lines):
+        if lines[number].startswith("#"):
+            start = number
+        if lines[number].startswith("|"):
+            end = number
+            while end < len(lines) and lines[end].startswith("|"):
+                end += 1
+            before = "\n".join(lines[start:number])
+            found.append((number + 1, before, "\n".join(lines[number:end])))
+            start, number = end, end
+            continue
+        number += 1
+    return found
+
+
+def test_every_table_of_figures_in_benchmarks_md_names_its_command():
+    """Each table of figures on the benchmarks page says how to reproduce it: a
+    ``command`` column, or ``python benchmarks/NAME.py ...`` (or ``magicfs demo``) in the
+    text between the previous heading or table and the table."""
+    page = DOCS / "benchmarks.md"
+    checked = 0
+    for line, before, table in tables(page.read_text()):
+        rows = table.splitlines()
+        if not any(re.search(r"\d", row) for row in rows[2:]):
+            continue  # no figures
+        checked += 1
+        header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+        if "command" in header:
+            column = header.index("command")
+            for row in rows[2:]:
+                cell = row.strip("|").split("|")[column]
+                assert re.search(r"`python benchmarks/|`magicfs |^\s*same\s*$", cell), (
+                    f"docs/benchmarks.md:{line}: a row names no command: {row[:80]}"
+                )
+            continue
+        assert re.search(r"python benchmarks/[\w-]+\.py", before), (
+            f"docs/benchmarks.md:{line}: this table's figures name no command before it"
+        )
+    assert checked >= 4
