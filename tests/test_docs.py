@@ -381,27 +381,43 @@ def tables(text: str) -> list[tuple[int, str, str]]:
     return found
 
 
-def test_every_table_of_figures_in_benchmarks_md_names_its_command():
-    """Each table of figures on the benchmarks page says how to reproduce it: a
-    ``command`` column, or ``python benchmarks/NAME.py ...`` (or ``magicfs demo``) in the
-    text between the previous heading or table and the table."""
-    page = DOCS / "benchmarks.md"
-    checked = 0
+#: A measured figure in a table cell: a number with a unit of time, size, rate or ratio.
+MEASURED = re.compile(r"\d(?:\.\d+)?\s*(?:x|s|ms|MB|MiB|GB|GiB|%|/s)(?![\w-])")
+#: What names a figure's source: a benchmark, the demo, or a test module.
+SOURCE = re.compile(r"benchmarks/[\w-]+\.py|`magicfs demo|tests/test_\w+\.py")
+
+
+@pytest.mark.parametrize(  # the history and the changelog record what was measured then
+    "page",
+    [p for p in PAGES if p.name not in ("benchmarks-history.md", "CHANGELOG.md")],
+    ids=page_id,
+)
+def test_every_table_of_measured_figures_names_where_they_come_from(page):
+    """Each table of measured figures says how to reproduce them: a ``command`` column, or
+    the script (``python benchmarks/NAME.py ...``, ``magicfs demo`` or a test module) in
+    the text between the previous heading or table and the table, or, in a table that
+    quotes other pages (the status table), a link in each row that holds a figure. On the
+    benchmarks page the command itself is required. Tables of settings (first column
+    ``setting``) hold defaults, not measurements."""
+    on_benchmarks_page = page == DOCS / "benchmarks.md"
     for line, before, table in tables(page.read_text()):
         rows = table.splitlines()
-        if not any(re.search(r"\d", row) for row in rows[2:]):
-            continue  # no figures
-        checked += 1
         header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+        figures = [row for row in rows[2:] if MEASURED.search(row)]
+        if not figures or header[0] == "setting":
+            continue
+        where = f"{page_id(page)}:{line}"
         if "command" in header:
             column = header.index("command")
-            for row in rows[2:]:
+            for row in figures:
                 cell = row.strip("|").split("|")[column]
                 assert re.search(r"`python benchmarks/|`magicfs |^\s*same\s*$", cell), (
-                    f"docs/benchmarks.md:{line}: a row names no command: {row[:80]}"
+                    f"{where}: a row names no command: {row[:80]}"
                 )
-            continue
-        assert re.search(r"python benchmarks/[\w-]+\.py", before), (
-            f"docs/benchmarks.md:{line}: this table's figures name no command before it"
-        )
-    assert checked >= 4
+        elif on_benchmarks_page:
+            assert re.search(r"python benchmarks/[\w-]+\.py", before), (
+                f"{where}: this table's figures name no command before it"
+            )
+        elif not SOURCE.search(before):
+            unsourced = [row[:80] for row in figures if "](" not in row]
+            assert not unsourced, f"{where}: figures with no script, test or page: {unsourced}"
