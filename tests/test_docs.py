@@ -421,3 +421,18 @@ def test_every_table_of_measured_figures_names_where_they_come_from(page):
         elif not SOURCE.search(before):
             unsourced = [row[:80] for row in figures if "](" not in row]
             assert not unsourced, f"{where}: figures with no script, test or page: {unsourced}"
+
+
+def test_every_section_of_the_benchmarks_page_with_figures_names_its_command():
+    """The benchmarks page's prose figures come with their command too: each section
+    that quotes a measured figure names ``python benchmarks/NAME.py`` (the full record's
+    sections may not; their figures are historical)."""
+    text = (DOCS / "benchmarks.md").read_text()
+    sections = re.split(r"^(?=## )", text, flags=re.M)[1:]
+    assert len(sections) >= 5
+    for section in sections:
+        if MEASURED.search(section):
+            title = section.splitlines()[0]
+            assert re.search(r"python benchmarks/[\w-]+\.py", section), (
+                f"docs/benchmarks.md, {title}: figures without the command that prints them"
+            )
