@@ -10,6 +10,10 @@
   server and run as pasted, each in a process of its own: tests/test_readme.py runs them.
 * No page points at something a reader cannot follow: internal working documents, or a
   relative link to a file that does not exist.
+* Every measured figure can be traced to what printed it: each table of figures names its
+  script, test or quoted page, each section of the benchmarks page its commands, and
+  every benchmark a page names exists and accepts the options given (the history
+  appendix records what ran then, so only its scripts must exist).
 """
 
 from __future__ import annotations
