@@ -1,7 +1,7 @@
 """The CPU a part's checksums cost the writing thread: each algorithm of magicfs's
 ``checksum`` option, and the SHA-256 botocore's signer computes over a part's body on
-plain HTTP (docs/s3-compatible-stores.md, "Checksums"; docs/stores/s3.md, "Parts, over
-plain HTTP").
+plain HTTP (docs/s3-compatible-stores.md, "Checksums, end to end"; docs/stores/s3.md,
+"Parts, over plain HTTP").
 
     python benchmarks/checksum_cost.py             # 8 MiB parts, median of 5
     python benchmarks/checksum_cost.py --part-mib 16 --runs 9
