@@ -83,6 +83,11 @@ def test_partition_columns_come_through_and_only_the_snapshots_files(spark, tmp_
     assert sorted({row.year for row in listed}) == [2024, 2025, 2026]
     # Without basePath, Spark takes each file's folder as its base: no year column.
     assert spark.read.parquet(*snap.urls()).columns == ["amount"]
+    # The form for stores Spark names otherwise (s3a://...): the same files, the same rows.
+    base = snap.url
+    files = [f"{base}/{entry.path}" for entry in snap.committed_files()]
+    named = spark.read.option("basePath", base).parquet(*files).select("year", "amount")
+    assert sorted(tuple(row) for row in named.collect()) == rows
 
 
 def test_names_with_glob_characters_are_read_as_names(spark, tmp_path):
@@ -108,3 +113,15 @@ def test_a_file_replaced_under_an_old_snapshot_fails_the_read_and_drops_no_rows(
     with pytest.raises(Exception, match=r"PATH_NOT_FOUND.*part-old\.parquet"):
         read(spark, old).collect()
     assert [row.amount for row in read(spark, magicfs.snapshot(url)).collect()] == [2.0, 2.0]
+
+
+def test_a_snapshot_of_no_files_reads_as_no_rows_given_its_schema(spark, tmp_path):
+    url = f"file://{tmp_path}/sales"
+    commit(url, {"part-old.parquet": 1.0})
+    commit(url, {}, mode="replace")  # a job that wrote nothing replaces everything
+    snap = magicfs.snapshot(url)
+    assert snap.urls() == []
+    with pytest.raises(Exception, match="UNABLE_TO_INFER_SCHEMA"):
+        read(spark, snap)
+    reader = spark.read.schema("amount double").option("basePath", snap.url)
+    assert reader.parquet(*snap.urls()).collect() == []
