@@ -15,6 +15,7 @@ import sys
 import pytest
 from helpers import data_files, object_keys, pending_uploads, visible_keys
 from helpers.s3_targets import store_fixture
+from helpers.spark import local_session
 
 import magicfs
 from magicfs.integrations.spark.options import storage_options
@@ -24,19 +25,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spark():
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("magicfs-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("magicfs-tests")
     # Executors cannot import this test module: ship its functions by value.
     from pyspark import cloudpickle
 
