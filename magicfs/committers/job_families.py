@@ -189,7 +189,11 @@ class MagicLayoutFamily:
 
     def tree_left(self, committer: OutputCommitter) -> bool:
         own = self._own(committer)
-        return bool(own.flow.deferred.run(take(own.flow.deferred.alist_records(own.flow.layout.magic_dir), 1)))
+        return bool(
+            own.flow.deferred.run(
+                take(own.flow.deferred.alist_records(own.flow.layout.magic_dir), 1)
+            )
+        )
 
 
 class ManifestFamily:

@@ -56,7 +56,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 import fsspec
@@ -378,20 +378,11 @@ class StagingFlow(CommitterHooks):
     def _check_partitions_absent(self, relatives: list[str]) -> None:
         for partition in sorted(partitions_of(relatives) - {TABLE_ROOT}):
             path = join(self.dest, partition)
-            if self._exists(path):
+            if _exists(self.store, path):
                 raise CommitConflictError(
                     f"{self.store_fs.unstrip_protocol(path)}: partition already exists and "
                     "conflict_mode is 'fail'"
                 )
-
-    def _exists(self, path: str) -> bool:
-        """An object at ``path``, or under it (s3fs's ``exists``, through the store's
-        retried and paced calls)."""
-        bucket, key = self.store.split(path)
-        under = iterate(self.store, self.store.alist_keys(bucket, f"{key}/"))
-        if next(under, None) is not None:
-            return True
-        return self.store.run(self.store.ahead_object(bucket, key)) is not None
 
     def _wrapped_task(self, task: TaskAttempt) -> TaskAttempt:
         return self.wrapped.task_attempt(task.task_index, task.attempt_number)
@@ -457,11 +448,7 @@ class StagingFlow(CommitterHooks):
     def replaced_partitions(self, loaded: Loaded) -> list[str] | None:
         if not self.partitioned:
             return None
-        prefix = f"{self.dest_key}/" if self.dest_key else ""
-        partitions = {
-            c.destination_key[len(prefix) :].rpartition("/")[0] for c in loaded.payload.commits()
-        }
-        return sorted(partitions - {""})
+        return written_partitions(self.dest_key, loaded.payload.commits())
 
     def plan_replace(self, loaded: Loaded) -> list[str]:
         partitions = self.replaced_partitions(loaded)
@@ -558,6 +545,24 @@ class StagingCommitter(OutputCommitter):
     name = "directory"
     flow_class = StagingFlow
     flow: StagingFlow
+
+
+def written_partitions(dest_key: str, commits: Iterable[SinglePendingCommit]) -> list[str]:
+    """The partitions (directories below the destination ``dest_key``) ``commits``
+    write into; the destination's own top level is none."""
+    prefix = f"{dest_key}/" if dest_key else ""
+    partitions = {c.destination_key[len(prefix) :].rpartition("/")[0] for c in commits}
+    return sorted(partitions - {""})
+
+
+def _exists(store: S3Store, path: str) -> bool:
+    """An object at ``path``, or under it (s3fs's ``exists``, through the store's
+    retried and paced calls)."""
+    bucket, key = store.split(path)
+    under = iterate(store, store.alist_keys(bucket, f"{key}/"))
+    if next(under, None) is not None:
+        return True
+    return store.run(store.ahead_object(bucket, key)) is not None
 
 
 def local_files(top: str) -> list[tuple[str, str]]:

@@ -10,7 +10,8 @@ file), in a file in the temporary directory once it passes :data:`SPILL_BYTES`
 (:class:`_SqliteFile`):
 
 * :class:`CommitSpool`: the commits of every task record loaded (one row each, about
-  300 bytes on disk per file plus an index on the destination), with the record each
+  1.2 KB on disk per file with its index on the destination, measured by
+  ``benchmarks/spool_disk.py``), with the record each
   came from, so a refusal still names the record and the field. Duplicate destinations
   are found by one indexed query, not by a dict in memory.
 * :class:`KeySet`: a set of strings (the destination keys a job's markers name).
@@ -23,7 +24,7 @@ Memory: :data:`SPILL_BYTES` while in memory, then SQLite's page cache (capped at
 :data:`CACHE_KIB`), plus one batch of rows. The file is deleted by :meth:`discard`; the
 file of a process that was killed (its name carries the process id) is deleted by the
 next spool that moves to disk on that machine (a process looks once a minute at most). Set
-``TMPDIR`` where the temporary directory is small: about 0.4 KB per file of the job.
+``TMPDIR`` where the temporary directory is small: about 1.2 KB per file of the job.
 Only the thread that created a spool may use it.
 """
 
@@ -441,7 +442,7 @@ def spool_error(path: str, error: BaseException) -> LocalSpoolError:
         f"cannot write {path}, a local spool of a job's commit or clean-up "
         f"({type(error).__name__}: {error}): its temporary directory "
         f"{os.path.dirname(path)} is full, too small for this job or not writable; set TMPDIR "
-        "to a directory with room (about 0.4 KB per file of the job) and run it again"
+        "to a directory with room (about 1.2 KB per file of the job) and run it again"
     )
 
 
