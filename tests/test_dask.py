@@ -665,5 +665,9 @@ def test_a_ready_made_committer_is_used_as_it_is_and_options_beside_it_are_refus
     with pytest.raises(TypeError, match=r"pass conflict_mode= to magicfs\.committer_for"):
         job_committer("magicfs.duckdb", url, ready, None, "replace", None, conflict_mode_given=True)
     built = job_committer("magicfs.dask", url, "manifest", None, None, {"threads": 3})
-    assert (built.name, built.threads, built.conflict_mode) == ("manifest", 3, "append")
+    assert (built.name, built.options.threads, built.options.conflict_mode) == (
+        "manifest",
+        3,
+        "append",
+    )
     assert built is not ready and not (tmp_path / "out").exists()  # nothing written yet

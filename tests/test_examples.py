@@ -29,7 +29,12 @@ def test_example_runs(example):
             "{'north': 3, 'south': 3}",
         ]
     if example.name == "filesystem_urls.py":
-        assert result.stdout.splitlines() == ["visible: []", "published: b'a\\n1\\n2\\n'"]
+        assert result.stdout.splitlines() == [
+            "visible: []",
+            "record: out/__magic/job-1/task-1/__base/_year=2024.magicfs-task/"
+            "_part-0.csv.magicfs-task.pending",
+            "published: b'a\\n1\\n2\\n'",
+        ]
 
 
 def test_demo_runs_and_leaves_nothing_pending():

@@ -315,7 +315,7 @@ spark.stop()
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result == {"python": sys.executable, "rdd_files": 2}
-    names = sorted(p.name for p in (tmp_path / "ds").iterdir())
+    names = data_files(sorted(p.name for p in (tmp_path / "ds").iterdir()))
     assert names[0] == "_SUCCESS" and len(names) == 3
     assert all(name.endswith(".parquet") for name in names[1:])
 

@@ -228,6 +228,12 @@ def child_job(spec: JobSpec) -> None:
     ]
     with concurrent.futures.ThreadPoolExecutor(4 * spec.tasks) as pool:  # tasks run in parallel
         list(pool.map(write, files))
+    # A file's close may finish in the background (its last part, its record:
+    # magicfs.task_files), which task commit would wait for: the write phase ends once
+    # they have, so a kill at one of the write's requests lands in the write.
+    from magicfs.task_files import TASK_FILES
+
+    TASK_FILES.settle(committer.job_id)
     _phase(spec, "task_commit")
     messages = []
     for task in tasks:
