@@ -17,6 +17,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 
 import fsspec
 import s3fs
@@ -160,9 +161,9 @@ def test_a_writer_finds_its_jobs_context_by_the_job_its_path_names(s3_options, b
         assert writer.hooks.store.context is committer.flow.context
         assert writer.hooks.store.rate is committer.flow.deferred.store.rate
         assert writer.hooks.store.budget is committer.flow.deferred.store.budget
-    committer.commit_job([committer.commit_task(attempt)])
     # A context pickles as its job: unpickled here, it is this process's context.
     assert pickle.loads(pickle.dumps(committer.flow.context)) is committer.flow.context
+    committer.commit_job([committer.commit_task(attempt)])
 
 
 def test_a_closed_context_shuts_its_pools_and_is_forgotten():
@@ -181,6 +182,81 @@ def test_a_closed_context_shuts_its_pools_and_is_forgotten():
     else:
         raise AssertionError("a closed context's pool took work")
     assert job_context("closing-job", "b/out") is not context
+
+
+def write_one_task(committer):
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    with committer.fs.open(attempt.path("a.bin"), "wb") as f:
+        f.write(b"a")
+    return [committer.commit_task(attempt)]
+
+
+def job_tree(s3_client, bucket) -> list[str]:
+    listing = s3_client.list_objects_v2(Bucket=bucket, Prefix="out/__magic_job-")
+    return [o["Key"] for o in listing.get("Contents", [])]
+
+
+def test_a_job_that_ends_here_closes_its_context(s3_options, bucket, s3_client):
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
+    messages = write_one_task(committer)
+    context = committer.flow.context
+    pool = context.pool("probe", 1)
+    committer.commit_job(messages)
+    # Its pools are shut down and the registry forgets it; a later writer of the same
+    # job id (a retried commit, an operator's clean-up) starts afresh.
+    assert context.closed
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is None
+    try:
+        pool.submit(lambda: 1)
+    except RuntimeError as error:
+        assert "shutdown" in str(error)
+    else:
+        raise AssertionError("an ended job's pool took work")
+    assert job_context(committer.job_id, f"s3://{bucket}/out") is not context
+    assert job_tree(s3_client, bucket) == []
+
+
+def test_an_aborted_job_closes_its_context(s3_options, bucket, s3_client):
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
+    write_one_task(committer)
+    context = committer.flow.context
+    committer.abort_job()
+    assert context.closed
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is None
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_background_clean_up_closes_the_context_when_it_ends(
+    s3_options, bucket, s3_client, monkeypatch
+):
+    """``cleanup="background"``: the job's context stays open (its pools usable) until
+    the clean-up, running after commit_job() returned, has ended."""
+    committer = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options=s3_options, cleanup="background"
+    )
+    messages = write_one_task(committer)
+    context = committer.flow.context
+    go = threading.Event()
+    seen = []
+    clean_up = committer.flow.clean_up
+
+    def held_clean_up(*args):  # the clean-up waits for the test, then uses a job pool
+        go.wait()
+        seen.append(context.pool("cleanup-probe", 1).submit(lambda: "ran").result())
+        clean_up(*args)
+
+    monkeypatch.setattr(committer.flow, "clean_up", held_clean_up)
+    committer.commit_job(messages)
+    assert not context.closed  # the clean-up has not run yet
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is context
+    go.set()
+    assert committer.wait_cleanup() is None  # it left nothing
+    assert seen == ["ran"]
+    assert context.closed
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is None
+    assert job_tree(s3_client, bucket) == []
 
 
 EXIT_SCRIPT = """

@@ -381,19 +381,26 @@ class OutputCommitter:
 
     @contextlib.contextmanager
     def _ending_job(self) -> Iterator[None]:
-        """Forget this process's job (:mod:`.active_jobs`) once it has ended here: the
-        commit, abort or clean-up returned, found no job, or failed and was rolled back.
-        A failure that leaves the job to be finished (``recoverable``) keeps it."""
+        """Forget this process's job (:mod:`.active_jobs`) and close its context once it
+        has ended here: the commit, abort or clean-up returned, found no job, or failed
+        and was rolled back. A failure that leaves the job to be finished
+        (``recoverable``) keeps both."""
         try:
             yield
         except NothingToCommitError:
-            ACTIVE_JOBS.ended(self.job_id, self.url)
+            self._ended()
             raise
         except JobCommitError as e:
             if not e.recoverable:
-                ACTIVE_JOBS.ended(self.job_id, self.url)
+                self._ended()
             raise
+        self._ended()
+
+    def _ended(self) -> None:
+        """The job ended here: no longer active, its context closed (its pools shut down,
+        :mod:`magicfs.job_context`; after a background clean-up, when that ends)."""
         ACTIVE_JOBS.ended(self.job_id, self.url)
+        self.flow.close_context()
 
     def wait_cleanup(self, timeout: float | None = None) -> str | None:
         """Wait for the clean-up of this job still running in the background, if any.
