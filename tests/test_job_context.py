@@ -9,6 +9,7 @@ budget must hold across all of them.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import concurrent.futures
 import dataclasses
@@ -24,6 +25,7 @@ import s3fs
 
 import magicfs
 from magicfs.job_context import JOB_CONTEXTS, job_context
+from magicfs.stores.job_check import CHECKS_STATE, SharedChecks, job_still_active
 from magicfs.stores.s3.retry import RetryPolicy
 from magicfs.task_files import TASK_FILES
 
@@ -257,6 +259,47 @@ def test_a_background_clean_up_closes_the_context_when_it_ends(
     assert context.closed
     assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is None
     assert job_tree(s3_client, bucket) == []
+
+
+def test_a_jobs_shared_checks_live_in_its_context():
+    """Callers of one job share a check of its marker; another job's callers, with the
+    same store and marker key, do not: the shared checks are the job's (its context's
+    slot), and none stays once nobody waits."""
+    ours, theirs = job_context("checks-a", "s3://b/out"), job_context("checks-b", "s3://b/out")
+    heads: list[str] = []
+
+    async def scenario() -> list[bool]:
+        release = asyncio.Event()
+
+        def head(job: str):
+            async def check() -> bool:
+                heads.append(job)
+                await release.wait()
+                return True
+
+            return check
+
+        def ask(context, job):
+            return asyncio.ensure_future(
+                job_still_active("b", "marker", head(job), context=context)
+            )
+
+        first = ask(ours, "a")  # its check starts and waits for the release
+        await asyncio.sleep(0)
+        shared = ours.state(CHECKS_STATE)
+        assert isinstance(shared, SharedChecks) and len(shared.current()) == 1
+        assert theirs.state(CHECKS_STATE) is None
+        later = [ask(ours, "a"), ask(ours, "a"), ask(theirs, "b")]
+        await asyncio.sleep(0)
+        release.set()
+        answers = await asyncio.gather(first, *later)
+        assert shared.current() == {}
+        return answers
+
+    assert asyncio.run(scenario()) == [True] * 4
+    # Job a: its first check, then one shared by the two that asked while it ran; job b:
+    # one of its own.
+    assert sorted(heads) == ["a", "a", "b"]
 
 
 EXIT_SCRIPT = """

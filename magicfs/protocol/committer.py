@@ -260,6 +260,7 @@ class OutputCommitter:
         # be gone before the job's first commit, and both are done when this returns. A
         # failure of either fails the set-up (the delete's first: the set-up's, if any, is
         # its context); a retry of it (or abort_job()) tidies up.
+        # (A pool of this call, not the job context's: one thread, once per job, ended here.)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             old_success = new_job and self.options.success_file
             deleting = (

@@ -177,6 +177,8 @@ class JobCommit:
         commit under way, as the journal always does, and a retried commit ends the job
         again."""
         c = self.committer
+        # (A pool of this call, not the job context's: its two threads end with the stage,
+        # and a commit of a flow without a context, classic or manifest, needs them too.)
         with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(2) as pool:
             if self.carrying:
                 ending = pool.submit(c.job_active)
