@@ -25,6 +25,7 @@ import s3fs
 
 import magicfs
 from magicfs.job_context import JOB_CONTEXTS, job_context
+from magicfs.stores.azure.records import RECORDS_STATE, JobRecords
 from magicfs.stores.job_check import CHECKS_STATE, SharedChecks, job_still_active
 from magicfs.stores.s3.retry import RetryPolicy
 from magicfs.task_files import TASK_FILES
@@ -300,6 +301,32 @@ def test_a_jobs_shared_checks_live_in_its_context():
     # Job a: its first check, then one shared by the two that asked while it ran; job b:
     # one of its own.
     assert sorted(heads) == ["a", "a", "b"]
+
+
+def test_azure_writer_records_are_the_jobs_and_end_with_it(azurite_server, abfs, azure_container):
+    """The records a process's writers keep of an attempt (one blob per segment, not one
+    per file) are in the job's context, which the files' registry entries hold; they go
+    when the job ends here."""
+    storage = azurite_server.storage_options
+    committer = magicfs.committer_for(f"abfs://{azure_container}/out", storage_options=storage)
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    for name in ("a.csv", "b.csv"):
+        with committer.fs.open(attempt.path(name), "wb") as f:
+            f.write(name.encode())
+    assert TASK_FILES.settle(committer.job_id, attempt.attempt_id) == []  # closes finished
+    context = committer.flow.context
+    kept = context.state(RECORDS_STATE)
+    assert isinstance(kept, JobRecords)
+    [(attempt_id, records)] = kept.open.values()  # both files' records: one attempt's
+    assert attempt_id == attempt.attempt_id and set(records.where) == {
+        attempt.path(name).split("://")[-1] for name in ("a.csv", "b.csv")
+    }
+    assert TASK_FILES.get(attempt.path("a.csv").split("://")[-1]).context is context
+    committer.commit_job([committer.commit_task(attempt)])
+    assert context.closed and JOB_CONTEXTS.find(committer.job_id, f"{azure_container}/out") is None
+    assert abfs.cat(f"{azure_container}/out/a.csv") == b"a.csv"
 
 
 EXIT_SCRIPT = """
