@@ -14,8 +14,10 @@ A context holds:
 * **store state** (:meth:`JobContext.store_state`): what a store keeps per job, made
   once by the first caller and shared after (S3: the rate control, the replies it
   watches and the retry budget, :mod:`magicfs.stores.s3.store`; the touched markers its
-  writers saved). A store's module names its own key (``"s3.calls"``); this module
-  knows nothing of stores. Per-job state still kept elsewhere moves into such a slot;
+  writers saved; the job checks its committer and writers share,
+  :mod:`magicfs.stores.job_check`; Azure's writer records,
+  :mod:`magicfs.stores.azure.records`). A store's module names its own key
+  (``"s3.calls"``); this module knows nothing of stores;
 * **the job's thread pools** (:meth:`JobContext.pool`): made once by name, shut down
   when the context closes;
 * **statistics** (:attr:`JobContext.statistics`): the job's IO statistics in this
@@ -23,11 +25,25 @@ A context holds:
 * **what to do when it closes** (:meth:`JobContext.on_close`).
 
 **Lifetime.** The registry (:data:`JOB_CONTEXTS`) holds contexts weakly: a context
-lives while its committer or a store of one of its writers holds it, so a long-lived
-executor that ran many jobs keeps none of the finished ones. :meth:`JobContext.close`
-ends it at once (its pools shut down, its close callbacks run, the registry forgets it;
-the next lookup of the job makes a new one). A forked child forgets its parent's
-contexts (:mod:`magicfs.lifecycle`): their locks and pools are the parent's.
+lives while its committer, a store of one of its writers, or a task file of the job that
+this process keeps track of (:class:`~magicfs.task_files.TaskFile`, until its attempt
+commits or aborts here) holds it, so a long-lived executor that ran many jobs keeps none
+of the finished ones. :meth:`JobContext.close` ends it at once (its pools shut down, its
+close callbacks run, the registry forgets it; the next lookup of the job makes a new
+one): the protocol closes it when the job ends in this process (commit, abort or
+clean-up; after a background clean-up, when that ends:
+:meth:`magicfs.protocol.hooks.CommitterHooks.close_context`). A forked child forgets its
+parent's contexts (:mod:`magicfs.lifecycle`): their locks and pools are the parent's.
+
+**What is not here, by decision**: state that is per store or per process, not per job.
+Per-store caches stay with their stores (what a bucket answers:
+:mod:`magicfs.stores.s3.conditional`'s ``_LEARNT``, :mod:`magicfs.stores.gcs_moves`'s
+``_ANSWERS``, :mod:`magicfs.stores.s3.client`'s ``_LOADERS``; the job index's "said once
+per bucket", :func:`magicfs.layouts.job_index.index_failed`). Two process registries stay
+too, because they must outlive any one job's context: :data:`magicfs.task_files.TASK_FILES`
+(the exit hook settles every file still closing; a finished attempt stays refused after
+its job's context is gone) and :data:`magicfs.protocol.active_jobs.ACTIVE_JOBS` (the exit
+warning is about a job whose every object was dropped before it ended).
 
 **What it does not span**: another process. A job whose tasks run in eight executor
 processes has one context in each; each caps its own requests at ``max_request_rate``.
@@ -44,6 +60,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from .lifecycle import after_fork
+from .paths import split_magic_path
 from .statistics import IOStatisticsStore
 
 _T = TypeVar("_T")
@@ -183,3 +200,12 @@ def job_context(job_id: str, destination: str) -> JobContext:
     """The context of job ``job_id`` at ``destination`` in this process (made if none is
     open): what a committer and the writers of its task paths share."""
     return JOB_CONTEXTS.get(job_id, destination)
+
+
+def job_context_of(path: str) -> JobContext | None:
+    """The context of the job a store path names (``bkt/out/__magic_job-<id>/...``);
+    ``None`` for a path that names no job."""
+    magic_path = split_magic_path(path)
+    if magic_path is None or not magic_path.job_id:
+        return None
+    return job_context(magic_path.job_id, magic_path.destination_dir)

@@ -34,6 +34,13 @@ processes. This registry adds what only the writing process can know, for free:
 Keys are store paths without protocol (``bkt/out/__magic_job-7/.../a.csv`` on S3, the
 routed working-directory path on rename stores). Entries are dropped when their
 attempt commits or aborts. Thread-safe; one instance per process (:data:`TASK_FILES`).
+
+**Per process, not per job** (:mod:`magicfs.job_context` holds what is per job): it
+is "the task files of this process", and must outlive any one job's context. The exit
+hook settles every file still closing, whatever became of its job's objects; a write to
+an attempt that finished here is refused long after the job's context has closed; a
+writer finds its entry by path alone. An entry holds its job's context instead
+(:attr:`TaskFile.context`): the job's per-process state lasts while its files do here.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from .job_context import JobContext
 from .lifecycle import at_exit
 
 
@@ -70,6 +78,9 @@ class TaskFile:
     begin: concurrent.futures.Future[None] | None = None  # its begin (deferred writers)
     closing: concurrent.futures.Future[None] | None = None  # its close, finishing in the background
     error: BaseException | None = None  # why its close failed
+    #: Its job's context (:mod:`magicfs.job_context`), held while the entry is here: the
+    #: job's state in this process (rate, writer records) lasts as long as its files.
+    context: JobContext | None = None
 
     @property
     def is_open(self) -> bool:

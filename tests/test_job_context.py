@@ -9,6 +9,7 @@ budget must hold across all of them.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import collections
 import concurrent.futures
@@ -19,12 +20,15 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import threading
 
 import fsspec
 import s3fs
 
 import magicfs
 from magicfs.job_context import JOB_CONTEXTS, job_context
+from magicfs.stores.azure.records import RECORDS_STATE, JobRecords
+from magicfs.stores.job_check import CHECKS_STATE, SharedChecks, job_still_active
 from magicfs.stores.s3.rate import RateControl
 from magicfs.stores.s3.retry import RetryPolicy
 from magicfs.task_files import TASK_FILES
@@ -180,9 +184,9 @@ def test_a_writer_finds_its_jobs_context_by_the_job_its_path_names(s3_options, b
         assert writer.hooks.store.context is committer.flow.context
         assert writer.hooks.store.rate is committer.flow.deferred.store.rate
         assert writer.hooks.store.budget is committer.flow.deferred.store.budget
-    committer.commit_job([committer.commit_task(attempt)])
     # A context pickles as its job: unpickled here, it is this process's context.
     assert pickle.loads(pickle.dumps(committer.flow.context)) is committer.flow.context
+    committer.commit_job([committer.commit_task(attempt)])
 
 
 def test_a_closed_context_shuts_its_pools_and_is_forgotten():
@@ -201,6 +205,148 @@ def test_a_closed_context_shuts_its_pools_and_is_forgotten():
     else:
         raise AssertionError("a closed context's pool took work")
     assert job_context("closing-job", "b/out") is not context
+
+
+def write_one_task(committer):
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    with committer.fs.open(attempt.path("a.bin"), "wb") as f:
+        f.write(b"a")
+    return [committer.commit_task(attempt)]
+
+
+def job_tree(s3_client, bucket) -> list[str]:
+    listing = s3_client.list_objects_v2(Bucket=bucket, Prefix="out/__magic_job-")
+    return [o["Key"] for o in listing.get("Contents", [])]
+
+
+def test_a_job_that_ends_here_closes_its_context(s3_options, bucket, s3_client):
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
+    messages = write_one_task(committer)
+    context = committer.flow.context
+    pool = context.pool("probe", 1)
+    committer.commit_job(messages)
+    # Its pools are shut down and the registry forgets it; a later writer of the same
+    # job id (a retried commit, an operator's clean-up) starts afresh.
+    assert context.closed
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is None
+    try:
+        pool.submit(lambda: 1)
+    except RuntimeError as error:
+        assert "shutdown" in str(error)
+    else:
+        raise AssertionError("an ended job's pool took work")
+    assert job_context(committer.job_id, f"s3://{bucket}/out") is not context
+    assert job_tree(s3_client, bucket) == []
+
+
+def test_an_aborted_job_closes_its_context(s3_options, bucket, s3_client):
+    committer = magicfs.committer_for(f"s3://{bucket}/out", storage_options=s3_options)
+    write_one_task(committer)
+    context = committer.flow.context
+    committer.abort_job()
+    assert context.closed
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is None
+    assert s3_client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_a_background_clean_up_closes_the_context_when_it_ends(
+    s3_options, bucket, s3_client, monkeypatch
+):
+    """``cleanup="background"``: the job's context stays open (its pools usable) until
+    the clean-up, running after commit_job() returned, has ended."""
+    committer = magicfs.committer_for(
+        f"s3://{bucket}/out", storage_options=s3_options, cleanup="background"
+    )
+    messages = write_one_task(committer)
+    context = committer.flow.context
+    go = threading.Event()
+    seen = []
+    clean_up = committer.flow.clean_up
+
+    def held_clean_up(*args):  # the clean-up waits for the test, then uses a job pool
+        go.wait()
+        seen.append(context.pool("cleanup-probe", 1).submit(lambda: "ran").result())
+        clean_up(*args)
+
+    monkeypatch.setattr(committer.flow, "clean_up", held_clean_up)
+    committer.commit_job(messages)
+    assert not context.closed  # the clean-up has not run yet
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is context
+    go.set()
+    assert committer.wait_cleanup() is None  # it left nothing
+    assert seen == ["ran"]
+    assert context.closed
+    assert JOB_CONTEXTS.find(committer.job_id, f"{bucket}/out") is None
+    assert job_tree(s3_client, bucket) == []
+
+
+def test_a_jobs_shared_checks_live_in_its_context():
+    """Callers of one job share a check of its marker; another job's callers, with the
+    same store and marker key, do not: the shared checks are the job's (its context's
+    slot), and none stays once nobody waits."""
+    ours, theirs = job_context("checks-a", "s3://b/out"), job_context("checks-b", "s3://b/out")
+    heads: list[str] = []
+
+    async def scenario() -> list[bool]:
+        release = asyncio.Event()
+
+        def head(job: str):
+            async def check() -> bool:
+                heads.append(job)
+                await release.wait()
+                return True
+
+            return check
+
+        def ask(context, job):
+            return asyncio.ensure_future(
+                job_still_active("b", "marker", head(job), context=context)
+            )
+
+        first = ask(ours, "a")  # its check starts and waits for the release
+        await asyncio.sleep(0)
+        shared = ours.state(CHECKS_STATE)
+        assert isinstance(shared, SharedChecks) and len(shared.current()) == 1
+        assert theirs.state(CHECKS_STATE) is None
+        later = [ask(ours, "a"), ask(ours, "a"), ask(theirs, "b")]
+        await asyncio.sleep(0)
+        release.set()
+        answers = await asyncio.gather(first, *later)
+        assert shared.current() == {}
+        return answers
+
+    assert asyncio.run(scenario()) == [True] * 4
+    # Job a: its first check, then one shared by the two that asked while it ran; job b:
+    # one of its own.
+    assert sorted(heads) == ["a", "a", "b"]
+
+
+def test_azure_writer_records_are_the_jobs_and_end_with_it(azurite_server, abfs, azure_container):
+    """The records a process's writers keep of an attempt (one blob per segment, not one
+    per file) are in the job's context, which the files' registry entries hold; they go
+    when the job ends here."""
+    storage = azurite_server.storage_options
+    committer = magicfs.committer_for(f"abfs://{azure_container}/out", storage_options=storage)
+    committer.setup_job()
+    attempt = committer.task_attempt(0)
+    committer.setup_task(attempt)
+    for name in ("a.csv", "b.csv"):
+        with committer.fs.open(attempt.path(name), "wb") as f:
+            f.write(name.encode())
+    assert TASK_FILES.settle(committer.job_id, attempt.attempt_id) == []  # closes finished
+    context = committer.flow.context
+    kept = context.state(RECORDS_STATE)
+    assert isinstance(kept, JobRecords)
+    [(attempt_id, records)] = kept.open.values()  # both files' records: one attempt's
+    assert attempt_id == attempt.attempt_id and set(records.where) == {
+        attempt.path(name).split("://")[-1] for name in ("a.csv", "b.csv")
+    }
+    assert TASK_FILES.get(attempt.path("a.csv").split("://")[-1]).context is context
+    committer.commit_job([committer.commit_task(attempt)])
+    assert context.closed and JOB_CONTEXTS.find(committer.job_id, f"{azure_container}/out") is None
+    assert abfs.cat(f"{azure_container}/out/a.csv") == b"a.csv"
 
 
 EXIT_SCRIPT = """

@@ -112,7 +112,7 @@ from ..errors import InvalidCommitData, NothingToCommitError
 from ..filesystems import MagicFileSystem
 from ..filesystems.magic import MagicOptions
 from ..filesystems.originals import store_of
-from ..job_context import job_context
+from ..job_context import JobContext, job_context, job_context_of
 from ..layouts import job_index
 from ..layouts.magic import MagicJobLayout
 from ..names import (
@@ -285,12 +285,12 @@ class MagicLayoutFlow(CommitterHooks):
     def job_active(self) -> bool:
         """Whether the job marker exists, by a shared check started after this call
         (:func:`shared_check`)."""
-        return self.deferred.run(shared_check(self.deferred, self.layout.job_marker))
+        return self.deferred.run(shared_check(self.deferred, self.layout.job_marker, self.context))
 
     def job_signals(self) -> frozenset[str] | None:
         """The job check of a commit that trusts its memory: ``None`` once the job has
         ended, else the tasks marked touched (:func:`.memory_commits.ajob_signals`)."""
-        return self.deferred.run(ajob_signals(self.deferred, self.layout))
+        return self.deferred.run(ajob_signals(self.deferred, self.layout, self.context))
 
     def end_job(self, check: bool = True) -> bool:
         """Delete the job marker: from now on writers and task commits of this job fail."""
@@ -632,7 +632,9 @@ def discard_committed(job: MagicLayoutFlow, saved: PendingSet | None) -> None:
     job.deferred.discard(commits)
 
 
-async def shared_check(deferred: DeferredStore, marker: str) -> bool:
+async def shared_check(
+    deferred: DeferredStore, marker: str, context: JobContext | None = None
+) -> bool:
     """Whether ``marker`` exists, by a check that starts after this call, shared
     (:mod:`magicfs.stores.job_check`) with the task commits and the
     writers of this process that ask meanwhile: tasks committing at once send one HEAD,
@@ -642,7 +644,8 @@ async def shared_check(deferred: DeferredStore, marker: str) -> bool:
     async def head() -> bool:
         return await deferred.arecord_info(marker) is not None
 
-    return await job_still_active(*deferred.check_key(marker), head)
+    context = context or job_context_of(marker)  # (shared with the job's writers)
+    return await job_still_active(*deferred.check_key(marker), head, context=context)
 
 
 def delete_tree(

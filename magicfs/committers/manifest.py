@@ -145,6 +145,7 @@ class ManifestFlow(CommitterHooks):
         marker's JSON), where the store has an index."""
         document = self._job_marker_document()
         entry = None if resume else self.index_entry
+        # (A pool of this call: one thread, once per job; the manifest flow has no context.)
         with self.stats.track("job_stage_setup"), concurrent.futures.ThreadPoolExecutor(1) as pool:
             saving = pool.submit(self.store.write_bytes, entry, document) if entry else None
             try:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 
+from ..job_context import JobContext, job_context_of
 from ..layouts.magic import MagicJobLayout
 from ..protocol.attempts import TaskAttempt, TaskCommitMessage
 from ..protocol.hooks import TaskCommit
@@ -117,7 +118,9 @@ def commit_from_memory(
     return task_committed(job, task, record, len(commits), size, commit.start, "committed", data)
 
 
-async def ajob_signals(deferred: DeferredStore, layout: MagicJobLayout) -> frozenset[str] | None:
+async def ajob_signals(
+    deferred: DeferredStore, layout: MagicJobLayout, context: JobContext | None = None
+) -> frozenset[str] | None:
     """``None`` once the job has ended (its marker is gone), else the ids of the tasks
     marked touched: one listing of the marker's name, started after this call and
     shared with the callers of this process that ask meanwhile, the writers' job checks
@@ -132,7 +135,8 @@ async def ajob_signals(deferred: DeferredStore, layout: MagicJobLayout) -> froze
         found = await collect(deferred.alist_prefixed(layout.job_signals_prefix))
         return JobCheck(marker in found, layout.touched_tasks(found))
 
-    checked = await job_check(*deferred.check_key(marker), head, listing)
+    context = context or job_context_of(marker)  # (shared with the job's writers)
+    checked = await job_check(*deferred.check_key(marker), head, listing, context=context)
     if not checked.active:
         return None
     assert checked.touched is not None  # a listing (it asked for one)

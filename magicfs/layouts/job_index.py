@@ -108,6 +108,9 @@ def entry_committer(data: bytes | None) -> str | None:
     return committer if isinstance(committer, str) else None
 
 
+#: (bucket, action) already reported in this process: per bucket, not per job (a user
+#: whose permissions stop at their prefix hears it once, whichever job it is), so it is
+#: not in the job's context (:mod:`magicfs.job_context`).
 _reported: set[tuple[str, str]] = set()
 _reported_lock = threading.Lock()
 

@@ -24,6 +24,12 @@ Keyed by job id and destination URL, with the process id (a forked child inherit
 registry but not the job: it neither lists nor is warned about its parent's jobs).
 Thread-safe; one instance per process (:data:`ACTIVE_JOBS`). It lives in this module,
 never in a committer, so nothing of it pickles to executors.
+
+**Per process, not in the job's context** (:mod:`magicfs.job_context`): a context lives
+while some object of its job holds it, and the job this registry must warn about is the
+one whose every object the script dropped before ending it. So its entries outlive their
+contexts; the context is closed when the job ends here, as the entry is forgotten
+(:meth:`magicfs.protocol.committer.OutputCommitter._ending_job`).
 """
 
 from __future__ import annotations

@@ -260,6 +260,7 @@ class OutputCommitter:
         # be gone before the job's first commit, and both are done when this returns. A
         # failure of either fails the set-up (the delete's first: the set-up's, if any, is
         # its context); a retry of it (or abort_job()) tidies up.
+        # (A pool of this call, not the job context's: one thread, once per job, ended here.)
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             old_success = new_job and self.options.success_file
             deleting = (
@@ -381,19 +382,26 @@ class OutputCommitter:
 
     @contextlib.contextmanager
     def _ending_job(self) -> Iterator[None]:
-        """Forget this process's job (:mod:`.active_jobs`) once it has ended here: the
-        commit, abort or clean-up returned, found no job, or failed and was rolled back.
-        A failure that leaves the job to be finished (``recoverable``) keeps it."""
+        """Forget this process's job (:mod:`.active_jobs`) and close its context once it
+        has ended here: the commit, abort or clean-up returned, found no job, or failed
+        and was rolled back. A failure that leaves the job to be finished
+        (``recoverable``) keeps both."""
         try:
             yield
         except NothingToCommitError:
-            ACTIVE_JOBS.ended(self.job_id, self.url)
+            self._ended()
             raise
         except JobCommitError as e:
             if not e.recoverable:
-                ACTIVE_JOBS.ended(self.job_id, self.url)
+                self._ended()
             raise
+        self._ended()
+
+    def _ended(self) -> None:
+        """The job ended here: no longer active, its context closed (its pools shut down,
+        :mod:`magicfs.job_context`; after a background clean-up, when that ends)."""
         ACTIVE_JOBS.ended(self.job_id, self.url)
+        self.flow.close_context()
 
     def wait_cleanup(self, timeout: float | None = None) -> str | None:
         """Wait for the clean-up of this job still running in the background, if any.

@@ -36,6 +36,7 @@ from typing import Any, ClassVar, Protocol, cast
 
 import fsspec
 
+from ..job_context import JobContext
 from ..records.job_record import CommittedFile
 from ..statistics import IOStatisticsSnapshot, IOStatisticsStore
 from ..stores.capabilities import is_local
@@ -122,6 +123,9 @@ class CommitterHooks(ABC):
     name: str = "abstract"  # per instance where one class serves several (file-v1/v2)
     #: The clean-up of this committer's job still running in this process, if any.
     _cleanup_run: BackgroundCleanup | None = None
+    #: The job's state in this process (:mod:`magicfs.job_context`), where the flow
+    #: keeps one (the S3 flows); closed when the job ends here (:meth:`close_context`).
+    context: JobContext | None = None
 
     def __init__(self, dest: str, **options: Any):
         """``options``: :meth:`CommitterOptions.build <.options.CommitterOptions.build>`'s
@@ -156,6 +160,15 @@ class CommitterHooks(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(dest={self.url!r}, job_id={self.job_id!r})"
+
+    def close_context(self) -> None:
+        """The job ended in this process (committed, aborted or cleaned up): close its
+        context, so its pools shut down and a later writer of the job id gets a fresh
+        one. A clean-up still running in the background closes it when it ends
+        (:func:`.job_commit.clean_up_committed`): it may still use the job's pools."""
+        run = self._cleanup_run
+        if self.context is not None and (run is None or not run.running):
+            self.context.close()
 
     # -- the configuration's names every caller reads -----------------------------------
 

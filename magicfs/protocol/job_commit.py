@@ -177,6 +177,8 @@ class JobCommit:
         commit under way, as the journal always does, and a retried commit ends the job
         again."""
         c = self.committer
+        # (A pool of this call, not the job context's: its two threads end with the stage,
+        # and a commit of a flow without a context, classic or manifest, needs them too.)
         with self.stages("end_job"), concurrent.futures.ThreadPoolExecutor(2) as pool:
             if self.carrying:
                 ending = pool.submit(c.job_active)
@@ -430,8 +432,24 @@ def clean_up_committed(
         )
         log.info("job %s: %s", c.job_id, left)
         return left
-    c._cleanup_run = BackgroundCleanup(c.job_id, refreshes_listings_of(c, work))
+    c._cleanup_run = BackgroundCleanup(c.job_id, closing_context(c, refreshes_listings_of(c, work)))
     return None
+
+
+def closing_context(
+    committer: CommitterHooks, work: Callable[[], str | None]
+) -> Callable[[], str | None]:
+    """``work`` (a background clean-up), then the job's context closed: the job ended in
+    this process once it has (:meth:`CommitterHooks.close_context` leaves it to us)."""
+
+    def run() -> str | None:
+        try:
+            return work()
+        finally:
+            if committer.context is not None:
+                committer.context.close()
+
+    return run
 
 
 def counting_foreign(

@@ -378,15 +378,14 @@ class DeferredWriter(io.BufferedIOBase):
                 f"{hooks.url}: task attempt {self._attempt_id} has already {finished}: "
                 "a file written now would never be published (write before commit_task)"
             )
-        self._register()
+        self._register(magic_path)
         self._start = hooks.run_background(hooks.abegin())
         self._registry.began(self.path, self, self._start)
         #: Whether the job check may end after the close (:attr:`FileHooks.checked_by_commit`).
         self._check_follows = check_job and attempt_file and hooks.checked_by_commit
         self._checking = hooks.run_background(self._acheck_job())
-        if self._check_follows:
+        if self._check_follows and self._context is not None:
             # The writer (which its check holds) holds the job's context while it runs.
-            self._context = job_context(magic_path.job_id or "", magic_path.destination_dir)
             self._context.store_state(CHECKS_STATE, ChecksAfterClose).add(self._checking)
         if "x" in mode:
             try:
@@ -397,12 +396,16 @@ class DeferredWriter(io.BufferedIOBase):
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _register(self) -> None:
-        """Enter this file in the registry, replacing an earlier file of the same path."""
+    def _register(self, magic_path: MagicPath) -> None:
+        """Enter this file in the registry, replacing an earlier file of the same path.
+        The entry holds the job's context (its state in this process) while it is there."""
+        job_id = magic_path.job_id
+        self._context = job_context(job_id, magic_path.destination_dir) if job_id else None
         if "x" in self.mode and self._registry.get(self.path) is not None:
             self._state = "refused"
             raise FileExistsError(f"{self.hooks.url}: already written by this process ('xb')")
-        entry = TaskFile(self.path, self._job_id or "", self._attempt_id or "", writer=self)
+        attempt_id, context = self._attempt_id or "", self._context
+        entry = TaskFile(self.path, job_id or "", attempt_id, writer=self, context=context)
         previous = self._registry.opened(entry)
         if previous is None:
             return

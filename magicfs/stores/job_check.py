@@ -17,8 +17,14 @@ Properties on Azure; or, where an ``in_memory`` task commit waits for the next c
 listing of the marker's name that also finds the tasks marked touched, and answers the
 writers who join it as well). Runs on the store's event loop: no locks, one instance per (loop,
 store key, marker key); a store's writers pass a key that names the store and bucket or
-container, so checks are never shared across stores. A forked child starts with no shared
-checks (its parent's run on a loop the child does not run).
+container, so checks are never shared across stores.
+
+**Where the shared checks live**: in the job's context (:mod:`magicfs.job_context`, slot
+:data:`CHECKS_STATE`), which the committer and the writers of its task paths pass, so
+they go when the job does. A caller that passes none (a store-neutral caller with a key
+of its own) shares in this process's table of such checks. A forked child starts with
+none of its parent's (its parent's run on a loop the child does not run): each table
+drops them at the child's first check.
 
 A caller that need not know at once passes a ``delay``: its check starts within that
 many seconds, or earlier with the next caller's that cannot wait (an ``in_memory`` writer
@@ -34,6 +40,7 @@ import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from ..job_context import JOB_CONTEXTS, JobContext
 from .coalesce import Coalesced
 
 
@@ -68,20 +75,46 @@ class _Checks:
         return JobCheck(await self.head())
 
 
-_SHARED: dict[tuple[int, str, str], _Checks] = {}
+#: The job context's slot of its shared checks
+#: (:meth:`~magicfs.job_context.JobContext.store_state`).
+CHECKS_STATE = "job_check.shared"
+
+
+class SharedChecks:
+    """One job's checks running in this process, by (loop, store key, marker key)."""
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._checks: dict[tuple[int, str, str], _Checks] = {}
+
+    def current(self) -> dict[tuple[int, str, str], _Checks]:
+        """The checks, none in a forked child (module docstring: a new loop there could
+        even reuse the id of the parent's and wait on its checks forever)."""
+        if self._pid != os.getpid():
+            self._pid, self._checks = os.getpid(), {}
+        return self._checks
+
+
+#: The checks of callers that pass no job context (module docstring).
+_UNSCOPED = SharedChecks()
 
 
 async def job_still_active(
-    bucket: str, marker_key: str, head: Callable[[], Awaitable[bool]], delay: float = 0.0
+    bucket: str,
+    marker_key: str,
+    head: Callable[[], Awaitable[bool]],
+    delay: float = 0.0,
+    *,
+    context: JobContext | None = None,
 ) -> bool:
     """Whether the job marker exists, by a check started after this call (shared), at
     most ``delay`` seconds after it.
 
     ``bucket``: where the marker is, as the caller's store names it (S3: the bucket; Azure:
     the account endpoint and container); ``head()`` performs one check (True if the
-    marker exists).
+    marker exists); ``context``: the job's, where its shared checks are.
     """
-    return (await job_check(bucket, marker_key, head, delay=delay)).active
+    return (await job_check(bucket, marker_key, head, delay=delay, context=context)).active
 
 
 async def job_check(
@@ -90,16 +123,20 @@ async def job_check(
     head: Callable[[], Awaitable[bool]],
     listing: Callable[[], Awaitable[JobCheck]] | None = None,
     delay: float = 0.0,
+    *,
+    context: JobContext | None = None,
 ) -> JobCheck:
     """A check of the job marker started after this call, shared (module docstring).
     With ``listing`` (a caller that needs the tasks marked touched, which one listing of
     the marker's name finds with the marker: ``magicfs.committers.memory_commits``) the
     check this caller joins is that listing, and the writers who join it take its answer
     as a HEAD's. ``delay``: how long the check may wait for another caller's."""
+    table = context.store_state(CHECKS_STATE, SharedChecks) if context else _UNSCOPED
+    shared = table.current()
     key = (id(asyncio.get_running_loop()), bucket, marker_key)
-    checks = _SHARED.get(key)
+    checks = shared.get(key)
     if checks is None:
-        checks = _SHARED[key] = _Checks(head)
+        checks = shared[key] = _Checks(head)
     if listing is not None:
         checks.listing = listing
         checks.wants_listing = True
@@ -107,22 +144,18 @@ async def job_check(
         return await checks.coalesced.fresh(delay)
     finally:
         if checks.coalesced.idle:
-            _SHARED.pop(key, None)
+            shared.pop(key, None)
 
 
 def start_waiting_checks() -> None:
     """Start every check still waiting for its delay, on its loop: at exit no caller can
     wait any longer (the callers wait for their own answers)."""
-    for checks in _SHARED.copy().values():  # (a copy: the loops' threads change it)
-        if checks.loop.is_running():
-            checks.loop.call_soon_threadsafe(checks.coalesced.start_now)
-
-
-def _forget_all() -> None:
-    """In a forked child: the parent's checks run on the parent's event loop, which does
-    not run in the child; a new loop could even reuse the old one's ``id`` and wait on
-    them forever. The child starts with none."""
-    _SHARED.clear()
-
-
-os.register_at_fork(after_in_child=_forget_all)
+    tables = [_UNSCOPED] + [
+        shared
+        for context in JOB_CONTEXTS.open_contexts()
+        if isinstance(shared := context.state(CHECKS_STATE), SharedChecks)
+    ]
+    for table in tables:
+        for checks in table.current().copy().values():  # (a copy: loops' threads change it)
+            if checks.loop.is_running():
+                checks.loop.call_soon_threadsafe(checks.coalesced.start_now)

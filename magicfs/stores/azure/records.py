@@ -29,9 +29,14 @@ its own process) and deletes one blob per segment.
 * **A failed save fails its files.** The files that joined a save that failed get its
   error from ``close()``, and their records leave the segment before the next save
   starts, so no later save writes the record of a file whose ``close()`` raised.
+* **Kept in the job's context** (:mod:`magicfs.job_context`, slot :data:`RECORDS_STATE`),
+  which the job's committer and writers share in this process and which every task
+  file's registry entry holds (:class:`~magicfs.task_files.TaskFile`): the records of
+  an attempt last while its files do here, and go with the job.
 * **Bounded memory.** The records of attempts that have committed or aborted in this
-  process are dropped when the next attempt's records start. A forked child starts with
-  none of its parent's (its own token, its own saves).
+  process are dropped when the next attempt's records of the job start. A forked child
+  starts with none of its parent's (its own token, its own saves): it forgets its
+  parent's contexts.
 * **The window left open** (``FileHooks.asave`` in :mod:`.writer`): the job is checked
   before the record joins a segment, and the save may then wait behind one already
   running, so a writer-record blob can land in an attempt directory that the job's end
@@ -43,11 +48,12 @@ its own process) and deletes one blob per segment.
 from __future__ import annotations
 
 import asyncio
-import os
 import secrets
 import threading
 
+from ...job_context import JobContext, job_context
 from ...names import PENDINGSET_SUFFIX
+from ...paths import split_magic_path
 from ...records import PendingSet, SinglePendingCommit
 from ...task_files import TaskFiles
 from ..coalesce import Coalesced
@@ -112,8 +118,12 @@ class _Segment:
 class WriterRecords:
     """This process's records of one attempt's files (see the module docstring)."""
 
-    def __init__(self, blocks: BlockStore, attempt_dir: str, job_id: str):
+    def __init__(
+        self, blocks: BlockStore, attempt_dir: str, job_id: str, context: JobContext | None = None
+    ):
         self.blocks = blocks
+        #: The job's context, which holds these records: kept alive while they are held.
+        self.context = context
         self.container, self.dir_blob = blocks.split(attempt_dir)
         self.job_id = job_id
         self.token = secrets.token_hex(8)
@@ -155,37 +165,43 @@ class WriterRecords:
             segment.size = sum(len(r.to_bytes()) for r in segment.records.values())
 
 
-#: Writer records of this process, by (endpoint, attempt directory). Threads opening
-#: files share it (hence the lock); a forked child starts without it (:func:`_forget_all`).
-_OPEN: dict[tuple[str, str], tuple[str, str, WriterRecords]] = {}
-_OPEN_LOCK = threading.Lock()
+#: The job context's slot of its writer records in this process
+#: (:meth:`~magicfs.job_context.JobContext.store_state`).
+RECORDS_STATE = "azure.writer_records"
 
 
-def _forget_all() -> None:
-    """In a forked child: the parent's writer records are not the child's. Sharing them
-    would make the child save under the parent's token (overwriting the parent's
-    ``_writer-<token>-<n>`` blobs) and wait on saves running on the parent's event loop,
-    which never finish in the child."""
-    global _OPEN_LOCK
-    _OPEN_LOCK = threading.Lock()  # another thread may have held it at the fork
-    _OPEN.clear()
+class JobRecords:
+    """A job's writer records in this process, by (endpoint, attempt directory). Threads
+    opening files share it (hence the lock)."""
 
-
-os.register_at_fork(after_in_child=_forget_all)
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.open: dict[tuple[str, str], tuple[str, WriterRecords]] = {}
 
 
 def writer_records(
-    blocks: BlockStore, attempt_dir: str, job_id: str, attempt_id: str, registry: TaskFiles
+    blocks: BlockStore,
+    attempt_dir: str,
+    job_id: str,
+    attempt_id: str,
+    registry: TaskFiles,
+    context: JobContext | None = None,
 ) -> WriterRecords:
-    """This process's :class:`WriterRecords` of an attempt (made on first use; those of
-    attempts finished in this process, as ``registry`` knows, are dropped then)."""
+    """This process's :class:`WriterRecords` of an attempt of job ``job_id`` (made on
+    first use; those of the job's attempts finished in this process, as ``registry``
+    knows, are dropped then). ``context``: the job's (by default, the one its attempt
+    directory names; a directory outside any magic tree is its own destination)."""
+    if context is None:
+        magic_path = split_magic_path(attempt_dir)
+        context = job_context(job_id, magic_path.destination_dir if magic_path else attempt_dir)
+    job = context.store_state(RECORDS_STATE, JobRecords)
     key = (str(blocks.fs.service_client.url), attempt_dir)
-    with _OPEN_LOCK:
-        found = _OPEN.get(key)
+    with job.lock:
+        found = job.open.get(key)
         if found is None:
-            for other, (job, attempt, _) in list(_OPEN.items()):
-                if registry.finished(job, attempt):
-                    _OPEN.pop(other, None)
-            made = WriterRecords(blocks, attempt_dir, job_id)
-            found = _OPEN[key] = (job_id, attempt_id, made)
-        return found[2]
+            for other, (attempt, _) in list(job.open.items()):
+                if registry.finished(job_id, attempt):
+                    job.open.pop(other, None)
+            made = WriterRecords(blocks, attempt_dir, job_id, context)
+            found = job.open[key] = (attempt_id, made)
+        return found[1]

@@ -59,6 +59,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from ...errors import JobNotActiveError
+from ...job_context import JobContext, job_context
 from ...paths import MagicPath, marker_path, pending_path
 from ...records import SinglePendingCommit, path_to_uri
 from ...records.pending import STORE_KEY
@@ -129,13 +130,17 @@ class BlockListWrites(DeferredWritesBase):
     ) -> BlockFileHooks:
         job_id, attempt_id = magic_path.job_id, magic_path.task_attempt_id
         in_memory = self.options.in_memory and bool(job_id and attempt_id)
+        context = job_context(job_id, magic_path.destination_dir) if job_id else None
         records = None
-        if job_id and attempt_id and not in_memory:
+        if context is not None and job_id and attempt_id and not in_memory:
             attempt_dir = "/".join([magic_path.magic_dir, *magic_path.children[:4]])
+            registry = self.options.registry
             records = writer_records(
-                self.blocks, attempt_dir, job_id, attempt_id, self.options.registry
+                self.blocks, attempt_dir, job_id, attempt_id, registry, context
             )
-        return BlockFileHooks(self.blocks, path, magic_path, mode, job_marker, in_memory, records)
+        return BlockFileHooks(
+            self.blocks, path, magic_path, mode, job_marker, in_memory, records, context
+        )
 
     def discard(self, commits: list[SinglePendingCommit], records: list[str]) -> int:
         """Nothing possible: staged blocks cannot be deleted alone (so no record is read)."""
@@ -161,8 +166,11 @@ class BlockFileHooks:
         job_marker: str | None,
         in_memory: bool = False,
         records: WriterRecords | None = None,
+        context: JobContext | None = None,
     ):
         self.blocks = blocks
+        #: The job's context (:mod:`magicfs.job_context`): where its shared checks are.
+        self.context = context
         self.url = blocks.url(path)
         self.mode = mode
         self.path = path
@@ -218,7 +226,9 @@ class BlockFileHooks:
             return await self.blocks.exists(container, marker)
 
         # Shared with the committer's checks of this marker (the adapter's key is this).
-        return await job_still_active(*self.blocks.check_key(self.job_marker), check)
+        return await job_still_active(
+            *self.blocks.check_key(self.job_marker), check, context=self.context
+        )
 
     async def astage(self, number: int, body: bytes) -> str:
         """Put Block; the first block settles the ids' length first."""

@@ -160,7 +160,8 @@ class S3Writes(DeferredWritesBase):
         key = (job_id, destination_key(magic_path.destination_dir))
         with self._lock:
             store = self._job_stores.get(key)
-            if store is None:
+            if store is None or (store.context is not None and store.context.closed):
+                # (a job that ended in this process, written again: a fresh context)
                 context = job_context(*key)
                 options = self.s3_options
                 store = S3Store(self.fs, options.retry_policy, options.max_request_rate, context)
@@ -365,7 +366,9 @@ class S3FileHooks:
             return await self.store.ahead_object(self.bucket, marker) is not None
 
         delay = CHECK_DELAY if self.checked_by_commit else 0.0
-        active = await job_still_active(self.bucket, marker, head, delay)  # shared
+        active = await job_still_active(
+            self.bucket, marker, head, delay, context=self.store.context
+        )
         if not active and self.touched is not None:  # an ended job's tree keeps none
             self.touched_saved.discard(self.touched)
             await self.store.adelete_objects(self.bucket, [self.touched])
